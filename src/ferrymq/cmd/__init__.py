@@ -1,0 +1,1 @@
+"""Process entry points: the composition roots that put servers and tools together."""

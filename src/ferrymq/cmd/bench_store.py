@@ -1,0 +1,283 @@
+"""`ferry bench store`: the storage engine measured side by side with raw disk writes.
+
+For each message size and batch size, one run measures, on the same filesystem and with the same
+bytes:
+
+- async append (`Store.put`: encode and write to the commit log, ASYNC_FLUSH with the flusher
+  running) against raw sequential `os.write` of the record bytes the store writes;
+- sync append (`Store.put` then waiting for the group-commit fsync) against raw `os.write` +
+  `os.fdatasync` per batch;
+- dispatch (`Store.dispatch`: consume-queue entries and key index for the appended records),
+  measured apart from the append as RocketMQ's reput is;
+- replay: the commit log copied into a second store (`Store.append_replica`: parse, CRC check,
+  dispatch), what a slave and crash recovery do;
+- reads by queue offset (`Store.get`, 32 messages per call, CRC checked).
+
+Ratios compare numbers measured in this run only. Nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ferrymq.store.config import FlushDiskType, StoreConfig
+from ferrymq.store.store import Store
+from ferrymq.wire.msgid import UniqueIdGenerator
+from ferrymq.wire.properties import UNIQ_KEY, encode_properties
+from ferrymq.wire.records import BatchItem, encode_records, pack_host
+
+__all__ = ["CaseResult", "StoreBenchConfig", "run_store_bench"]
+
+_BORN = pack_host("127.0.0.1", 50000)
+_TOPIC = "BenchTopic"
+_QUEUES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class StoreBenchConfig:
+    """What to measure and for how long."""
+
+    directory: Path
+    sizes: tuple[int, ...] = (100, 1024)
+    batches: tuple[int, ...] = (1, 64)
+    seconds: float = 2.0
+    max_bytes: int = 256 * 1024 * 1024
+    """Per-measurement cap on bytes written, whatever `seconds` says."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """One measured throughput."""
+
+    messages: int
+    data_bytes: int
+    seconds: float
+
+    @property
+    def msg_per_s(self) -> float:
+        """Messages per second."""
+        return self.messages / self.seconds if self.seconds else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        """Megabytes (10^6 bytes) per second."""
+        return self.data_bytes / self.seconds / 1e6 if self.seconds else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """All measurements for one (message size, batch size)."""
+
+    size: int
+    batch: int
+    raw_write: Rate
+    async_append: Rate
+    raw_write_fsync: Rate
+    sync_append: Rate
+    dispatch: Rate
+    replay: Rate
+    read: Rate
+
+    @property
+    def async_ratio(self) -> float:
+        """Async append bandwidth over raw write bandwidth."""
+        return self.async_append.mb_per_s / self.raw_write.mb_per_s
+
+    @property
+    def sync_ratio(self) -> float:
+        """Sync append bandwidth over raw write+fdatasync bandwidth at the same batch size."""
+        return self.sync_append.mb_per_s / self.raw_write_fsync.mb_per_s
+
+    def as_json(self) -> dict[str, object]:
+        """A flat JSON-ready summary."""
+        out: dict[str, object] = {"size": self.size, "batch": self.batch}
+        for name in (
+            "raw_write",
+            "async_append",
+            "raw_write_fsync",
+            "sync_append",
+            "dispatch",
+            "replay",
+            "read",
+        ):
+            rate: Rate = getattr(self, name)
+            out[f"{name}_mb_s"] = round(rate.mb_per_s, 2)
+            out[f"{name}_msg_s"] = round(rate.msg_per_s, 1)
+        out["async_ratio"] = round(self.async_ratio, 3)
+        out["sync_ratio"] = round(self.sync_ratio, 3)
+        return out
+
+
+def _items(size: int, batch: int, ids: UniqueIdGenerator) -> list[BatchItem]:
+    body = os.urandom(size)
+    now_ms = time.time_ns() // 1_000_000
+    return [
+        BatchItem(body, encode_properties({UNIQ_KEY: ids.next_id(now_ms)})) for _ in range(batch)
+    ]
+
+
+def _record_bytes(items: list[BatchItem]) -> bytes:
+    parts, _ = encode_records(
+        items,
+        topic=_TOPIC,
+        queue_id=0,
+        first_queue_offset=0,
+        assign_queue_offsets=True,
+        first_log_offset=0,
+        sys_flag=0,
+        born_timestamp_ms=0,
+        born_host=_BORN,
+        store_timestamp_ms=0,
+        store_host=_BORN,
+    )
+    return b"".join(parts)
+
+
+def _timed(rounds: int, seconds: float, step: Callable[[int], int]) -> tuple[int, int, float]:
+    """Run `step(i)` (returning bytes written) until `rounds` or `seconds`; return totals."""
+    data_bytes = 0
+    done = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while done < rounds:
+        data_bytes += step(done)
+        done += 1
+        if done % 16 == 0 and time.perf_counter() > deadline:
+            break
+    return done, data_bytes, time.perf_counter() - start
+
+
+def _raw_write(
+    path: Path, chunk: bytes, batch: int, rounds: int, seconds: float, fsync: bool
+) -> Rate:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+
+        def step(_: int) -> int:
+            written = os.write(fd, chunk)
+            if fsync:
+                os.fdatasync(fd)
+            return written
+
+        done, data_bytes, elapsed = _timed(rounds, seconds, step)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return Rate(done * batch, data_bytes, elapsed)
+
+
+def _store_config(root: Path, flush: FlushDiskType) -> StoreConfig:
+    return StoreConfig(
+        root_dir=root, flush_disk_type=flush, commitlog_segment_bytes=256 * 1024 * 1024
+    )
+
+
+def _append(
+    root: Path, items: list[BatchItem], rounds: int, seconds: float, flush: FlushDiskType
+) -> tuple[Rate, Store]:
+    store = Store.open(_store_config(root, flush))
+    sync = flush is FlushDiskType.SYNC_FLUSH
+
+    def step(i: int) -> int:
+        result = store.put(_TOPIC, i % _QUEUES, items, born_host=_BORN, born_timestamp_ms=0)
+        if sync:
+            store.wait_flushed(result.end_log_offset).result()
+        return sum(result.sizes)
+
+    done, data_bytes, elapsed = _timed(rounds, seconds, step)
+    return Rate(done * len(items), data_bytes, elapsed), store
+
+
+def _dispatch(store: Store) -> Rate:
+    pending = store.max_log_offset
+    start = time.perf_counter()
+    store.dispatch()
+    elapsed = time.perf_counter() - start
+    messages = sum(store.max_queue_offset(_TOPIC, q) for q in range(_QUEUES))
+    return Rate(messages, pending, elapsed)
+
+
+def _replay(source: Store, root: Path) -> Rate:
+    replica = Store.open(
+        dataclasses.replace(source.config, root_dir=root, flush_disk_type=FlushDiskType.ASYNC_FLUSH)
+    )
+    try:
+        end = source.max_log_offset
+        position = 0
+        chunks: list[tuple[int, bytes]] = []
+        while position < end:
+            data = source.commitlog.read(position, 1024 * 1024)
+            chunks.append((position, data))
+            position += len(data)
+        start = time.perf_counter()
+        for position, data in chunks:
+            replica.append_replica(position, data)
+        elapsed = time.perf_counter() - start
+        messages = sum(replica.max_queue_offset(_TOPIC, q) for q in range(_QUEUES))
+        return Rate(messages, end, elapsed)
+    finally:
+        replica.close()
+
+
+def _read(store: Store) -> Rate:
+    messages = 0
+    data_bytes = 0
+    start = time.perf_counter()
+    for queue_id in range(_QUEUES):
+        offset = 0
+        end = store.max_queue_offset(_TOPIC, queue_id)
+        while offset < end:
+            result = store.get(_TOPIC, queue_id, offset, 32)
+            messages += len(result.records)
+            data_bytes += result.total_bytes
+            offset = result.next_queue_offset
+    return Rate(messages, data_bytes, time.perf_counter() - start)
+
+
+def run_case(config: StoreBenchConfig, size: int, batch: int) -> CaseResult:
+    """Measure one (size, batch) case in a fresh directory."""
+    work = Path(tempfile.mkdtemp(prefix=f"store-{size}x{batch}-", dir=config.directory))
+    try:
+        ids = UniqueIdGenerator(bytes([127, 0, 0, 1]), os.getpid())
+        items = _items(size, batch, ids)
+        chunk = _record_bytes(items)
+        rounds = max(16, config.max_bytes // len(chunk))
+        raw = _raw_write(work / "raw", chunk, batch, rounds, config.seconds, fsync=False)
+        async_rate, async_store = _append(
+            work / "async", items, rounds, config.seconds, FlushDiskType.ASYNC_FLUSH
+        )
+        try:
+            dispatch = _dispatch(async_store)
+            replay = _replay(async_store, work / "replica")
+            read = _read(async_store)
+        finally:
+            async_store.close()
+        raw_sync = _raw_write(work / "raw-sync", chunk, batch, rounds, config.seconds, fsync=True)
+        sync_rate, sync_store = _append(
+            work / "sync", items, rounds, config.seconds, FlushDiskType.SYNC_FLUSH
+        )
+        sync_store.close()
+        return CaseResult(size, batch, raw, async_rate, raw_sync, sync_rate, dispatch, replay, read)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_store_bench(
+    config: StoreBenchConfig, progress: Callable[[str], None] | None = None
+) -> list[CaseResult]:
+    """Run every case; `progress` hears the name of each case as it starts."""
+    config.directory.mkdir(parents=True, exist_ok=True)
+    results: list[CaseResult] = []
+    for size in config.sizes:
+        for batch in config.batches:
+            if progress:
+                progress(f"{size} B x {batch}")
+            results.append(run_case(config, size, batch))
+    return results

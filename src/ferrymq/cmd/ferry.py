@@ -1,0 +1,140 @@
+"""The `ferry` command: one entry point for servers, tools and benchmarks.
+
+Argument parsing and output only; the work happens in the modules each subcommand calls. Bad usage
+prints a one-line error and exits with status 2 (click's convention), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ferrymq import __version__
+from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ferry")
+def cli() -> None:
+    """ferrymq: a highly available, RocketMQ-compatible message queue."""
+
+
+@cli.group()
+def bench() -> None:
+    """Measure ferrymq side by side with a baseline; prints a JSON summary with --json."""
+
+
+def _parse_ints(value: str, name: str) -> tuple[int, ...]:
+    try:
+        numbers = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if not numbers or any(n <= 0 for n in numbers):
+        raise click.BadParameter(f"{name} must be positive integers")
+    return numbers
+
+
+@bench.command("store")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where to write (default: a temporary directory on the system temp disk).",
+)
+@click.option("--sizes", default="100,1024", show_default=True, help="Message body sizes in bytes.")
+@click.option("--batches", default="1,64", show_default=True, help="Messages per append.")
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.05),
+    default=2.0,
+    show_default=True,
+    help="Time limit of each measurement.",
+)
+@click.option("--quick", is_flag=True, help="A short run (0.3 s per measurement).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def bench_store(
+    directory: Path | None, sizes: str, batches: str, seconds: float, quick: bool, as_json: bool
+) -> None:
+    """Storage engine against raw disk writes: append, sync append, dispatch, reads."""
+    config = StoreBenchConfig(
+        directory=directory or Path(tempfile.gettempdir()) / "ferrymq-bench",
+        sizes=_parse_ints(sizes, "--sizes"),
+        batches=_parse_ints(batches, "--batches"),
+        seconds=0.3 if quick else seconds,
+        max_bytes=32 * 1024 * 1024 if quick else 256 * 1024 * 1024,
+    )
+    console = Console(stderr=True)
+    with console.status("measuring") as status:
+        results = run_store_bench(config, lambda name: status.update(f"measuring {name}"))
+    summary = _summary(config, results)
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        _print_table(results)
+        click.echo(
+            f"async_ratio={summary['async_ratio']} sync_ratio={summary['sync_ratio']} "
+            "(1 KiB x64, against raw write and raw write+fdatasync)"
+        )
+
+
+def _summary(config: StoreBenchConfig, results: list[CaseResult]) -> dict[str, object]:
+    headline = next((r for r in results if r.size == 1024 and r.batch == 64), results[-1])
+    return {
+        "benchmark": "store",
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "directory": str(config.directory),
+        "seconds_per_measurement": config.seconds,
+        "async_ratio": round(headline.async_ratio, 3),
+        "sync_ratio": round(headline.sync_ratio, 3),
+        "headline_case": {"size": headline.size, "batch": headline.batch},
+        "cases": [r.as_json() for r in results],
+    }
+
+
+def _print_table(results: list[CaseResult]) -> None:
+    table = Table(title="ferry bench store (MB/s, msg/s)")
+    for column in (
+        "size x batch",
+        "raw write",
+        "async append",
+        "ratio",
+        "raw write+fsync",
+        "sync append",
+        "ratio",
+        "dispatch",
+        "replay",
+        "read",
+    ):
+        table.add_column(column, justify="right")
+    for r in results:
+        table.add_row(
+            f"{r.size} B x {r.batch}",
+            f"{r.raw_write.mb_per_s:.0f}",
+            f"{r.async_append.mb_per_s:.0f} ({r.async_append.msg_per_s:,.0f}/s)",
+            f"{r.async_ratio:.2f}",
+            f"{r.raw_write_fsync.mb_per_s:.1f}",
+            f"{r.sync_append.mb_per_s:.1f} ({r.sync_append.msg_per_s:,.0f}/s)",
+            f"{r.sync_ratio:.2f}",
+            f"{r.dispatch.msg_per_s:,.0f}/s",
+            f"{r.replay.msg_per_s:,.0f}/s",
+            f"{r.read.msg_per_s:,.0f}/s",
+        )
+    Console().print(table)
+
+
+def main() -> None:
+    """Run the `ferry` command."""
+    try:
+        cli.main(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)

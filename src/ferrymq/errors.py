@@ -1,0 +1,91 @@
+"""The ferrymq error tree: every failure a caller can meet has a type here.
+
+Rules:
+1. `ProtocolError` means a peer sent bytes that do not decode. The connection that carried them
+   is closed; the process keeps running. Every decoder raises it, and nothing else, on bad input.
+2. `StoreError` and its children come from the storage engine; they never mean a peer is at fault.
+3. Errors carry what a user needs to act on them (the field, the offset, the limit) as attributes,
+   and their message states it in one line.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptRecordError",
+    "FerryError",
+    "FrameTooLargeError",
+    "HeaderFieldError",
+    "InvalidNameError",
+    "MessageTooLargeError",
+    "ProtocolError",
+    "StoreClosedError",
+    "StoreError",
+    "StoreLockedError",
+]
+
+
+class FerryError(Exception):
+    """Base class of every error ferrymq raises on purpose."""
+
+
+class ProtocolError(FerryError):
+    """A peer sent bytes that do not decode: close that connection, keep serving others."""
+
+
+class FrameTooLargeError(ProtocolError):
+    """A remoting frame announced a length above the configured limit."""
+
+    def __init__(self, frame_bytes: int, limit_bytes: int) -> None:
+        super().__init__(f"frame of {frame_bytes} bytes exceeds the limit of {limit_bytes} bytes")
+        self.frame_bytes = frame_bytes
+        self.limit_bytes = limit_bytes
+
+
+class HeaderFieldError(ProtocolError):
+    """A request header field is missing or has a value of the wrong type."""
+
+    def __init__(self, header: str, field: str, reason: str) -> None:
+        super().__init__(f"{header}.{field}: {reason}")
+        self.header = header
+        self.field = field
+        self.reason = reason
+
+
+class InvalidNameError(FerryError, ValueError):
+    """A topic or group name breaks RocketMQ's naming rules (charset, length)."""
+
+    def __init__(self, kind: str, name: str, reason: str) -> None:
+        super().__init__(f"invalid {kind} name {name!r}: {reason}")
+        self.kind = kind
+        self.name = name
+        self.reason = reason
+
+
+class MessageTooLargeError(FerryError, ValueError):
+    """A message body or record exceeds the configured maximum size."""
+
+    def __init__(self, size_bytes: int, limit_bytes: int) -> None:
+        super().__init__(f"message of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes")
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+
+
+class StoreError(FerryError):
+    """The storage engine could not do what was asked."""
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store directory's lock file."""
+
+
+class StoreClosedError(StoreError):
+    """The store was used after close()."""
+
+
+class CorruptRecordError(StoreError):
+    """A stored record failed its checks (magic, size or body CRC) and must not be served."""
+
+    def __init__(self, log_offset: int, reason: str) -> None:
+        super().__init__(f"corrupt record at log offset {log_offset}: {reason}")
+        self.log_offset = log_offset
+        self.reason = reason

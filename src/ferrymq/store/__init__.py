@@ -1,0 +1,1 @@
+"""The storage engine: commit log, consume queues, key index, recovery, flush (no asyncio)."""

@@ -1,0 +1,208 @@
+"""The commit log: every message of every queue, appended in RocketMQ's record layout.
+
+Spec: reference/rocketmq-controller-spec.md sections 7.1-7.3. Records are placed by
+`reserve` then `write`: the caller encodes records with the log offset `reserve` returned, so the
+stored bytes carry their own position. A record never straddles two segments: when it does not fit
+(it must leave room for an 8-byte blank), the segment is closed with a blank record
+(`int32 remaining, int32 BLANK_MAGIC`) and the log rolls to the next one.
+
+`scan` walks stored bytes and validates every record (magic, size, body CRC, stored log offset
+equal to its position); recovery and slave replay use it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ferrymq.errors import MessageTooLargeError, ProtocolError, StoreError
+from ferrymq.store.segment import Segment, SegmentChain
+from ferrymq.wire.records import BLANK_MAGIC, BLANK_RECORD_BYTES, RecordInfo, record_info
+
+__all__ = ["CommitLog", "ScanResult"]
+
+_BLANK: Final = struct.Struct(">ii")
+_SCAN_CHUNK: Final = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """Where a scan stopped and why."""
+
+    end_log_offset: int
+    """Just past the last valid record (or blank)."""
+    corruption: str | None
+    """None when the scan ended on zeros (a clean end); else what was wrong at `end_log_offset`."""
+    records: int
+
+
+class CommitLog:
+    """Segments of records; one owner writes, readers are served from the same files."""
+
+    def __init__(self, directory: Path, segment_bytes: int) -> None:
+        self.chain = SegmentChain(directory, segment_bytes)
+        self.write_offset = 0
+        """The log offset the next record goes to."""
+
+    @property
+    def segment_bytes(self) -> int:
+        """The fixed size of every segment."""
+        return self.chain.segment_bytes
+
+    @property
+    def min_offset(self) -> int:
+        """The first log offset still stored."""
+        return self.chain.min_offset if not self.chain.is_empty else self.write_offset
+
+    def load(self) -> None:
+        """Open the segment files; `recover` must then set the write offset."""
+        self.chain.load()
+        self.write_offset = self.chain.max_offset
+
+    def _segment_for_write(self) -> Segment:
+        last = self.chain.last
+        if last is None or self.write_offset >= last.start_offset + last.size:
+            size = self.segment_bytes
+            return self.chain.create(self.write_offset // size * size)
+        return last
+
+    def reserve(self, length: int) -> int:
+        """Return the log offset where `length` record bytes will be written.
+
+        Rolls to a new segment, after writing a blank record, when the bytes do not fit in the
+        current one with 8 bytes to spare.
+        """
+        if length + BLANK_RECORD_BYTES > self.segment_bytes:
+            raise MessageTooLargeError(length, self.segment_bytes - BLANK_RECORD_BYTES)
+        segment = self._segment_for_write()
+        pos = self.write_offset - segment.start_offset
+        if segment.write_pos != pos:
+            raise StoreError(f"commit log write position {pos} disagrees with {segment.write_pos}")
+        remaining = segment.size - pos
+        if length + BLANK_RECORD_BYTES > remaining:
+            segment.write(pos, _BLANK.pack(remaining, BLANK_MAGIC))
+            segment.write_pos = segment.size
+            self.write_offset = segment.start_offset + segment.size
+            self._segment_for_write()
+        return self.write_offset
+
+    def write(self, log_offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Write encoded records at `log_offset`, which `reserve` returned."""
+        if log_offset != self.write_offset:
+            raise StoreError(f"write at {log_offset}, but the log ends at {self.write_offset}")
+        segment = self._segment_for_write()
+        segment.write(log_offset - segment.start_offset, data)
+        self.write_offset = log_offset + len(data)
+
+    def append_raw(self, log_offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Write replicated bytes (records and blanks) at `log_offset`, within one segment."""
+        if log_offset != self.write_offset:
+            raise StoreError(
+                f"replica bytes for {log_offset}, but the log ends at {self.write_offset}"
+            )
+        segment = self._segment_for_write()
+        pos = log_offset - segment.start_offset
+        if pos + len(data) > segment.size:
+            raise StoreError(f"replica bytes at {log_offset} cross the end of a segment")
+        segment.write(pos, data)
+        self.write_offset = log_offset + len(data)
+
+    def read(self, log_offset: int, length: int) -> bytes:
+        """Read up to `length` stored bytes at `log_offset`, never past a segment or the log end."""
+        if log_offset < self.min_offset or log_offset >= self.write_offset:
+            return b""
+        return self.chain.read(log_offset, min(length, self.write_offset - log_offset))
+
+    def truncate(self, log_offset: int) -> None:
+        """Cut the log at `log_offset`: later bytes are zeroed or deleted, durably."""
+        self.chain.truncate(log_offset)
+        self.write_offset = log_offset
+
+    def scan(
+        self,
+        from_offset: int,
+        on_records: Callable[[list[RecordInfo]], None],
+        *,
+        check_crc: bool = True,
+        require_record_crc: bool = True,
+    ) -> ScanResult:
+        """Validate and visit every record from `from_offset` to the end of the stored data.
+
+        Stops at the first zero header (a clean end) or the first invalid byte (corruption).
+        Records are handed to `on_records` in log order, a chunk at a time. The write offset is
+        not changed; the caller truncates at `end_log_offset`.
+        """
+        batch: list[RecordInfo] = []
+        try:
+            return self._scan(from_offset, batch, on_records, check_crc, require_record_crc)
+        finally:
+            on_records(batch)
+
+    def _scan(
+        self,
+        from_offset: int,
+        batch: list[RecordInfo],
+        on_records: Callable[[list[RecordInfo]], None],
+        check_crc: bool,
+        require_record_crc: bool,
+    ) -> ScanResult:
+        pos = from_offset
+        records = 0
+        want = _SCAN_CHUNK
+        while True:
+            segment = self.chain.find(pos)
+            if segment is None:
+                return ScanResult(pos, None, records)
+            base = pos - segment.start_offset
+            chunk = segment.read(base, want)
+            want = _SCAN_CHUNK
+            i = 0
+            while base + i < segment.size:
+                here = segment.start_offset + base + i
+                if segment.size - (base + i) < BLANK_RECORD_BYTES:
+                    return ScanResult(
+                        here, "no room for a blank record at the segment end", records
+                    )
+                if i + BLANK_RECORD_BYTES > len(chunk):
+                    break
+                total, magic = _BLANK.unpack_from(chunk, i)
+                if total == 0 and magic == 0:
+                    return ScanResult(here, None, records)
+                if magic == BLANK_MAGIC:
+                    if total != segment.size - (base + i):
+                        return ScanResult(
+                            here, f"blank record of {total} bytes mid-segment", records
+                        )
+                    i += total
+                    break
+                if total <= 0 or base + i + total > segment.size:
+                    return ScanResult(
+                        here, f"record size {total} does not fit the segment", records
+                    )
+                if i + total > len(chunk):
+                    want = max(_SCAN_CHUNK, total)
+                    break
+                try:
+                    info = record_info(
+                        chunk, i, check_crc=check_crc, require_record_crc=require_record_crc
+                    )
+                except ProtocolError as exc:
+                    return ScanResult(here, str(exc), records)
+                if info.log_offset != here:
+                    return ScanResult(
+                        here, f"record stores log offset {info.log_offset} at {here}", records
+                    )
+                batch.append(info)
+                records += 1
+                i += total
+            pos = segment.start_offset + base + i
+            if len(batch) >= 1024:
+                on_records(batch[:])
+                batch.clear()
+
+    def close(self) -> None:
+        """Close every segment file."""
+        self.chain.close()

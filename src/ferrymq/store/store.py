@@ -1,0 +1,856 @@
+"""The storage engine facade: open (lock, recover), put, get, query, flush, retention, close.
+
+Spec: reference/rocketmq-controller-spec.md sections 7.2-7.3 (`DefaultMessageStore`),
+ARCHITECTURE.md section 5. The store is synchronous and has one owner thread (the broker's event
+loop); the only other thread is the flusher, which syncs files and writes the checkpoint.
+
+Rules:
+1. One indexing path: every record reaches the consume queues and the key index through
+   `_dispatch(RecordInfo)`, whether it was just appended, replicated from a master, or found by
+   recovery. Appends build the `RecordInfo` from what they encoded; replay and recovery parse it
+   from the stored bytes.
+2. Recovery trusts nothing it has not checked: from the segment holding the checkpoint's safe
+   offset it validates every record (magic, size, CRC, stored position) and cuts the log at the
+   first failure. Bytes after a cut that are not zeros are moved to `quarantine/`, never deleted.
+3. The abort file exists from open until a clean close, so a crash at any point, recovery
+   included, makes the next open recover as after a crash.
+4. A record whose CRC fails is never served: `get` raises `CorruptRecordError` instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import functools
+import itertools
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Final
+
+from ferrymq.errors import (
+    CorruptRecordError,
+    MessageTooLargeError,
+    ProtocolError,
+    StoreClosedError,
+    StoreLockedError,
+)
+from ferrymq.store.atomic import fsync_dir, write_atomic
+from ferrymq.store.checkpoint import Checkpoint
+from ferrymq.store.commitlog import CommitLog
+from ferrymq.store.config import FlushDiskType, StoreConfig
+from ferrymq.store.consumequeue import ENTRY_BYTES, ConsumeQueue, QueueEntry, pack_entries
+from ferrymq.store.flush import Flusher
+from ferrymq.store.index import KeyIndex
+from ferrymq.store.queues import QueueTable
+from ferrymq.wire.properties import TAGS, UNIQ_KEY, decode_properties, keys_of
+from ferrymq.wire.records import (
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    BatchItem,
+    MessageRecord,
+    RecordInfo,
+    decode_record,
+    encode_records,
+    peek_record_size,
+    record_info,
+    record_overhead,
+    record_size,
+    store_timestamp_of,
+    tags_hash,
+    topic_field,
+    transaction_type,
+    verify_record_crc,
+)
+
+__all__ = ["GetResult", "GetStatus", "PutResult", "RecoveryReport", "Store"]
+
+log = logging.getLogger(__name__)
+
+_NO_QUEUE_ENTRY: Final = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+
+
+@dataclass(frozen=True, slots=True)
+class _PendingPut:
+    """An append whose records are not indexed yet."""
+
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    assign: bool
+    log_offset: int
+    sizes: list[int]
+    items: list[BatchItem]
+    store_timestamp_ms: int
+    sys_flag: int
+
+
+_MAX_FILTER_SCAN: Final = 16_000
+"""RocketMQ `maxFilterMessageCount`: entries one filtered pull may skip over."""
+_TIMESTAMP_PROBE: Final = 76
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """Where an append landed."""
+
+    log_offsets: list[int]
+    sizes: list[int]
+    first_queue_offset: int
+    """Queue offset of the first message (0 for prepared or rolled-back transactions)."""
+    store_timestamp_ms: int
+
+    @property
+    def log_offset(self) -> int:
+        """Log offset of the first record."""
+        return self.log_offsets[0]
+
+    @property
+    def end_log_offset(self) -> int:
+        """Log offset just past the last record: what a sync flush waits for."""
+        return self.log_offsets[-1] + self.sizes[-1]
+
+
+class GetStatus(Enum):
+    """Outcome of a read by queue offset (RocketMQ `GetMessageStatus`)."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(frozen=True, slots=True)
+class GetResult:
+    """Stored records read by queue offset, with the queue's bounds."""
+
+    status: GetStatus
+    next_queue_offset: int
+    min_queue_offset: int
+    max_queue_offset: int
+    records: list[bytes] = field(default_factory=list)
+    """Each record exactly as stored: a pull response body is their concatenation."""
+    queue_offsets: list[int] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of all records."""
+        return sum(len(record) for record in self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What `Store.open` found and did."""
+
+    after_crash: bool
+    scan_from_log_offset: int
+    end_log_offset: int
+    records_checked: int
+    cut_reason: str | None = None
+    quarantined: list[Path] = field(default_factory=list)
+
+
+class Store:
+    """A message store in RocketMQ's formats; use `Store.open`."""
+
+    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int]) -> None:
+        self.config = config
+        self._clock_ms = clock_ms
+        root = config.root_dir
+        self.commitlog = CommitLog(config.commitlog_path, config.commitlog_segment_bytes)
+        self.queues = QueueTable(root / "consumequeue", config.consume_queue_entries)
+        self.index = KeyIndex(root / "index", config.index_slot_count, config.index_max_entries)
+        self._checkpoint_path = root / "checkpoint"
+        self._abort_path = root / "abort"
+        self._lock_fd = -1
+        self._closed = False
+        self._dispatched_log_offset = 0
+        self._last_store_timestamp_ms = 0
+        self._dirty: dict[ConsumeQueue, int] = {}
+        self._pending: list[_PendingPut] = []
+        self._dirty_lock = threading.Lock()
+        self._checkpoint = Checkpoint()
+        self.recovery: RecoveryReport | None = None
+        self._flusher: Flusher | None = None
+
+    # ------------------------------------------------------------------ open / close
+
+    @classmethod
+    def open(cls, config: StoreConfig, clock_ms: Callable[[], int] | None = None) -> Store:
+        """Lock the directory, recover, start the flusher."""
+        store = cls(config, clock_ms or (lambda: time.time_ns() // 1_000_000))
+        try:
+            store._lock()
+            store._recover()
+        except BaseException:
+            store._release()
+            raise
+        flusher = Flusher(
+            sync_log=store._sync_log,
+            sync_metadata=store._sync_metadata,
+            flush_interval=config.flush_interval,
+            metadata_interval=config.checkpoint_interval,
+            flushed_log_offset=store.commitlog.write_offset,
+        )
+        store._flusher = flusher
+        flusher.start()
+        return store
+
+    def _lock(self) -> None:
+        root = self.config.root_dir
+        root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise StoreLockedError(f"{root} is in use by another process") from None
+
+    def _release(self) -> None:
+        self.commitlog.close()
+        self.queues.close()
+        self.index.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint, remove the abort file, release the lock."""
+        if self._closed:
+            return
+        self.dispatch()
+        self._closed = True
+        if self._flusher is not None:
+            self._flusher.close()
+        self._abort_path.unlink(missing_ok=True)
+        fsync_dir(self.config.root_dir)
+        self._release()
+
+    def flush(self) -> None:
+        """Sync the commit log, consume queues and index and write the checkpoint, now."""
+        self._check_open()
+        self.dispatch()
+        assert self._flusher is not None
+        self._flusher.flush_all()
+
+    def abandon(self) -> None:
+        """Stop as a crash would: no flush, no checkpoint, the abort file stays.
+
+        For fault-injection tests that then cut files to what a power loss would leave.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._flusher is not None:
+            self._flusher.abandon()
+        self._release()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+
+    # ------------------------------------------------------------------ recovery
+
+    def _recover(self) -> None:
+        after_crash = self._abort_path.exists()
+        write_atomic(self._abort_path, str(os.getpid()).encode())
+        checkpoint = Checkpoint.load(self._checkpoint_path)
+        self._checkpoint = checkpoint or Checkpoint()
+        self.commitlog.load()
+        self.queues.load()
+        self.index.load()
+        segments = self.commitlog.chain.segments
+        if not segments:
+            end = max((q.max_log_offset for q in self.queues), default=0)
+            self._finish_recovery(after_crash, end, end, 0, None, [])
+            return
+        safe = checkpoint.safe_log_offset if checkpoint else segments[0].start_offset
+        if checkpoint is None:
+            log.warning("no valid checkpoint: checking the whole commit log")
+        scan_from = min(max(safe, segments[0].start_offset), segments[-1].start_offset)
+        if after_crash:
+            scan_from = min(scan_from, self.index.drop_from(scan_from))
+        scan_from = max(scan_from, segments[0].start_offset)
+        found = self.commitlog.chain.find(scan_from)
+        scan_from = found.start_offset if found else segments[0].start_offset
+        if after_crash:
+            # entries written since the last flush may be torn: rebuild them all from the log
+            for queue in self.queues:
+                queue.truncate_log(scan_from, functools.partial(self._indexes_a_record, queue))
+        result = self.commitlog.scan(
+            scan_from, self._dispatch, require_record_crc=self.config.require_record_crc
+        )
+        end = result.end_log_offset
+        quarantined = self._quarantine_after(end) if self._has_data_after(end) else []
+        reason = result.corruption
+        if reason is None and quarantined:
+            reason = "zeros followed by data (a torn write)"
+        self.commitlog.truncate(end)
+        min_log = self.commitlog.min_offset
+        for queue in self.queues:
+            queue.truncate_log(end)
+            queue.correct_min(min_log)
+        replay_from = self.index.drop_from(end)
+        if replay_from < end:
+            self.commitlog.scan(
+                replay_from, self._index_only, require_record_crc=self.config.require_record_crc
+            )
+        self._finish_recovery(after_crash, scan_from, end, result.records, reason, quarantined)
+
+    def _indexes_a_record(self, queue: ConsumeQueue, entry: QueueEntry) -> bool:
+        """Whether a consume-queue entry points at a valid record of its own queue and offset."""
+        data = self.commitlog.read(entry.log_offset, entry.size)
+        try:
+            info = record_info(data, 0, require_record_crc=self.config.require_record_crc)
+        except ProtocolError:
+            return False
+        return (
+            info.size == entry.size
+            and info.log_offset == entry.log_offset
+            and info.queue_offset == entry.queue_offset
+            and info.topic == queue.topic
+            and info.queue_id == queue.queue_id
+        )
+
+    def _finish_recovery(
+        self,
+        after_crash: bool,
+        scan_from: int,
+        end: int,
+        records: int,
+        reason: str | None,
+        quarantined: list[Path],
+    ) -> None:
+        self.commitlog.write_offset = end
+        self._dispatched_log_offset = end
+        report = RecoveryReport(after_crash, scan_from, end, records, reason, quarantined)
+        self.recovery = report
+        if reason is not None:
+            log.warning(
+                "commit log cut at log offset %d: %s; quarantined %s",
+                end,
+                reason,
+                [str(p) for p in quarantined] or "nothing",
+            )
+        log.info(
+            "store recovered%s: checked %d records from log offset %d, log ends at %d",
+            " after a crash" if after_crash else "",
+            records,
+            scan_from,
+            end,
+        )
+
+    def _has_data_after(self, log_offset: int) -> bool:
+        for segment in self.commitlog.chain.segments:
+            if segment.start_offset + segment.size <= log_offset:
+                continue
+            if segment.has_data_from(max(0, log_offset - segment.start_offset)):
+                return True
+        return False
+
+    def _quarantine_after(self, log_offset: int) -> list[Path]:
+        """Move every stored byte at or after `log_offset` aside, before the log is cut there."""
+        directory = self.config.root_dir / "quarantine" / f"{log_offset:020d}"
+        directory.mkdir(parents=True, exist_ok=True)
+        moved: list[Path] = []
+        chain = self.commitlog.chain
+        for segment in list(chain.segments):
+            if segment.start_offset + segment.size <= log_offset:
+                continue
+            if segment.start_offset < log_offset:
+                target = directory / f"{segment.path.name}.from-{log_offset:020d}"
+                pos = log_offset - segment.start_offset
+                with target.open("wb") as out:
+                    while pos < segment.size:
+                        chunk = segment.read(pos, 4 * 1024 * 1024)
+                        out.write(chunk)
+                        pos += len(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+            else:
+                target = directory / segment.path.name
+                shutil.copyfile(segment.path, target)
+            moved.append(target)
+        fsync_dir(directory)
+        return moved
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _dispatch(self, infos: list[RecordInfo]) -> None:
+        """Index records in log order: consume-queue entries and keys (one path for all sources).
+
+        Prepared and rolled-back transaction messages get no consume-queue entry (RocketMQ
+        `CommitLogDispatcherBuildConsumeQueue`); consecutive entries of one queue are written
+        with one call.
+        """
+        if not infos:
+            return
+        run_queue: ConsumeQueue | None = None
+        run_first = 0
+        run: list[tuple[int, int, int]] = []
+        for info in infos:
+            if transaction_type(info.sys_flag) not in _NO_QUEUE_ENTRY:
+                queue = self.queues.get_or_create(info.topic, info.queue_id)
+                if queue is not run_queue or info.queue_offset != run_first + len(run):
+                    if run_queue is not None:
+                        self._put_entries(run_queue, run_first, run)
+                    run_queue, run_first, run = queue, info.queue_offset, []
+                run.append((info.log_offset, info.size, info.tags_code))
+            if info.keys or info.uniq_key:
+                self.index.add(info)
+        if run_queue is not None:
+            self._put_entries(run_queue, run_first, run)
+        last = infos[-1]
+        self._dispatched_log_offset = last.log_offset + last.size
+
+    def _put_entries(
+        self, queue: ConsumeQueue, first_queue_offset: int, entries: list[tuple[int, int, int]]
+    ) -> None:
+        queue.put(first_queue_offset, pack_entries(entries))
+        self._mark_dirty(queue, first_queue_offset)
+
+    def _index_only(self, infos: list[RecordInfo]) -> None:
+        for info in infos:
+            self.index.add(info)
+
+    def _mark_dirty(self, queue: ConsumeQueue, queue_offset: int) -> None:
+        with self._dirty_lock:
+            known = self._dirty.get(queue)
+            if known is None or queue_offset < known:
+                self._dirty[queue] = queue_offset
+
+    # ------------------------------------------------------------------ writes
+
+    @property
+    def max_log_offset(self) -> int:
+        """Log offset just past the last stored record."""
+        return self.commitlog.write_offset
+
+    @property
+    def min_log_offset(self) -> int:
+        """The first log offset still stored."""
+        return self.commitlog.min_offset
+
+    @property
+    def flushed_log_offset(self) -> int:
+        """Every record below this log offset is on disk."""
+        return self._flusher.flushed_log_offset if self._flusher else 0
+
+    def put(
+        self,
+        topic: str,
+        queue_id: int,
+        items: list[BatchItem],
+        *,
+        born_host: bytes,
+        born_timestamp_ms: int,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> PutResult:
+        """Append messages to one queue as consecutive records; `dispatch` indexes them.
+
+        Raises:
+            MessageTooLargeError: a body exceeds `max_message_bytes`, or the batch a segment.
+            InvalidNameError: the topic name is not legal.
+        """
+        self._check_open()
+        if not items:
+            raise ValueError("nothing to put")
+        limit = self.config.max_message_bytes
+        for item in items:
+            if len(item.body) > limit:
+                raise MessageTooLargeError(len(item.body), limit)
+        queue = self.queues.get_or_create(topic, queue_id)
+        assign = transaction_type(sys_flag) not in _NO_QUEUE_ENTRY
+        store_host = self.config.store_host
+        _, topic_part = topic_field(topic)
+        overhead = record_overhead(topic_part, born_host, store_host)
+        total = sum(record_size(overhead, item) for item in items)
+        log_offset = self.commitlog.reserve(total)
+        now_ms = self._clock_ms()
+        first_queue_offset = queue.next_queue_offset if assign else 0
+        parts, sizes = encode_records(
+            items,
+            topic=topic,
+            queue_id=queue_id,
+            first_queue_offset=first_queue_offset,
+            assign_queue_offsets=assign,
+            first_log_offset=log_offset,
+            sys_flag=sys_flag,
+            born_timestamp_ms=born_timestamp_ms,
+            born_host=born_host,
+            store_timestamp_ms=now_ms,
+            store_host=store_host,
+            reconsume_times=reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
+        )
+        self.commitlog.write(log_offset, b"".join(parts))
+        if assign:
+            queue.next_queue_offset = first_queue_offset + len(items)
+        self._pending.append(
+            _PendingPut(
+                topic,
+                queue_id,
+                first_queue_offset,
+                assign,
+                log_offset,
+                sizes,
+                items,
+                now_ms,
+                sys_flag,
+            )
+        )
+        self._last_store_timestamp_ms = now_ms
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and self._flusher:
+            self._flusher.wake()
+        log_offsets = list(itertools.accumulate(sizes[:-1], initial=log_offset))
+        return PutResult(log_offsets, sizes, first_queue_offset, now_ms)
+
+    def dispatch(self) -> None:
+        """Index every appended record not yet indexed: consume queues and key index.
+
+        `put` only appends to the commit log (RocketMQ's append path); records become readable
+        by queue offset once dispatched. Every read dispatches first; a server calls this once per
+        loop turn so that one write per queue covers all the puts of that turn.
+        """
+        pending, self._pending = self._pending, []
+        for put in pending:
+            infos: list[RecordInfo] = []
+            at = put.log_offset
+            queue_offset = put.first_queue_offset
+            for item, size in zip(put.items, put.sizes, strict=True):
+                properties = decode_properties(item.properties) if item.properties else {}
+                infos.append(
+                    RecordInfo(
+                        put.topic,
+                        put.queue_id,
+                        queue_offset,
+                        at,
+                        size,
+                        tags_hash(properties.get(TAGS)),
+                        put.store_timestamp_ms,
+                        put.sys_flag,
+                        keys_of(properties),
+                        properties.get(UNIQ_KEY),
+                        properties,
+                    )
+                )
+                at += size
+                queue_offset += put.assign
+            self._dispatch(infos)
+
+    def wait_flushed(self, log_offset: int) -> Future[int]:
+        """A future resolved once every byte below `log_offset` is on disk (group commit)."""
+        self._check_open()
+        assert self._flusher is not None
+        return self._flusher.wait_flushed(log_offset)
+
+    def append_replica(self, log_offset: int, data: bytes) -> int:
+        """Append bytes replicated from a master at `log_offset`, then index every whole record.
+
+        Returns the log offset up to which records were complete and indexed; a partial record at
+        the end is not written (the caller sends it again with the rest).
+        """
+        self._check_open()
+        self.dispatch()
+        complete = 0
+        while complete < len(data):
+            try:
+                total, _ = peek_record_size(data, complete)
+            except ProtocolError:
+                break
+            if complete + total > len(data):
+                break
+            complete += total
+        if complete == 0:
+            return log_offset
+        self.commitlog.append_raw(log_offset, data[:complete])
+        result = self.commitlog.scan(
+            log_offset, self._dispatch, require_record_crc=self.config.require_record_crc
+        )
+        if result.corruption is not None or result.end_log_offset < log_offset + complete:
+            self.commitlog.truncate(log_offset)
+            raise CorruptRecordError(
+                result.end_log_offset, result.corruption or "short replica data"
+            )
+        return log_offset + complete
+
+    def truncate(self, log_offset: int) -> None:
+        """Cut the commit log and everything derived from it at `log_offset` (slave truncation)."""
+        self._check_open()
+        self.dispatch()
+        assert self._flusher is not None
+        with self._flusher.paused():
+            self.commitlog.truncate(log_offset)
+            for queue in self.queues:
+                queue.truncate_log(log_offset)
+            replay_from = self.index.drop_from(log_offset)
+            if replay_from < log_offset:
+                self.commitlog.scan(
+                    replay_from, self._index_only, require_record_crc=self.config.require_record_crc
+                )
+            self._dispatched_log_offset = min(self._dispatched_log_offset, log_offset)
+            self._flusher.reset(min(self._flusher.flushed_log_offset, log_offset))
+            safe = min(log_offset, self._checkpoint.safe_log_offset)
+            self._save_checkpoint(dataclasses.replace(self._checkpoint, safe_log_offset=safe))
+
+    def _save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        checkpoint.save(self._checkpoint_path)
+        self._checkpoint = checkpoint
+
+    # ------------------------------------------------------------------ flusher callbacks
+
+    def _sync_log(self) -> int:
+        """Flusher thread: fsync the commit log through its current end."""
+        target = self.commitlog.write_offset
+        for fd, _ in self.commitlog.chain.sync_handles(self.flushed_log_offset):
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        return target
+
+    def _sync_metadata(self, log_flushed: int) -> None:
+        """Flusher thread: flush consume queues and index, then advance the checkpoint."""
+        dispatched = self._dispatched_log_offset
+        store_ts = self._last_store_timestamp_ms
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, {}
+        handles: list[int] = []
+        for queue, queue_offset in dirty.items():
+            handles += [fd for fd, _ in queue.chain.sync_handles(queue_offset * ENTRY_BYTES)]
+        handles += self.index.sync_handles()
+        for fd in handles:
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        self._save_checkpoint(
+            dataclasses.replace(
+                self._checkpoint,
+                physic_msg_timestamp_ms=store_ts,
+                logics_msg_timestamp_ms=store_ts,
+                index_msg_timestamp_ms=store_ts,
+                safe_log_offset=min(dispatched, log_flushed),
+            )
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message of the queue will get (0 for an unknown queue)."""
+        self.dispatch()
+        queue = self.queues.find(topic, queue_id)
+        return queue.max_queue_offset if queue else 0
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset still readable (0 for an unknown queue)."""
+        self.dispatch()
+        queue = self.queues.find(topic, queue_id)
+        return queue.min_queue_offset if queue else 0
+
+    def read_record(self, log_offset: int, size: int | None = None) -> bytes:
+        """The stored bytes of the record at `log_offset`, CRC-checked.
+
+        Raises:
+            CorruptRecordError: there is no valid record there.
+        """
+        self._check_open()
+        if size is None:
+            head = self.commitlog.read(log_offset, 8)
+            try:
+                size, _ = peek_record_size(head, 0)
+            except ProtocolError as exc:
+                raise CorruptRecordError(log_offset, str(exc)) from None
+        data = self.commitlog.read(log_offset, size)
+        if len(data) != size:
+            raise CorruptRecordError(log_offset, f"only {len(data)} of {size} bytes are stored")
+        if self.config.check_crc_on_read and not verify_record_crc(
+            data, require_record_crc=self.config.require_record_crc
+        ):
+            raise CorruptRecordError(log_offset, "body or record CRC mismatch")
+        return data
+
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = 4 * 1024 * 1024,
+        tags_filter: Callable[[int], bool] | None = None,
+    ) -> GetResult:
+        """Read up to `max_count` records from a queue (RocketMQ `getMessage`).
+
+        `tags_filter(tags_code)` skips entries before any commit-log read.
+        """
+        self._check_open()
+        self.dispatch()
+        queue = self.queues.find(topic, queue_id)
+        if queue is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        low, high = queue.min_queue_offset, queue.max_queue_offset
+        if high == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, low, high)
+        if queue_offset < low:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, low, low, high)
+        if queue_offset == high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, queue_offset, low, high)
+        if queue_offset > high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, low if low == 0 else high, low, high)
+        scan_limit = _MAX_FILTER_SCAN if tags_filter else max_count
+        records: list[bytes] = []
+        offsets: list[int] = []
+        total_bytes = 0
+        next_offset = queue_offset
+        scanned = 0
+        min_log = self.commitlog.min_offset
+        saw_removed = False
+        while len(records) < max_count and scanned < scan_limit and next_offset < high:
+            entries = queue.entries(next_offset, min(scan_limit - scanned, 1024))
+            if not entries:
+                break
+            for entry in entries:
+                if len(records) >= max_count or scanned >= scan_limit:
+                    break
+                if records and total_bytes + entry.size > max_bytes:
+                    scanned = scan_limit
+                    break
+                scanned += 1
+                next_offset = entry.queue_offset + 1
+                if not entry.is_message:
+                    continue
+                if entry.log_offset < min_log:
+                    saw_removed = True
+                    continue
+                if tags_filter is not None and not tags_filter(entry.tags_code):
+                    continue
+                records.append(self.read_record(entry.log_offset, entry.size))
+                offsets.append(entry.queue_offset)
+                total_bytes += entry.size
+        if records:
+            status = GetStatus.FOUND
+        elif saw_removed:
+            status = GetStatus.OFFSET_FOUND_NULL
+        else:
+            status = GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, next_offset, low, high, records, offsets)
+
+    def store_timestamp_at(self, log_offset: int) -> int | None:
+        """The store timestamp of the record at `log_offset`, or None if there is none."""
+        head = self.commitlog.read(log_offset, _TIMESTAMP_PROBE)
+        if len(head) < 64:
+            return None
+        return store_timestamp_of(head)
+
+    def search_queue_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after `timestamp_ms` (SEARCH_OFFSET_BY_TIMESTAMP)."""
+        self.dispatch()
+        queue = self.queues.find(topic, queue_id)
+        if queue is None:
+            return 0
+        return queue.search_time(timestamp_ms, self.store_timestamp_at)
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
+        """Store timestamp of the oldest readable message of a queue."""
+        self.dispatch()
+        queue = self.queues.find(topic, queue_id)
+        entry = queue.entry(queue.min_queue_offset) if queue else None
+        return self.store_timestamp_at(entry.log_offset) if entry and entry.is_message else None
+
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int = 2**62,
+    ) -> list[MessageRecord]:
+        """Messages of `topic` whose KEYS or UNIQ_KEY contain `key`, newest first."""
+        self._check_open()
+        self.dispatch()
+        found: list[MessageRecord] = []
+        for log_offset in self.index.query(topic, key, max_count * 2, begin_ms, end_ms):
+            if log_offset < self.min_log_offset:
+                continue
+            try:
+                record = decode_record(self.read_record(log_offset))
+            except (CorruptRecordError, ProtocolError):
+                continue
+            if record.topic == topic and (
+                key in record.keys or record.properties.get(UNIQ_KEY) == key
+            ):
+                found.append(record)
+                if len(found) >= max_count:
+                    break
+        return found
+
+    # ------------------------------------------------------------------ retention
+
+    def delete_expired(self, *, now_ms: int | None = None, force: bool = False) -> int:
+        """Delete commit-log segments past their retention, and what pointed into them.
+
+        A segment goes when it is older than `file_reserved_hours`, or (oldest first) while the
+        disk is fuller than `disk_max_used_ratio`, or when `force`. The segment being written and
+        any segment not yet flushed are never deleted. Returns the number of segments deleted.
+        """
+        self._check_open()
+        self.dispatch()
+        now_ms = self._clock_ms() if now_ms is None else now_ms
+        chain = self.commitlog.chain
+        reserved_ms = self.config.file_reserved_hours * 3_600_000
+        deleted = 0
+        while len(chain.segments) > 1:
+            first = chain.segments[0]
+            if first.start_offset + first.size > self.flushed_log_offset:
+                break
+            usage = shutil.disk_usage(self.config.root_dir)
+            full = usage.used / usage.total > self.config.disk_max_used_ratio
+            old = now_ms - os.stat(first.path).st_mtime * 1000 > reserved_ms
+            if not (old or full or force):
+                break
+            log.info(
+                "deleting commit-log segment %s (%s)",
+                first.path.name,
+                "expired" if old else "disk full" if full else "forced",
+            )
+            chain.delete_first()
+            deleted += 1
+            force = False
+        if deleted:
+            min_log = self.commitlog.min_offset
+            for queue in self.queues:
+                queue.delete_expired(min_log)
+            self.index.delete_expired(min_log)
+        return deleted
+
+    def delete_topic(self, topic: str) -> int:
+        """Drop the consume queues of a topic (its records age out of the commit log)."""
+        self._check_open()
+        self.dispatch()
+        with self._dirty_lock:
+            for queue in self.queues.queues_of(topic):
+                self._dirty.pop(queue, None)
+        return self.queues.delete_topic(topic)

@@ -1,0 +1,247 @@
+"""Typed headers of the requests a broker answers (RocketMQ `*RequestHeader` classes).
+
+Field names on the wire are RocketMQ's; SEND_MESSAGE_V2 uses single-letter aliases
+(`SendMessageRequestHeaderV2`), converted with `to_v1` / `from_v1`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ferrymq.wire.headers import I32, I64, CommandHeader
+
+__all__ = [
+    "GetEarliestMsgStoretimeRequestHeader",
+    "GetEarliestMsgStoretimeResponseHeader",
+    "GetMaxOffsetRequestHeader",
+    "GetMaxOffsetResponseHeader",
+    "GetMinOffsetRequestHeader",
+    "GetMinOffsetResponseHeader",
+    "PullMessageRequestHeader",
+    "PullMessageResponseHeader",
+    "QueryConsumerOffsetRequestHeader",
+    "QueryConsumerOffsetResponseHeader",
+    "QueryMessageRequestHeader",
+    "QueryMessageResponseHeader",
+    "SearchOffsetRequestHeader",
+    "SearchOffsetResponseHeader",
+    "SendMessageRequestHeader",
+    "SendMessageRequestHeaderV2",
+    "SendMessageResponseHeader",
+    "UpdateConsumerOffsetRequestHeader",
+    "ViewMessageRequestHeader",
+]
+
+
+class SendMessageRequestHeader(CommandHeader):
+    """SEND_MESSAGE (10) and SEND_BATCH_MESSAGE (320)."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: I32
+    queue_id: I32
+    sys_flag: I32
+    born_timestamp: I64
+    flag: I32
+    properties: str | None = None
+    reconsume_times: I32 | None = None
+    unit_mode: bool | None = None
+    batch: bool | None = None
+    max_reconsume_times: I32 | None = None
+
+
+class SendMessageRequestHeaderV2(CommandHeader):
+    """SEND_MESSAGE_V2 (310): the same fields under one-letter names."""
+
+    producer_group: str = msgspec.field(name="a")
+    topic: str = msgspec.field(name="b")
+    default_topic: str = msgspec.field(name="c")
+    default_topic_queue_nums: I32 = msgspec.field(name="d")
+    queue_id: I32 = msgspec.field(name="e")
+    sys_flag: I32 = msgspec.field(name="f")
+    born_timestamp: I64 = msgspec.field(name="g")
+    flag: I32 = msgspec.field(name="h")
+    properties: str | None = msgspec.field(default=None, name="i")
+    reconsume_times: I32 | None = msgspec.field(default=None, name="j")
+    unit_mode: bool | None = msgspec.field(default=None, name="k")
+    max_reconsume_times: I32 | None = msgspec.field(default=None, name="l")
+    batch: bool | None = msgspec.field(default=None, name="m")
+    broker_name: str | None = msgspec.field(default=None, name="n")
+
+    def to_v1(self) -> SendMessageRequestHeader:
+        """The same request with long field names."""
+        return SendMessageRequestHeader(
+            producer_group=self.producer_group,
+            topic=self.topic,
+            default_topic=self.default_topic,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+            queue_id=self.queue_id,
+            sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp,
+            flag=self.flag,
+            properties=self.properties,
+            reconsume_times=self.reconsume_times,
+            unit_mode=self.unit_mode,
+            batch=self.batch,
+            max_reconsume_times=self.max_reconsume_times,
+        )
+
+    @classmethod
+    def from_v1(cls, header: SendMessageRequestHeader) -> SendMessageRequestHeaderV2:
+        """The V2 form of a V1 header."""
+        return cls(
+            producer_group=header.producer_group,
+            topic=header.topic,
+            default_topic=header.default_topic,
+            default_topic_queue_nums=header.default_topic_queue_nums,
+            queue_id=header.queue_id,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp,
+            flag=header.flag,
+            properties=header.properties,
+            reconsume_times=header.reconsume_times,
+            unit_mode=header.unit_mode,
+            max_reconsume_times=header.max_reconsume_times,
+            batch=header.batch,
+        )
+
+
+class SendMessageResponseHeader(CommandHeader):
+    """Answer to a send: where the message went."""
+
+    msg_id: str
+    queue_id: I32
+    queue_offset: I64
+    transaction_id: str | None = None
+    batch_uniq_id: str | None = None
+
+
+class PullMessageRequestHeader(CommandHeader):
+    """PULL_MESSAGE (11)."""
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+    queue_offset: I64
+    max_msg_nums: I32
+    sys_flag: I32
+    commit_offset: I64
+    suspend_timeout_millis: I64
+    subscription: str | None = None
+    sub_version: I64 = 0
+    expression_type: str | None = None
+    max_msg_bytes: I32 | None = None
+
+
+class PullMessageResponseHeader(CommandHeader):
+    """Answer to PULL_MESSAGE: the queue's bounds and where to continue."""
+
+    suggest_which_broker_id: I64
+    next_begin_offset: I64
+    min_offset: I64
+    max_offset: I64
+    offset_delta: I64 | None = None
+    topic_sys_flag: I32 | None = None
+    group_sys_flag: I32 | None = None
+    forbidden_type: I32 | None = None
+
+
+class QueryConsumerOffsetRequestHeader(CommandHeader):
+    """QUERY_CONSUMER_OFFSET (14)."""
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+    set_zero_if_not_found: bool | None = None
+
+
+class QueryConsumerOffsetResponseHeader(CommandHeader):
+    """The committed queue offset of a group."""
+
+    offset: I64
+
+
+class UpdateConsumerOffsetRequestHeader(CommandHeader):
+    """UPDATE_CONSUMER_OFFSET (15)."""
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+    commit_offset: I64
+
+
+class GetMaxOffsetRequestHeader(CommandHeader):
+    """GET_MAX_OFFSET (30)."""
+
+    topic: str
+    queue_id: I32
+
+
+class GetMaxOffsetResponseHeader(CommandHeader):
+    """The next queue offset of a queue."""
+
+    offset: I64
+
+
+class GetMinOffsetRequestHeader(CommandHeader):
+    """GET_MIN_OFFSET (31)."""
+
+    topic: str
+    queue_id: I32
+
+
+class GetMinOffsetResponseHeader(CommandHeader):
+    """The first readable queue offset of a queue."""
+
+    offset: I64
+
+
+class SearchOffsetRequestHeader(CommandHeader):
+    """SEARCH_OFFSET_BY_TIMESTAMP (29)."""
+
+    topic: str
+    queue_id: I32
+    timestamp: I64
+
+
+class SearchOffsetResponseHeader(CommandHeader):
+    """The first queue offset stored at or after the timestamp."""
+
+    offset: I64
+
+
+class GetEarliestMsgStoretimeRequestHeader(CommandHeader):
+    """GET_EARLIEST_MSG_STORETIME (32)."""
+
+    topic: str
+    queue_id: I32
+
+
+class GetEarliestMsgStoretimeResponseHeader(CommandHeader):
+    """Store time of the oldest readable message."""
+
+    timestamp: I64
+
+
+class ViewMessageRequestHeader(CommandHeader):
+    """VIEW_MESSAGE_BY_ID (33): the log offset decoded from an offset message id."""
+
+    offset: I64
+
+
+class QueryMessageRequestHeader(CommandHeader):
+    """QUERY_MESSAGE (12): messages by key within a time range."""
+
+    topic: str
+    key: str
+    max_num: I32
+    begin_timestamp: I64
+    end_timestamp: I64
+
+
+class QueryMessageResponseHeader(CommandHeader):
+    """How far the key index reaches."""
+
+    index_last_update_timestamp: I64
+    index_last_update_phyoffset: I64

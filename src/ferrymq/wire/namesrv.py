@@ -1,0 +1,49 @@
+"""Typed headers of the requests a NameServer answers (RocketMQ `namesrv` headers)."""
+
+from __future__ import annotations
+
+from ferrymq.wire.headers import I32, I64, CommandHeader
+
+__all__ = [
+    "GetRouteInfoRequestHeader",
+    "RegisterBrokerRequestHeader",
+    "RegisterBrokerResponseHeader",
+    "UnregisterBrokerRequestHeader",
+]
+
+
+class GetRouteInfoRequestHeader(CommandHeader):
+    """GET_ROUTEINFO_BY_TOPIC (105)."""
+
+    topic: str
+    accept_standard_json_only: bool | None = None
+
+
+class RegisterBrokerRequestHeader(CommandHeader):
+    """REGISTER_BROKER (103); the body carries topic configs, maybe zlib-compressed."""
+
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    ha_server_addr: str
+    broker_id: I64
+    heartbeat_timeout_millis: I64 | None = None
+    enable_acting_master: bool | None = None
+    compressed: bool = False
+    body_crc32: I32 = 0
+
+
+class RegisterBrokerResponseHeader(CommandHeader):
+    """What the NameServer tells a registering broker."""
+
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+
+
+class UnregisterBrokerRequestHeader(CommandHeader):
+    """UNREGISTER_BROKER (104)."""
+
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: I64
