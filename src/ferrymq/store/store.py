@@ -59,10 +59,10 @@ from ferrymq.wire.records import (
     RecordInfo,
     decode_record,
     encode_records,
+    measure_items,
     peek_record_size,
     record_info,
     record_overhead,
-    record_size,
     store_timestamp_of,
     tags_hash,
     topic_field,
@@ -476,16 +476,15 @@ class Store:
         self._check_open()
         if not items:
             raise ValueError("nothing to put")
-        limit = self.config.max_message_bytes
-        for item in items:
-            if len(item.body) > limit:
-                raise MessageTooLargeError(len(item.body), limit)
         queue = self.queues.get_or_create(topic, queue_id)
         assign = transaction_type(sys_flag) not in _NO_QUEUE_ENTRY
         store_host = self.config.store_host
         _, topic_part = topic_field(topic)
-        overhead = record_overhead(topic_part, born_host, store_host)
-        total = sum(record_size(overhead, item) for item in items)
+        total, largest_body = measure_items(
+            items, record_overhead(topic_part, born_host, store_host)
+        )
+        if largest_body > self.config.max_message_bytes:
+            raise MessageTooLargeError(largest_body, self.config.max_message_bytes)
         log_offset = self.commitlog.reserve(total)
         now_ms = self._clock_ms()
         first_queue_offset = queue.next_queue_offset if assign else 0
@@ -504,7 +503,7 @@ class Store:
             reconsume_times=reconsume_times,
             prepared_transaction_offset=prepared_transaction_offset,
         )
-        self.commitlog.write(log_offset, b"".join(parts))
+        self.commitlog.write(log_offset, parts[0] if len(parts) == 1 else b"".join(parts))
         if assign:
             queue.next_queue_offset = first_queue_offset + len(items)
         self._pending.append(

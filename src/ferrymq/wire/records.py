@@ -28,7 +28,9 @@ import ipaddress
 import operator
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Final
 
 from ferrymq.errors import ProtocolError
@@ -42,6 +44,12 @@ from ferrymq.wire.properties import (
     encode_properties,
     keys_of,
 )
+
+_accel: ModuleType | None
+try:
+    from ferrymq.wire import accel as _accel
+except ImportError:  # pragma: no cover - built by every install that has a C compiler
+    _accel = None
 
 __all__ = [
     "BLANK_MAGIC",
@@ -65,7 +73,11 @@ __all__ = [
     "encode_batch",
     "encode_record",
     "encode_records",
+    "encode_records_py",
     "java_string_hash",
+    "java_string_hash_py",
+    "measure_items",
+    "measure_items_py",
     "pack_host",
     "peek_record_size",
     "record_crc_of",
@@ -120,7 +132,7 @@ _POWERS_OF_31: Final = [pow(31, k, 1 << 32) for k in range(_HASH_SPAN - 1, -1, -
 _UTF16_NATIVE: Final = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
 
 
-def java_string_hash(text: str) -> int:
+def java_string_hash_py(text: str) -> int:
     """Java's `String.hashCode()`: over UTF-16 code units, as a signed int32.
 
     `sum(c_i * 31^(n-1-i)) mod 2^32`, computed with `map` over precomputed powers: keys and tags are
@@ -144,6 +156,12 @@ def java_string_hash(text: str) -> int:
         powers = _POWERS_OF_31[_HASH_SPAN - len(rest) :]
         h = (h * pow(31, len(rest), 1 << 32) + sum(map(operator.mul, rest, powers))) & 0xFFFFFFFF
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
+
+
+java_string_hash: Callable[[str], int] = (
+    _accel.java_string_hash if _accel is not None else java_string_hash_py
+)
+"""Java's `String.hashCode()`; the C accelerator's when built, else `java_string_hash_py`."""
 
 
 def tags_hash(tags: str | None) -> int:
@@ -546,6 +564,19 @@ def record_overhead(topic_part: bytes, born_host: bytes, store_host: bytes) -> i
     )
 
 
+def measure_items_py(items: list[BatchItem], overhead: int) -> tuple[int, int]:
+    """(Total stored bytes, largest body) of `items`, given `record_overhead`."""
+    return sum(record_size(overhead, item) for item in items), max(len(i.body) for i in items)
+
+
+def measure_items(items: list[BatchItem], overhead: int) -> tuple[int, int]:
+    """`measure_items_py`, by the C accelerator when built."""
+    if _accel is None:
+        return measure_items_py(items, overhead)
+    total, largest = _accel.measure(list(items), overhead)
+    return int(total), int(largest)
+
+
 def record_size(overhead: int, item: BatchItem) -> int:
     """Stored size of `item` by the append path, given `record_overhead`."""
     properties = item.properties
@@ -557,7 +588,7 @@ def record_size(overhead: int, item: BatchItem) -> int:
     )
 
 
-def encode_records(
+def encode_records_py(
     items: list[BatchItem],
     *,
     topic: str,
@@ -639,6 +670,59 @@ def encode_records(
         log_offset += size
         queue_offset += step
     return parts, sizes
+
+
+def encode_records(
+    items: list[BatchItem],
+    *,
+    topic: str,
+    queue_id: int,
+    first_queue_offset: int,
+    assign_queue_offsets: bool,
+    first_log_offset: int,
+    sys_flag: int,
+    born_timestamp_ms: int,
+    born_host: bytes,
+    store_timestamp_ms: int,
+    store_host: bytes,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+) -> tuple[list[bytes], list[int]]:
+    """`encode_records_py`, done by the C accelerator when it is built (same bytes, ~10x faster)."""
+    if _accel is None:
+        return encode_records_py(
+            items,
+            topic=topic,
+            queue_id=queue_id,
+            first_queue_offset=first_queue_offset,
+            assign_queue_offsets=assign_queue_offsets,
+            first_log_offset=first_log_offset,
+            sys_flag=sys_flag,
+            born_timestamp_ms=born_timestamp_ms,
+            born_host=born_host,
+            store_timestamp_ms=store_timestamp_ms,
+            store_host=store_host,
+            reconsume_times=reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
+        )
+    magic, topic_part = topic_field(topic)
+    data, sizes = _accel.encode_records(
+        list(items),
+        topic_part,
+        magic,
+        queue_id,
+        first_queue_offset,
+        1 if assign_queue_offsets else 0,
+        first_log_offset,
+        sys_flag,
+        born_timestamp_ms,
+        born_host,
+        store_timestamp_ms,
+        store_host,
+        reconsume_times,
+        prepared_transaction_offset,
+    )
+    return [data], sizes
 
 
 def verify_record_crc(
