@@ -87,7 +87,7 @@ class IndexFile:
         ) = _HEADER.unpack_from(self._map, 0)
         if create:
             self.index_count = 1
-            self._write_header()
+            self.write_header()
         elif not 1 <= self.index_count <= max_entries:
             self._map.close()
             os.close(self._fd)
@@ -97,6 +97,10 @@ class IndexFile:
     def is_full(self) -> bool:
         """Whether no more entries fit."""
         return bool(self.index_count >= self.max_entries)
+
+    def write_header(self) -> None:
+        """Store the header fields in the file (after a batch of `put`s, before a sync)."""
+        self._write_header()
 
     def _write_header(self) -> None:
         _HEADER.pack_into(
@@ -134,7 +138,6 @@ class IndexFile:
         self.index_count += 1
         self.end_timestamp_ms = max(self.end_timestamp_ms, store_timestamp_ms)
         self.end_log_offset = max(self.end_log_offset, log_offset)
-        self._write_header()
 
     def query(self, key_hash: int, max_count: int, begin_ms: int, end_ms: int) -> list[int]:
         """Log offsets of entries with `key_hash` stored within [begin_ms, end_ms], newest first."""
@@ -216,8 +219,21 @@ class KeyIndex:
         self.files.append(index_file)
         return index_file
 
+    def add_many(self, infos: list[RecordInfo]) -> None:
+        """Index the keys of records in log order, then store the touched files' headers."""
+        touched: list[IndexFile] = []
+        for info in infos:
+            before = self.files[-1] if self.files else None
+            self.add(info)
+            if before is not None and before is not self.files[-1]:
+                touched.append(before)
+        if self.files:
+            touched.append(self.files[-1])
+        for index_file in touched:
+            index_file.write_header()
+
     def add(self, info: RecordInfo) -> None:
-        """Index the keys and unique key of a record not yet indexed."""
+        """Index the keys and unique key of a record not yet indexed (see `add_many`)."""
         if transaction_type(info.sys_flag) == SYSFLAG_TRANSACTION_ROLLBACK:
             return
         if not info.keys and info.uniq_key is None:

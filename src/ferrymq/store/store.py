@@ -95,6 +95,8 @@ class _PendingPut:
 _MAX_FILTER_SCAN: Final = 16_000
 """RocketMQ `maxFilterMessageCount`: entries one filtered pull may skip over."""
 _TIMESTAMP_PROBE: Final = 76
+_SPAN_BYTES: Final = 1024 * 1024
+"""Adjacent records are read together up to this many bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +409,7 @@ class Store:
         run_queue: ConsumeQueue | None = None
         run_first = 0
         run: list[tuple[int, int, int]] = []
+        keyed: list[RecordInfo] = []
         for info in infos:
             if transaction_type(info.sys_flag) not in _NO_QUEUE_ENTRY:
                 queue = self.queues.get_or_create(info.topic, info.queue_id)
@@ -416,9 +419,10 @@ class Store:
                     run_queue, run_first, run = queue, info.queue_offset, []
                 run.append((info.log_offset, info.size, info.tags_code))
             if info.keys or info.uniq_key:
-                self.index.add(info)
+                keyed.append(info)
         if run_queue is not None:
             self._put_entries(run_queue, run_first, run)
+        self.index.add_many(keyed)
         last = infos[-1]
         self._dispatched_log_offset = last.log_offset + last.size
 
@@ -429,8 +433,7 @@ class Store:
         self._mark_dirty(queue, first_queue_offset)
 
     def _index_only(self, infos: list[RecordInfo]) -> None:
-        for info in infos:
-            self.index.add(info)
+        self.index.add_many(infos)
 
     def _mark_dirty(self, queue: ConsumeQueue, queue_offset: int) -> None:
         with self._dirty_lock:
@@ -684,10 +687,7 @@ class Store:
         data = self.commitlog.read(log_offset, size)
         if len(data) != size:
             raise CorruptRecordError(log_offset, f"only {len(data)} of {size} bytes are stored")
-        if self.config.check_crc_on_read and not verify_record_crc(
-            data, require_record_crc=self.config.require_record_crc
-        ):
-            raise CorruptRecordError(log_offset, "body or record CRC mismatch")
+        self._check_record(log_offset, data)
         return data
 
     def get(
@@ -719,21 +719,20 @@ class Store:
         if queue_offset > high:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, low if low == 0 else high, low, high)
         scan_limit = _MAX_FILTER_SCAN if tags_filter else max_count
-        records: list[bytes] = []
-        offsets: list[int] = []
+        chosen: list[QueueEntry] = []
         total_bytes = 0
         next_offset = queue_offset
         scanned = 0
         min_log = self.commitlog.min_offset
         saw_removed = False
-        while len(records) < max_count and scanned < scan_limit and next_offset < high:
+        while len(chosen) < max_count and scanned < scan_limit and next_offset < high:
             entries = queue.entries(next_offset, min(scan_limit - scanned, 1024))
             if not entries:
                 break
             for entry in entries:
-                if len(records) >= max_count or scanned >= scan_limit:
+                if len(chosen) >= max_count or scanned >= scan_limit:
                     break
-                if records and total_bytes + entry.size > max_bytes:
+                if chosen and total_bytes + entry.size > max_bytes:
                     scanned = scan_limit
                     break
                 scanned += 1
@@ -745,16 +744,50 @@ class Store:
                     continue
                 if tags_filter is not None and not tags_filter(entry.tags_code):
                     continue
-                records.append(self.read_record(entry.log_offset, entry.size))
-                offsets.append(entry.queue_offset)
+                chosen.append(entry)
                 total_bytes += entry.size
+        records = self._read_records(chosen)
         if records:
             status = GetStatus.FOUND
         elif saw_removed:
             status = GetStatus.OFFSET_FOUND_NULL
         else:
             status = GetStatus.NO_MATCHED_MESSAGE
+        offsets = [entry.queue_offset for entry in chosen]
         return GetResult(status, next_offset, low, high, records, offsets)
+
+    def _read_records(self, entries: list[QueueEntry]) -> list[bytes]:
+        """The stored bytes of each entry's record, CRC-checked; adjacent records in one read."""
+        records: list[bytes] = []
+        i = 0
+        while i < len(entries):
+            start = entries[i].log_offset
+            end = start + entries[i].size
+            j = i + 1
+            while j < len(entries) and entries[j].log_offset == end and end - start < _SPAN_BYTES:
+                end += entries[j].size
+                j += 1
+            if j == i + 1:
+                records.append(self.read_record(start, end - start))
+            else:
+                span = self.commitlog.read(start, end - start)
+                if len(span) != end - start:  # the span crosses a segment: read one by one
+                    records += [self.read_record(e.log_offset, e.size) for e in entries[i:j]]
+                else:
+                    view = memoryview(span)
+                    for entry in entries[i:j]:
+                        at = entry.log_offset - start
+                        record = bytes(view[at : at + entry.size])
+                        self._check_record(entry.log_offset, record)
+                        records.append(record)
+            i = j
+        return records
+
+    def _check_record(self, log_offset: int, record: bytes) -> None:
+        if self.config.check_crc_on_read and not verify_record_crc(
+            record, require_record_crc=self.config.require_record_crc
+        ):
+            raise CorruptRecordError(log_offset, "body or record CRC mismatch")
 
     def store_timestamp_at(self, log_offset: int) -> int | None:
         """The store timestamp of the record at `log_offset`, or None if there is none."""
