@@ -11,6 +11,8 @@ Rules:
 from __future__ import annotations
 
 __all__ = [
+    "ConnectError",
+    "ConnectionClosedError",
     "CorruptRecordError",
     "FerryError",
     "FrameTooLargeError",
@@ -18,6 +20,10 @@ __all__ = [
     "InvalidNameError",
     "MessageTooLargeError",
     "ProtocolError",
+    "RemoteError",
+    "RequestError",
+    "RequestTimeoutError",
+    "RpcError",
     "StoreClosedError",
     "StoreError",
     "StoreLockedError",
@@ -89,3 +95,62 @@ class CorruptRecordError(StoreError):
         super().__init__(f"corrupt record at log offset {log_offset}: {reason}")
         self.log_offset = log_offset
         self.reason = reason
+
+
+class RemoteError(FerryError):
+    """A server answered with a non-success response code."""
+
+    def __init__(self, code: int, remark: str | None, *, code_name: str | None = None) -> None:
+        name = code_name or str(code)
+        super().__init__(f"{name}: {remark}" if remark else name)
+        self.code = code
+        self.remark = remark or ""
+
+
+class RequestError(FerryError):
+    """Raised by a request handler to answer with a specific response code and remark."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+class RpcError(FerryError):
+    """A request could not be completed over the network.
+
+    `request_sent` says whether the request may have reached the server: when True, its effect
+    (a send, a commit) is unknown, not absent.
+    """
+
+    request_sent: bool = False
+
+
+class ConnectError(RpcError):
+    """No connection to the address could be made; the request was never sent."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"cannot connect to {address}: {reason}")
+        self.address = address
+
+
+class ConnectionClosedError(RpcError):
+    """The connection closed while the request was outstanding; its outcome is unknown."""
+
+    request_sent = True
+
+    def __init__(self, address: str, reason: str = "connection closed") -> None:
+        super().__init__(f"{address}: {reason}")
+        self.address = address
+
+
+class RequestTimeoutError(RpcError):
+    """No response came in time; the request was sent, so its outcome is unknown."""
+
+    request_sent = True
+
+    def __init__(self, address: str, code: int, timeout: float) -> None:
+        super().__init__(f"{address}: no response to request code {code} within {timeout:g} s")
+        self.address = address
+        self.code = code
+        self.timeout = timeout

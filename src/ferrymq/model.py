@@ -18,6 +18,8 @@ __all__ = [
     "GROUP_MAX_LENGTH",
     "TOPIC_MAX_LENGTH",
     "MessageQueue",
+    "format_address",
+    "parse_address",
     "validate_group",
     "validate_topic",
 ]
@@ -57,3 +59,22 @@ class MessageQueue:
     topic: str
     broker_name: str
     queue_id: int
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split `host:port` (or `[v6]:port`) into host and port.
+
+    Raises:
+        ValueError: the address has no port or the port is not in 0..65535.
+    """
+    host, sep, port_text = address.strip().rpartition(":")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(f"address {address!r} is not HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port_text)
+
+
+def format_address(host: str, port: int) -> str:
+    """`host:port`, with brackets around an IPv6 host."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,1 @@
+"""The asyncio edge: remoting connections, servers with routing tables, and clients."""

@@ -1,0 +1,151 @@
+"""Remoting client: one shared connection per address, opened on first use and reopened after loss.
+
+A failed connect puts the address in back-off (doubling from 0.1 s to 5 s); calls during the
+back-off fail at once with `ConnectError`, so a dead broker costs its callers nothing but an
+error. In-flight requests are bounded per client; callers beyond the bound wait for a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Final, Self
+
+from ferrymq.errors import ConnectError
+from ferrymq.model import parse_address
+from ferrymq.rpc.connection import DEFAULT_MAX_IN_FLIGHT, Connection, RequestHandler
+from ferrymq.wire.frame import DEFAULT_MAX_FRAME_BYTES, RemotingCommand
+
+__all__ = ["RpcClient"]
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_FIRST: Final = 0.1
+_BACKOFF_MAX: Final = 5.0
+
+
+@dataclass(slots=True)
+class _Backoff:
+    until: float
+    delay: float
+    reason: str
+
+
+class RpcClient:
+    """Connections to servers by address; use as an async context manager or `close()`."""
+
+    def __init__(
+        self,
+        on_request: RequestHandler | None = None,
+        *,
+        connect_timeout: float = 3.0,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> None:
+        self._on_request = on_request
+        self._connect_timeout = connect_timeout
+        self._max_frame_bytes = max_frame_bytes
+        self._connections: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._backoff: dict[str, _Backoff] = {}
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._closed = False
+
+    async def connection(self, address: str) -> Connection:
+        """The open connection to `address`, connecting if needed.
+
+        Raises:
+            ConnectError: the connection cannot be made now (or the address is in back-off).
+        """
+        conn = self._connections.get(address)
+        if conn is not None and not conn.is_closed:
+            return conn
+        if self._closed:
+            raise ConnectError(address, "client closed")
+        pending = self._connecting.get(address)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        backoff = self._backoff.get(address)
+        if backoff is not None and time.monotonic() < backoff.until:
+            raise ConnectError(address, f"{backoff.reason} (retrying in {backoff.delay:g} s)")
+        future: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._connecting[address] = future
+        try:
+            conn = await self._open(address)
+        except ConnectError as exc:
+            delay = min(_BACKOFF_MAX, backoff.delay * 2) if backoff else _BACKOFF_FIRST
+            self._backoff[address] = _Backoff(time.monotonic() + delay, delay, str(exc))
+            future.set_exception(exc)
+            future.exception()  # retrieved: concurrent waiters get it through shield
+            raise
+        finally:
+            self._connecting.pop(address, None)
+        self._backoff.pop(address, None)
+        self._connections[address] = conn
+        future.set_result(conn)
+        return conn
+
+    async def _open(self, address: str) -> Connection:
+        try:
+            host, port = parse_address(address)
+        except ValueError as exc:
+            raise ConnectError(address, str(exc)) from None
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self._on_request, max_frame_bytes=self._max_frame_bytes),
+                    host,
+                    port,
+                )
+        except TimeoutError:
+            raise ConnectError(
+                address, f"no connection within {self._connect_timeout:g} s"
+            ) from None
+        except OSError as exc:
+            raise ConnectError(address, exc.strerror or str(exc)) from None
+        conn.peer = address
+        return conn
+
+    async def call(self, address: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send `request` to `address` and return the response.
+
+        Raises:
+            ConnectError: not sent (no connection).
+            RequestTimeoutError, ConnectionClosedError: sent, outcome unknown.
+        """
+        conn = await self.connection(address)
+        async with self._slots:
+            return await conn.call(request, timeout)
+
+    async def oneway(self, address: str, request: RemotingCommand) -> None:
+        """Send `request` to `address` expecting no response."""
+        conn = await self.connection(address)
+        await conn.oneway(request)
+
+    def forget_backoff(self, address: str) -> None:
+        """Allow an immediate reconnect to `address` (e.g. after a route change)."""
+        self._backoff.pop(address, None)
+
+    async def close(self) -> None:
+        """Close every connection; later calls fail with `ConnectError`."""
+        self._closed = True
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for conn in connections:
+            conn.close()
+        await asyncio.gather(*(conn.cancel_requests() for conn in connections))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

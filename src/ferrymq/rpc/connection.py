@@ -1,0 +1,237 @@
+"""One remoting connection: the asyncio edge between a socket and the sans-IO frame codec.
+
+Both ends use the same class. Incoming responses resolve the caller waiting on their opaque;
+incoming requests go to the connection's request handler, each in its own task. A server pushes
+requests to clients the same way (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE).
+
+Rules:
+1. Bytes that do not decode close this connection (logged with the peer and the reason); the
+   process and every other connection keep running.
+2. Back-pressure both ways: at `max_in_flight` unanswered incoming requests the connection stops
+   reading until one finishes; writers wait while the transport's buffer is above its high-water
+   mark (`pause_writing`).
+3. When the connection is lost every waiting caller fails with `ConnectionClosedError`: its
+   request was sent, so its outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from ferrymq.errors import ConnectionClosedError, ProtocolError, RequestTimeoutError
+from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.frame import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FLAG_ONEWAY,
+    FrameDecoder,
+    RemotingCommand,
+    encode_frame_parts,
+)
+
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "Connection", "RequestHandler"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_IN_FLIGHT: Final = 1024
+"""Unanswered requests one connection may have before its reading pauses."""
+
+RequestHandler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+"""Handles one incoming request; returns the response, or None to send nothing."""
+
+_opaques = itertools.count(1)
+
+
+def next_opaque() -> int:
+    """A request id, unique in this process (wraps within the int32 range)."""
+    return next(_opaques) & 0x7FFFFFFF
+
+
+class Connection(asyncio.Protocol):
+    """A remoting connection carrying requests and responses both ways."""
+
+    def __init__(
+        self,
+        on_request: RequestHandler | None = None,
+        *,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        on_close: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self._on_request = on_request
+        self._on_close = on_close
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._max_in_flight = max_in_flight
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._backlog: collections.deque[RemotingCommand] = collections.deque()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._reading_paused = False
+        self.closed = asyncio.Event()
+        self.peer = "?"
+        self.attributes: dict[str, object] = {}
+        """What the owner of the connection remembers about the peer (client id, group...)."""
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Remember the transport and the peer's address."""
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = f"{peer[0]}:{peer[1]}"
+
+    def data_received(self, data: bytes) -> None:
+        """Decode frames: responses resolve their callers, requests start handler tasks."""
+        try:
+            commands = self._decoder.feed(data)
+        except ProtocolError as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+            self.close()
+            return
+        for command in commands:
+            if command.is_response:
+                future = self._pending.pop(command.opaque, None)
+                if future is not None and not future.done():
+                    future.set_result(command)
+            else:
+                self._start_request(command)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Fail every waiting caller and tell the owner."""
+        self._transport = None
+        self._writable.set()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionClosedError(self.peer))
+        self._pending.clear()
+        self.closed.set()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full: writers wait."""
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        """The transport's buffer drained: writers go on."""
+        self._writable.set()
+
+    # ------------------------------------------------------------------ requests in
+
+    def _start_request(self, request: RemotingCommand) -> None:
+        if len(self._tasks) >= self._max_in_flight:
+            self._backlog.append(request)
+            if not self._reading_paused:
+                self._reading_paused = True
+                if self._transport is not None:
+                    self._transport.pause_reading()
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._request_done)
+
+    def _request_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        while self._backlog and len(self._tasks) < self._max_in_flight:
+            self._start_request(self._backlog.popleft())
+        if self._reading_paused and not self._backlog:
+            self._reading_paused = False
+            if self._transport is not None:
+                self._transport.resume_reading()
+
+    async def _serve(self, request: RemotingCommand) -> None:
+        if self._on_request is None:
+            response: RemotingCommand | None = request.make_response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f"request code {request.code} is not served on this connection",
+            )
+        else:
+            try:
+                response = await self._on_request(self, request)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("request %d from %s failed", request.code, self.peer)
+                response = request.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        if response is not None and not request.is_oneway:
+            await self.send(response)
+
+    # ------------------------------------------------------------------ commands out
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the connection is gone."""
+        return self._transport is None or self._transport.is_closing()
+
+    def write(self, command: RemotingCommand) -> None:
+        """Write a command now, ignoring back-pressure (use `send` for anything large)."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        head, body = encode_frame_parts(command)
+        if body:
+            transport.writelines((head, body))
+        else:
+            transport.write(head)
+
+    async def send(self, command: RemotingCommand) -> None:
+        """Write a command once the transport has room for it."""
+        if not self._writable.is_set():
+            await self._writable.wait()
+        self.write(command)
+
+    async def call(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for its response.
+
+        Raises:
+            ConnectionClosedError: the connection is or became closed.
+            RequestTimeoutError: no response within `timeout` seconds.
+        """
+        if self.is_closed:
+            raise ConnectionClosedError(self.peer)
+        request.opaque = next_opaque()
+        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[request.opaque] = future
+        try:
+            await self.send(request)
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            raise RequestTimeoutError(self.peer, request.code, timeout) from None
+        finally:
+            self._pending.pop(request.opaque, None)
+
+    async def oneway(self, request: RemotingCommand) -> None:
+        """Send a request that expects no response."""
+        if self.is_closed:
+            raise ConnectionClosedError(self.peer)
+        request.opaque = next_opaque()
+        request.flag |= FLAG_ONEWAY
+        await self.send(request)
+
+    def close(self) -> None:
+        """Close the connection; waiting callers fail with `ConnectionClosedError`."""
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once, without flushing what is buffered."""
+        if self._transport is not None:
+            self._transport.abort()
+
+    async def cancel_requests(self) -> None:
+        """Cancel the incoming requests still being handled and wait for them to end."""
+        self._backlog.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
