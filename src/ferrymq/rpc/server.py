@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -82,8 +83,10 @@ class RpcServer:
         port: int = 0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        on_close: Callable[[Connection], None] | None = None,
     ) -> None:
         self._router = router
+        self._on_close = on_close
         self._host = host
         self._port = port
         self._max_frame_bytes = max_frame_bytes
@@ -96,10 +99,15 @@ class RpcServer:
             self._router,
             max_frame_bytes=self._max_frame_bytes,
             max_in_flight=self._max_in_flight,
-            on_close=self.connections.discard,
+            on_close=self._closed,
         )
         self.connections.add(conn)
         return conn
+
+    def _closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if self._on_close is not None:
+            self._on_close(conn)
 
     async def start(self) -> None:
         """Listen; with port 0 the kernel picks a free port (read it from `address`)."""

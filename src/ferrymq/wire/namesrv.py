@@ -5,7 +5,11 @@ from __future__ import annotations
 from ferrymq.wire.headers import I32, I64, CommandHeader
 
 __all__ = [
+    "BrokerHeartbeatRequestHeader",
+    "DeleteTopicFromNamesrvRequestHeader",
     "GetRouteInfoRequestHeader",
+    "GetTopicsByClusterRequestHeader",
+    "KvConfigRequestHeader",
     "RegisterBrokerRequestHeader",
     "RegisterBrokerResponseHeader",
     "UnregisterBrokerRequestHeader",
@@ -47,3 +51,37 @@ class UnregisterBrokerRequestHeader(CommandHeader):
     broker_addr: str
     cluster_name: str
     broker_id: I64
+
+
+class BrokerHeartbeatRequestHeader(CommandHeader):
+    """BROKER_HEARTBEAT (904), to a NameServer or a controller."""
+
+    cluster_name: str
+    broker_addr: str
+    broker_name: str
+    broker_id: I64 | None = None
+    epoch: I32 | None = None
+    max_offset: I64 | None = None
+    confirm_offset: I64 | None = None
+    heartbeat_timeout_mills: I64 | None = None
+    election_priority: I32 | None = None
+
+
+class DeleteTopicFromNamesrvRequestHeader(CommandHeader):
+    """DELETE_TOPIC_IN_NAMESRV (216)."""
+
+    topic: str
+    cluster_name: str | None = None
+
+
+class GetTopicsByClusterRequestHeader(CommandHeader):
+    """GET_TOPICS_BY_CLUSTER (224)."""
+
+    cluster: str
+
+
+class KvConfigRequestHeader(CommandHeader):
+    """GET_KV_CONFIG (101) and DELETE_KV_CONFIG (102)."""
+
+    namespace: str
+    key: str

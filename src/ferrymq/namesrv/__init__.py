@@ -1,0 +1,1 @@
+"""The NameServer: route table (pure) and its request handlers."""

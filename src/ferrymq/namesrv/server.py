@@ -1,0 +1,240 @@
+"""The NameServer process core: the route table behind a remoting server.
+
+Handlers (RocketMQ `DefaultRequestProcessor`, `ClientRequestProcessor`):
+REGISTER_BROKER, UNREGISTER_BROKER, BROKER_HEARTBEAT, GET_ROUTEINFO_BY_TOPIC,
+GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER, GET_TOPICS_BY_CLUSTER,
+DELETE_TOPIC_IN_NAMESRV, GET_KV_CONFIG. A broker whose connection drops leaves the routes at
+once; one that stops registering leaves them after its timeout (`broker_timeout`, 30 s by
+default against RocketMQ's 120 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+from ferrymq.errors import RequestError
+from ferrymq.namesrv.routes import RouteTable
+from ferrymq.rpc.connection import Connection
+from ferrymq.rpc.server import Router, RpcServer
+from ferrymq.wire.bodies import DataVersion, TopicList, decode_register_body, encode_body
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import CommandHeader, from_ext_fields, to_ext_fields
+from ferrymq.wire.namesrv import (
+    BrokerHeartbeatRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    KvConfigRequestHeader,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnregisterBrokerRequestHeader,
+)
+
+__all__ = ["NameServer", "NamesrvConfig"]
+
+log = logging.getLogger(__name__)
+
+_BROKER_ADDR = "broker_addr"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NamesrvConfig:
+    """Settings of one NameServer."""
+
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9876
+    broker_timeout: float = 30.0
+    """Seconds without a registration after which a broker leaves the routes."""
+    scan_interval: float = 1.0
+    """How often expired brokers are looked for."""
+
+
+def _ok(
+    request: RemotingCommand, header: CommandHeader | None = None, body: bytes = b""
+) -> RemotingCommand:
+    return request.make_response(
+        ResponseCode.SUCCESS,
+        ext_fields=to_ext_fields(header) if header is not None else None,
+        body=body,
+    )
+
+
+class NameServer:
+    """Routes for producers and consumers; use as an async context manager."""
+
+    def __init__(self, config: NamesrvConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self._clock = clock
+        self.routes = RouteTable()
+        self.router = Router("NameServer")
+        self._add_routes()
+        self._server = RpcServer(
+            self.router,
+            host=config.listen_host,
+            port=config.listen_port,
+            on_close=self._connection_closed,
+        )
+        self._expiry: asyncio.Task[None] | None = None
+
+    @property
+    def address(self) -> str:
+        """`host:port` the NameServer listens on."""
+        return self._server.address
+
+    def _add_routes(self) -> None:
+        add = self.router.add
+        add(RequestCode.REGISTER_BROKER, self._register_broker)
+        add(RequestCode.UNREGISTER_BROKER, self._unregister_broker)
+        add(RequestCode.BROKER_HEARTBEAT, self._broker_heartbeat)
+        add(RequestCode.GET_ROUTEINFO_BY_TOPIC, self._route_by_topic)
+        add(RequestCode.GET_BROKER_CLUSTER_INFO, self._cluster_info)
+        add(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self._all_topics)
+        add(RequestCode.GET_TOPICS_BY_CLUSTER, self._topics_by_cluster)
+        add(RequestCode.DELETE_TOPIC_IN_NAMESRV, self._delete_topic)
+        add(RequestCode.GET_KV_CONFIG, self._kv_config)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Listen and start expiring silent brokers."""
+        await self._server.start()
+        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        log.info("NameServer listening on %s", self.address)
+
+    async def close(self) -> None:
+        """Stop serving."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+        await self._server.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.scan_interval)
+            self.routes.expire(self._clock())
+
+    def _connection_closed(self, conn: Connection) -> None:
+        broker_addr = conn.attributes.get(_BROKER_ADDR)
+        if isinstance(broker_addr, str) and self.routes.unregister_address(broker_addr):
+            log.info("broker %s left the routes: its connection closed", broker_addr)
+
+    # ------------------------------------------------------------------ handlers
+
+    async def _register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """REGISTER_BROKER (103): topic configs in the body, JSON or RocketMQ-compressed."""
+        header = from_ext_fields(RegisterBrokerRequestHeader, request.ext_fields)
+        body = decode_register_body(request.body, header.compressed) if request.body else None
+        wrapper = body.topic_config_serialize_wrapper if body else None
+        timeout = (
+            header.heartbeat_timeout_millis / 1000
+            if header.heartbeat_timeout_millis
+            else self.config.broker_timeout
+        )
+        result = self.routes.register(
+            cluster=header.cluster_name,
+            broker_addr=header.broker_addr,
+            broker_name=header.broker_name,
+            broker_id=header.broker_id,
+            ha_server_addr=header.ha_server_addr,
+            data_version=wrapper.data_version if wrapper else DataVersion(),
+            topics=wrapper.topic_config_table if wrapper else None,
+            now=self._clock(),
+            timeout=timeout,
+        )
+        if not result.accepted:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, result.reason or "registration refused")
+        conn.attributes[_BROKER_ADDR] = header.broker_addr
+        return _ok(
+            request,
+            RegisterBrokerResponseHeader(
+                ha_server_addr=result.ha_server_addr, master_addr=result.master_addr
+            ),
+        )
+
+    async def _unregister_broker(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """UNREGISTER_BROKER (104): a broker leaves on shutdown."""
+        header = from_ext_fields(UnregisterBrokerRequestHeader, request.ext_fields)
+        self.routes.unregister(
+            cluster=header.cluster_name,
+            broker_addr=header.broker_addr,
+            broker_name=header.broker_name,
+            broker_id=header.broker_id,
+        )
+        conn.attributes.pop(_BROKER_ADDR, None)
+        return _ok(request)
+
+    async def _broker_heartbeat(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """BROKER_HEARTBEAT (904): keep a registered broker live between registrations."""
+        header = from_ext_fields(BrokerHeartbeatRequestHeader, request.ext_fields)
+        if not self.routes.heartbeat(header.broker_addr, self._clock()):
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR, f"broker {header.broker_addr} is not registered"
+            )
+        return _ok(request)
+
+    async def _route_by_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_ROUTEINFO_BY_TOPIC (105): standard JSON, broker ids as string keys."""
+        header = from_ext_fields(GetRouteInfoRequestHeader, request.ext_fields)
+        route = self.routes.route_of(header.topic)
+        if route is None:
+            raise RequestError(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {header.topic}",
+            )
+        return _ok(request, body=encode_body(route))
+
+    async def _cluster_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CLUSTER_INFO (106)."""
+        return _ok(request, body=encode_body(self.routes.cluster_info()))
+
+    async def _all_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206)."""
+        return _ok(request, body=encode_body(TopicList(self.routes.topics())))
+
+    async def _topics_by_cluster(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_TOPICS_BY_CLUSTER (224)."""
+        header = from_ext_fields(GetTopicsByClusterRequestHeader, request.ext_fields)
+        return _ok(
+            request, body=encode_body(TopicList(self.routes.topics_of_cluster(header.cluster)))
+        )
+
+    async def _delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """DELETE_TOPIC_IN_NAMESRV (216): forget a topic (everywhere, or in one cluster)."""
+        header = from_ext_fields(DeleteTopicFromNamesrvRequestHeader, request.ext_fields)
+        self.routes.delete_topic(header.topic, header.cluster_name)
+        return _ok(request)
+
+    async def _kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_KV_CONFIG (101): ferrymq keeps no KV config; every lookup answers not found."""
+        header = from_ext_fields(KvConfigRequestHeader, request.ext_fields)
+        raise RequestError(
+            ResponseCode.QUERY_NOT_FOUND,
+            f"No config item, Namespace: {header.namespace} Key: {header.key}",
+        )

@@ -1,0 +1,295 @@
+"""JSON bodies of remoting commands: routes, cluster info, broker registration, heartbeats, offsets.
+
+Field names are RocketMQ's (FastJSON serializes getters, so `topicConfigTable`, `brokerAddrs`).
+ferrymq always writes standard JSON; map keys that are numbers in Java (broker ids) are written
+as strings, which every RocketMQ client accepts (reference/compat-notes.md). Decoding is strict
+about types and raises `ProtocolError` naming what is wrong; unknown fields are ignored.
+
+REGISTER_BROKER bodies may also come zlib-compressed in RocketMQ's own layout
+(`RegisterBrokerBody.encode(true)`): see `decode_register_body`.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from enum import IntFlag
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from ferrymq.errors import ProtocolError
+
+__all__ = [
+    "BrokerData",
+    "ClusterInfo",
+    "ConsumerData",
+    "DataVersion",
+    "HeartbeatData",
+    "Perm",
+    "ProducerData",
+    "QueueData",
+    "RegisterBrokerBody",
+    "SubscriptionData",
+    "TopicConfig",
+    "TopicConfigSerializeWrapper",
+    "TopicList",
+    "TopicRouteData",
+    "decode_body",
+    "decode_register_body",
+    "encode_body",
+    "encode_register_body",
+]
+
+
+class Perm(IntFlag):
+    """Topic and broker permissions (`PermName`)."""
+
+    INHERIT = 1
+    WRITE = 2
+    READ = 4
+    PRIORITY = 8
+
+
+class _Body(msgspec.Struct, rename="camel", forbid_unknown_fields=False):
+    """Base of JSON bodies: snake_case fields, camelCase on the wire."""
+
+
+class DataVersion(_Body):
+    """Version of a broker's metadata (`DataVersion`); `state_version` fences stale masters."""
+
+    state_version: int = 0
+    timestamp: int = 0
+    counter: int = 0
+
+
+class TopicConfig(_Body, kw_only=True):
+    """A topic's queues and permissions on one broker group (`TopicConfig`)."""
+
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = Perm.READ | Perm.WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+    attributes: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class TopicConfigSerializeWrapper(_Body):
+    """Topic configs with their data version."""
+
+    topic_config_table: dict[str, TopicConfig] = msgspec.field(default_factory=dict)
+    data_version: DataVersion = msgspec.field(default_factory=DataVersion)
+
+
+class RegisterBrokerBody(_Body):
+    """Body of REGISTER_BROKER."""
+
+    topic_config_serialize_wrapper: TopicConfigSerializeWrapper = msgspec.field(
+        default_factory=TopicConfigSerializeWrapper
+    )
+    filter_server_list: list[str] = msgspec.field(default_factory=list)
+
+
+class QueueData(_Body, kw_only=True):
+    """A topic's queues on one broker group, as routes carry them."""
+
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+
+class BrokerData(_Body, kw_only=True):
+    """The addresses of one broker group: id 0 is the master."""
+
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = msgspec.field(default_factory=dict)
+    zone_name: str | None = None
+    enable_acting_master: bool = False
+
+
+class TopicRouteData(_Body, kw_only=True):
+    """Answer to GET_ROUTEINFO_BY_TOPIC."""
+
+    order_topic_conf: str | None = None
+    queue_datas: list[QueueData] = msgspec.field(default_factory=list)
+    broker_datas: list[BrokerData] = msgspec.field(default_factory=list)
+    filter_server_table: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
+class ClusterInfo(_Body):
+    """Answer to GET_BROKER_CLUSTER_INFO."""
+
+    broker_addr_table: dict[str, BrokerData] = msgspec.field(default_factory=dict)
+    cluster_addr_table: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
+class TopicList(_Body):
+    """Answer to GET_ALL_TOPIC_LIST_FROM_NAMESERVER and similar."""
+
+    topic_list: list[str] = msgspec.field(default_factory=list)
+    broker_addr: str | None = None
+
+
+class SubscriptionData(_Body, kw_only=True):
+    """One topic subscription of a consumer group (`SubscriptionData`)."""
+
+    topic: str
+    sub_string: str = "*"
+    class_filter_mode: bool = False
+    tags_set: list[str] = msgspec.field(default_factory=list)
+    code_set: list[int] = msgspec.field(default_factory=list)
+    sub_version: int = 0
+    expression_type: str = "TAG"
+
+
+class ConsumerData(_Body, kw_only=True):
+    """A consumer group as one client reports it in HEART_BEAT."""
+
+    group_name: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscription_data_set: list[SubscriptionData] = msgspec.field(default_factory=list)
+    unit_mode: bool = False
+
+
+class ProducerData(_Body):
+    """A producer group as one client reports it in HEART_BEAT."""
+
+    group_name: str
+
+
+class HeartbeatData(_Body, kw_only=True):
+    """Body of HEART_BEAT: a client's id and the groups it belongs to."""
+
+    client_id: str = msgspec.field(name="clientID")
+    producer_data_set: list[ProducerData] = msgspec.field(default_factory=list)
+    consumer_data_set: list[ConsumerData] = msgspec.field(default_factory=list)
+
+
+B = TypeVar("B")
+
+_encoder: Final = msgspec.json.Encoder()
+
+
+def encode_body(body: msgspec.Struct | dict[str, Any] | list[Any]) -> bytes:
+    """JSON bytes of a body."""
+    return _encoder.encode(body)
+
+
+def decode_body(data: bytes, body_type: type[B]) -> B:
+    """Parse a JSON body.
+
+    Raises:
+        ProtocolError: the bytes are not JSON of that shape; the message says where.
+    """
+    try:
+        return msgspec.json.decode(data, type=body_type)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"bad {getattr(body_type, '__name__', 'JSON')} body: {exc}") from None
+
+
+_I32: Final = struct.Struct(">i")
+_MAX_INFLATED: Final = 64 * 1024 * 1024
+
+
+def decode_register_body(data: bytes, compressed: bool) -> RegisterBrokerBody:
+    """Parse a REGISTER_BROKER body, plain JSON or RocketMQ's compressed layout.
+
+    The compressed layout is a zlib stream of: int32 length + DataVersion JSON; int32 topic count;
+    per topic int32 length + `TopicConfig.encode()` (`name read write perm filterType
+    [attributesJson]`, space-separated); int32 length + filter-server JSON list; and, in newer
+    brokers, int32 count + that many length-prefixed queue-mapping JSON objects (ignored).
+    """
+    if not compressed:
+        return decode_body(data, RegisterBrokerBody)
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(data, _MAX_INFLATED)
+    except zlib.error as exc:
+        raise ProtocolError(f"bad compressed REGISTER_BROKER body: {exc}") from None
+    if inflater.unconsumed_tail:
+        raise ProtocolError("compressed REGISTER_BROKER body inflates past 64 MiB")
+    view = memoryview(raw)
+    pos = 0
+
+    def take() -> bytes:
+        nonlocal pos
+        if pos + 4 > len(view):
+            raise ProtocolError("compressed REGISTER_BROKER body is truncated")
+        (length,) = _I32.unpack_from(view, pos)
+        if length < 0 or pos + 4 + length > len(view):
+            raise ProtocolError(f"compressed REGISTER_BROKER body: bad length {length}")
+        pos += 4 + length
+        return bytes(view[pos - length : pos])
+
+    def count() -> int:
+        nonlocal pos
+        if pos + 4 > len(view):
+            raise ProtocolError("compressed REGISTER_BROKER body is truncated")
+        (number,) = _I32.unpack_from(view, pos)
+        pos += 4
+        if number < 0:
+            raise ProtocolError(f"compressed REGISTER_BROKER body: bad count {number}")
+        return int(number)
+
+    version = decode_body(take(), DataVersion)
+    table: dict[str, TopicConfig] = {}
+    for _ in range(count()):
+        config = _decode_topic_config_line(take())
+        table[config.topic_name] = config
+    filters = decode_body(take(), list[str]) if pos < len(view) else []
+    return RegisterBrokerBody(TopicConfigSerializeWrapper(table, version), filters)
+
+
+def _decode_topic_config_line(data: bytes) -> TopicConfig:
+    try:
+        fields = data.decode().split(" ", 5)
+        attributes = decode_body(fields[5].encode(), dict[str, str]) if len(fields) == 6 else {}
+        if len(fields) < 5:
+            raise ValueError(f"{len(fields)} fields")
+        return TopicConfig(
+            topic_name=fields[0],
+            read_queue_nums=int(fields[1]),
+            write_queue_nums=int(fields[2]),
+            perm=int(fields[3]),
+            topic_filter_type=fields[4],
+            attributes=attributes,
+        )
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"bad topic config {data[:80]!r}: {exc}") from None
+
+
+def encode_register_body(body: RegisterBrokerBody, compressed: bool) -> bytes:
+    """Encode a REGISTER_BROKER body as JSON or in RocketMQ's compressed layout."""
+    if not compressed:
+        return encode_body(body)
+    wrapper = body.topic_config_serialize_wrapper
+    parts: list[bytes] = []
+
+    def put(data: bytes) -> None:
+        parts.extend((_I32.pack(len(data)), data))
+
+    put(encode_body(wrapper.data_version))
+    parts.append(_I32.pack(len(wrapper.topic_config_table)))
+    for config in wrapper.topic_config_table.values():
+        line = " ".join(
+            (
+                config.topic_name,
+                str(config.read_queue_nums),
+                str(config.write_queue_nums),
+                str(config.perm),
+                config.topic_filter_type,
+            )
+        )
+        if config.attributes:
+            line += " " + encode_body(config.attributes).decode()
+        put(line.encode())
+    put(encode_body(body.filter_server_list))
+    parts.append(_I32.pack(0))
+    return zlib.compress(b"".join(parts), 9)
