@@ -167,9 +167,15 @@ class RecoveryReport:
 class Store:
     """A message store in RocketMQ's formats; use `Store.open`."""
 
-    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        clock_ms: Callable[[], int],
+        on_dispatch: Callable[[str, int, int], None] | None = None,
+    ) -> None:
         self.config = config
         self._clock_ms = clock_ms
+        self._on_dispatch = on_dispatch
         root = config.root_dir
         self.commitlog = CommitLog(config.commitlog_path, config.commitlog_segment_bytes)
         self.queues = QueueTable(root / "consumequeue", config.consume_queue_entries)
@@ -190,9 +196,17 @@ class Store:
     # ------------------------------------------------------------------ open / close
 
     @classmethod
-    def open(cls, config: StoreConfig, clock_ms: Callable[[], int] | None = None) -> Store:
-        """Lock the directory, recover, start the flusher."""
-        store = cls(config, clock_ms or (lambda: time.time_ns() // 1_000_000))
+    def open(
+        cls,
+        config: StoreConfig,
+        clock_ms: Callable[[], int] | None = None,
+        on_dispatch: Callable[[str, int, int], None] | None = None,
+    ) -> Store:
+        """Lock the directory, recover, start the flusher.
+
+        `on_dispatch(topic, queue_id, max_queue_offset)` hears about every queue that grew.
+        """
+        store = cls(config, clock_ms or (lambda: time.time_ns() // 1_000_000), on_dispatch)
         try:
             store._lock()
             store._recover()
@@ -431,6 +445,8 @@ class Store:
     ) -> None:
         queue.put(first_queue_offset, pack_entries(entries))
         self._mark_dirty(queue, first_queue_offset)
+        if self._on_dispatch is not None:
+            self._on_dispatch(queue.topic, queue.queue_id, queue.max_queue_offset)
 
     def _index_only(self, infos: list[RecordInfo]) -> None:
         self.index.add_many(infos)

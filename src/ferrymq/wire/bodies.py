@@ -23,9 +23,16 @@ from ferrymq.errors import ProtocolError
 __all__ = [
     "BrokerData",
     "ClusterInfo",
+    "ConsumeStats",
+    "ConsumeStatsEntry",
     "ConsumerData",
+    "ConsumerIdList",
     "DataVersion",
     "HeartbeatData",
+    "KVTable",
+    "LockBatchRequestBody",
+    "LockBatchResponseBody",
+    "MessageQueueBody",
     "Perm",
     "ProducerData",
     "QueueData",
@@ -34,7 +41,9 @@ __all__ = [
     "TopicConfig",
     "TopicConfigSerializeWrapper",
     "TopicList",
+    "TopicOffsetEntry",
     "TopicRouteData",
+    "TopicStatsTable",
     "decode_body",
     "decode_register_body",
     "encode_body",
@@ -172,6 +181,82 @@ class HeartbeatData(_Body, kw_only=True):
     consumer_data_set: list[ConsumerData] = msgspec.field(default_factory=list)
 
 
+class ConsumerIdList(_Body):
+    """Answer to GET_CONSUMER_LIST_BY_GROUP."""
+
+    consumer_id_list: list[str] = msgspec.field(default_factory=list)
+
+
+class MessageQueueBody(_Body, kw_only=True):
+    """A queue as JSON bodies name it (`MessageQueue`)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+class LockBatchRequestBody(_Body, kw_only=True):
+    """Body of LOCK_BATCH_MQ and UNLOCK_BATCH_MQ."""
+
+    consumer_group: str
+    client_id: str
+    only_this_broker: bool = False
+    mq_set: list[MessageQueueBody] = msgspec.field(default_factory=list)
+
+
+class LockBatchResponseBody(_Body):
+    """Answer to LOCK_BATCH_MQ: the queues now locked by the caller."""
+
+    lock_o_k_m_q_set: list[MessageQueueBody] = msgspec.field(
+        default_factory=list, name="lockOKMQSet"
+    )
+
+
+class TopicOffsetEntry(_Body, kw_only=True):
+    """One queue's bounds (RocketMQ `TopicOffset`, with its `MessageQueue` key inlined)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int = 0
+
+
+class TopicStatsTable(_Body):
+    """Answer to GET_TOPIC_STATS_INFO.
+
+    RocketMQ keys this map by `MessageQueue` objects, which only FastJSON can write; ferrymq
+    writes a list with the key's fields inlined, in standard JSON.
+    """
+
+    offset_table: list[TopicOffsetEntry] = msgspec.field(default_factory=list)
+
+
+class ConsumeStatsEntry(_Body, kw_only=True):
+    """A group's progress in one queue (RocketMQ `OffsetWrapper` with its queue inlined)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int = 0
+
+
+class ConsumeStats(_Body):
+    """Answer to GET_CONSUME_STATS (list form, as `TopicStatsTable`)."""
+
+    offset_table: list[ConsumeStatsEntry] = msgspec.field(default_factory=list)
+    consume_tps: float = 0.0
+
+
+class KVTable(_Body):
+    """A string map (GET_BROKER_RUNTIME_INFO)."""
+
+    table: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 B = TypeVar("B")
 
 _encoder: Final = msgspec.json.Encoder()
@@ -183,13 +268,13 @@ def encode_body(body: msgspec.Struct | dict[str, Any] | list[Any]) -> bytes:
 
 
 def decode_body(data: bytes, body_type: type[B]) -> B:
-    """Parse a JSON body.
+    """Parse a JSON body; numbers given as strings (and the reverse) are accepted.
 
     Raises:
         ProtocolError: the bytes are not JSON of that shape; the message says where.
     """
     try:
-        return msgspec.json.decode(data, type=body_type)
+        return msgspec.json.decode(data, type=body_type, strict=False)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"bad {getattr(body_type, '__name__', 'JSON')} body: {exc}") from None
 

@@ -11,12 +11,22 @@ import msgspec
 from ferrymq.wire.headers import I32, I64, CommandHeader
 
 __all__ = [
+    "CheckTransactionStateRequestHeader",
+    "ConsumerSendMsgBackRequestHeader",
+    "CreateTopicRequestHeader",
+    "DeleteSubscriptionGroupRequestHeader",
+    "DeleteTopicRequestHeader",
+    "EndTransactionRequestHeader",
+    "GetConsumeStatsRequestHeader",
+    "GetConsumerListByGroupRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetEarliestMsgStoretimeResponseHeader",
     "GetMaxOffsetRequestHeader",
     "GetMaxOffsetResponseHeader",
     "GetMinOffsetRequestHeader",
     "GetMinOffsetResponseHeader",
+    "GetTopicStatsInfoRequestHeader",
+    "NotifyConsumerIdsChangedRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "QueryConsumerOffsetRequestHeader",
@@ -28,6 +38,7 @@ __all__ = [
     "SendMessageRequestHeader",
     "SendMessageRequestHeaderV2",
     "SendMessageResponseHeader",
+    "UnregisterClientRequestHeader",
     "UpdateConsumerOffsetRequestHeader",
     "ViewMessageRequestHeader",
 ]
@@ -245,3 +256,97 @@ class QueryMessageResponseHeader(CommandHeader):
 
     index_last_update_timestamp: I64
     index_last_update_phyoffset: I64
+
+
+class ConsumerSendMsgBackRequestHeader(CommandHeader):
+    """CONSUMER_SEND_MSG_BACK (36): retry a consumed message later."""
+
+    offset: I64
+    group: str
+    delay_level: I32
+    origin_msg_id: str | None = None
+    origin_topic: str | None = None
+    unit_mode: bool = False
+    max_reconsume_times: I32 | None = None
+
+
+class GetConsumerListByGroupRequestHeader(CommandHeader):
+    """GET_CONSUMER_LIST_BY_GROUP (38)."""
+
+    consumer_group: str
+
+
+class NotifyConsumerIdsChangedRequestHeader(CommandHeader):
+    """NOTIFY_CONSUMER_IDS_CHANGED (40), pushed by the broker."""
+
+    consumer_group: str
+
+
+class UnregisterClientRequestHeader(CommandHeader):
+    """UNREGISTER_CLIENT (35)."""
+
+    client_i_d: str = msgspec.field(name="clientID")
+    producer_group: str | None = None
+    consumer_group: str | None = None
+
+
+class CreateTopicRequestHeader(CommandHeader):
+    """UPDATE_AND_CREATE_TOPIC (17)."""
+
+    topic: str
+    default_topic: str = "TBW102"
+    read_queue_nums: I32 = 8
+    write_queue_nums: I32 = 8
+    perm: I32 = 6
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: I32 | None = None
+    order: bool = False
+    attributes: str | None = None
+
+
+class DeleteTopicRequestHeader(CommandHeader):
+    """DELETE_TOPIC_IN_BROKER (215)."""
+
+    topic: str
+
+
+class GetTopicStatsInfoRequestHeader(CommandHeader):
+    """GET_TOPIC_STATS_INFO (202)."""
+
+    topic: str
+
+
+class GetConsumeStatsRequestHeader(CommandHeader):
+    """GET_CONSUME_STATS (208)."""
+
+    consumer_group: str
+    topic: str | None = None
+
+
+class DeleteSubscriptionGroupRequestHeader(CommandHeader):
+    """DELETE_SUBSCRIPTIONGROUP (207)."""
+
+    group_name: str
+    clean_offset: bool = False
+
+
+class EndTransactionRequestHeader(CommandHeader):
+    """END_TRANSACTION (37): commit or roll back a half message."""
+
+    producer_group: str
+    tran_state_table_offset: I64
+    commit_log_offset: I64
+    commit_or_rollback: I32
+    from_transaction_check: bool = False
+    msg_id: str | None = None
+    transaction_id: str | None = None
+
+
+class CheckTransactionStateRequestHeader(CommandHeader):
+    """CHECK_TRANSACTION_STATE (39), pushed by the broker to a producer of the group."""
+
+    tran_state_table_offset: I64
+    commit_log_offset: I64
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None

@@ -1,0 +1,1 @@
+"""The broker: stores messages and serves producers, consumers, slaves and admins."""

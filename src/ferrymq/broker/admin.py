@@ -1,0 +1,293 @@
+"""Administration requests (RocketMQ `AdminBrokerProcessor`).
+
+Topics: UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, GET_ALL_TOPIC_CONFIG,
+GET_TOPIC_STATS_INFO. Groups: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP,
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUME_STATS. Broker: GET_BROKER_RUNTIME_INFO,
+GET_BROKER_CONFIG, UPDATE_BROKER_CONFIG (hot keys only; see `HOT_KEYS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Final
+
+from ferrymq.broker.metadata import GroupConfig, GroupFile
+from ferrymq.broker.state import BrokerState
+from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
+from ferrymq.errors import InvalidNameError, RequestError
+from ferrymq.model import validate_group, validate_topic
+from ferrymq.rpc.connection import Connection
+from ferrymq.wire.bodies import (
+    ConsumeStats,
+    ConsumeStatsEntry,
+    KVTable,
+    TopicConfig,
+    TopicOffsetEntry,
+    TopicStatsTable,
+    decode_body,
+    encode_body,
+)
+from ferrymq.wire.broker import (
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+)
+from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import from_ext_fields
+from ferrymq.wire.records import store_timestamp_of
+
+__all__ = [
+    "HOT_KEYS",
+    "create_topic",
+    "delete_group",
+    "delete_topic",
+    "get_all_groups",
+    "get_all_topics",
+    "get_broker_config",
+    "get_consume_stats",
+    "get_runtime_info",
+    "get_topic_stats",
+    "update_broker_config",
+    "update_group",
+]
+
+log = logging.getLogger(__name__)
+
+HOT_KEYS: Final = frozenset(
+    {
+        "brokerPermission",
+        "autoCreateTopicEnable",
+        "autoCreateSubscriptionGroup",
+        "defaultTopicQueueNums",
+        "longPollingEnable",
+        "shortPollingTimeMills",
+        "maxMessageSize",
+        "syncFlushTimeout",
+        "fileReservedTime",
+        "diskMaxUsedSpaceRatio",
+        "deleteWhen",
+        "transactionTimeout",
+        "transactionCheckMax",
+        "transactionCheckInterval",
+        "maxReconsumeTimes",
+    }
+)
+"""Keys UPDATE_BROKER_CONFIG may change on a running broker; others need a restart."""
+
+
+def _ok(request: RemotingCommand, body: bytes = b"") -> RemotingCommand:
+    return request.make_response(ResponseCode.SUCCESS, body=body)
+
+
+async def create_topic(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """UPDATE_AND_CREATE_TOPIC (17): create a topic or change its queues and permissions."""
+    header = from_ext_fields(CreateTopicRequestHeader, request.ext_fields)
+    try:
+        validate_topic(header.topic)
+    except InvalidNameError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    if not (0 < header.read_queue_nums <= 1024 and 0 < header.write_queue_nums <= 1024):
+        raise RequestError(ResponseCode.SYSTEM_ERROR, "queue numbers must be in 1..1024")
+    attributes = (
+        decode_body(header.attributes.encode(), dict[str, str]) if header.attributes else {}
+    )
+    config = TopicConfig(
+        topic_name=header.topic,
+        read_queue_nums=header.read_queue_nums,
+        write_queue_nums=header.write_queue_nums,
+        perm=header.perm,
+        topic_filter_type=header.topic_filter_type,
+        topic_sys_flag=header.topic_sys_flag or 0,
+        order=header.order,
+        attributes=attributes,
+    )
+    if state.topics.put(config):
+        log.info(
+            "topic %s set: %d read / %d write queues, perm %d",
+            header.topic,
+            header.read_queue_nums,
+            header.write_queue_nums,
+            header.perm,
+        )
+        state.on_topics_changed()
+    return _ok(request)
+
+
+async def delete_topic(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """DELETE_TOPIC_IN_BROKER (215): drop the topic's config, queues and offsets."""
+    header = from_ext_fields(DeleteTopicRequestHeader, request.ext_fields)
+    if state.topics.delete(header.topic):
+        state.store.delete_topic(header.topic)
+        state.offsets.delete_topic(header.topic)
+        log.info("topic %s deleted", header.topic)
+        state.on_topics_changed()
+    return _ok(request)
+
+
+async def get_all_topics(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_ALL_TOPIC_CONFIG (21)."""
+    return _ok(request, encode_body(state.topics.wrapper()))
+
+
+async def get_topic_stats(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_TOPIC_STATS_INFO (202): every queue's bounds and last store time."""
+    header = from_ext_fields(GetTopicStatsInfoRequestHeader, request.ext_fields)
+    config = state.topics.get(header.topic)
+    if config is None:
+        raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist")
+    entries = []
+    for queue_id in range(config.write_queue_nums):
+        high = state.store.max_queue_offset(header.topic, queue_id)
+        last = 0
+        if high > 0:
+            result = state.store.get(header.topic, queue_id, high - 1, 1)
+            if result.records:
+                last = store_timestamp_of(result.records[0])
+        entries.append(
+            TopicOffsetEntry(
+                topic=header.topic,
+                broker_name=state.config.broker_name,
+                queue_id=queue_id,
+                min_offset=state.store.min_queue_offset(header.topic, queue_id),
+                max_offset=high,
+                last_update_timestamp=last,
+            )
+        )
+    return _ok(request, encode_body(TopicStatsTable(entries)))
+
+
+async def get_consume_stats(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_CONSUME_STATS (208): a group's committed offsets against the queues' ends."""
+    header = from_ext_fields(GetConsumeStatsRequestHeader, request.ext_fields)
+    committed = state.offsets.of_group(header.consumer_group)
+    topics = [header.topic] if header.topic else sorted(committed)
+    entries: list[ConsumeStatsEntry] = []
+    for topic in topics:
+        config = state.topics.get(topic)
+        if config is None:
+            continue
+        entries.extend(
+            ConsumeStatsEntry(
+                topic=topic,
+                broker_name=state.config.broker_name,
+                queue_id=queue_id,
+                broker_offset=state.store.max_queue_offset(topic, queue_id),
+                consumer_offset=committed.get(topic, {}).get(queue_id, 0),
+            )
+            for queue_id in range(config.write_queue_nums)
+        )
+    return _ok(request, encode_body(ConsumeStats(entries)))
+
+
+async def update_group(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): body is a `SubscriptionGroupConfig`."""
+    config = decode_body(request.body, GroupConfig)
+    try:
+        validate_group(config.group_name)
+    except InvalidNameError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    state.groups.put(config)
+    return _ok(request)
+
+
+async def delete_group(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """DELETE_SUBSCRIPTIONGROUP (207)."""
+    header = from_ext_fields(DeleteSubscriptionGroupRequestHeader, request.ext_fields)
+    state.groups.delete(header.group_name)
+    if header.clean_offset:
+        for topic in state.offsets.of_group(header.group_name):
+            key = state.offsets.key(topic, header.group_name)
+            state.offsets.offsets.pop(key, None)
+            state.offsets.dirty = True
+    return _ok(request)
+
+
+async def get_all_groups(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201)."""
+    return _ok(request, encode_body(GroupFile(dict(state.groups.configs))))
+
+
+async def get_runtime_info(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_BROKER_RUNTIME_INFO (28): a few figures operators look at, as strings."""
+    store = state.store
+    table = {
+        "brokerVersionDesc": "ferrymq",
+        "msgPutTotalTodayNow": str(sum(q.max_queue_offset for q in store.queues)),
+        "commitLogMinOffset": str(store.min_log_offset),
+        "commitLogMaxOffset": str(store.max_log_offset),
+        "flushedLogOffset": str(store.flushed_log_offset),
+        "topicCount": str(len(state.topics.configs)),
+        "consumerGroupCount": str(len(state.clients.consumers)),
+        "brokerRole": state.config.broker_role.value,
+    }
+    return _ok(request, encode_body(KVTable(table)))
+
+
+def _properties_text(state: BrokerState) -> str:
+    lines = []
+    for key, found in sorted(config_keys(type(state.config)).items()):
+        value = getattr(state.config, found.name)
+        text = "" if value is None else getattr(value, "value", value)
+        if isinstance(text, bool):
+            text = "true" if text else "false"
+        lines.append(f"{key}={text}")
+    return "\n".join(lines) + "\n"
+
+
+async def get_broker_config(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_BROKER_CONFIG (26): every key as `key=value` lines."""
+    return _ok(request, _properties_text(state).encode())
+
+
+async def update_broker_config(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """UPDATE_BROKER_CONFIG (25): `key=value` lines; only `HOT_KEYS` change a running broker."""
+    try:
+        values = parse_properties(request.body.decode(), "UPDATE_BROKER_CONFIG")
+    except UnicodeDecodeError:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, "the body is not UTF-8") from None
+    except ConfigError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    cold = sorted(set(values) - HOT_KEYS)
+    if cold:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            f"{', '.join(cold)}: not changeable at runtime (restart the broker)",
+        )
+    try:
+        changed, _ = build_config(type(state.config), values)
+    except ConfigError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    fields = config_keys(type(state.config))
+    updates = {fields[key].name: getattr(changed, fields[key].name) for key in values}
+    state.config = dataclasses.replace(state.config, **updates)
+    if "brokerPermission" in values:
+        state.perm = state.config.broker_permission
+        state.on_topics_changed()
+    log.info("broker config updated: %s", ", ".join(f"{k}={v}" for k, v in values.items()))
+    return _ok(request)

@@ -1,0 +1,352 @@
+"""The broker: routes request codes to handlers, owns the store and the background tasks.
+
+Background tasks (one `TaskGroup`, stopped by `close`):
+- registration with every NameServer, every `registerNameServerPeriod` and at once when topics
+  change (RocketMQ `registerBrokerAll`);
+- consumer offsets saved every `flushConsumerOffsetInterval` when changed;
+- silent clients expired, and their groups told to rebalance;
+- expired commit-log segments deleted at `deleteWhen` hours, or whenever the disk is too full;
+- delayed messages delivered on time (`schedule.py`); unresolved transactions checked
+  (`transactions.py`).
+
+Servers are libraries: `async with Broker(config) as broker:`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import msgspec
+
+from ferrymq.broker import admin, consumer, pull, query, send
+from ferrymq.broker.clients import ClientTable, QueueLocks
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.longpoll import LongPoll
+from ferrymq.broker.metadata import DelayOffsetTable, GroupTable, OffsetTable, TopicTable
+from ferrymq.broker.schedule import ScheduleService
+from ferrymq.broker.state import BrokerState
+from ferrymq.broker.transactions import TransactionService, end_transaction
+from ferrymq.errors import FerryError, RequestError
+from ferrymq.model import format_address
+from ferrymq.rpc.client import RpcClient
+from ferrymq.rpc.connection import Connection
+from ferrymq.rpc.server import Router, RpcServer
+from ferrymq.store.atomic import write_atomic
+from ferrymq.store.store import Store
+from ferrymq.wire.bodies import RegisterBrokerBody, encode_register_body
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import to_ext_fields
+from ferrymq.wire.namesrv import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
+
+__all__ = ["Broker"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[BrokerState, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+_HANDLERS: dict[int, Handler] = {
+    RequestCode.SEND_MESSAGE: send.send_message,
+    RequestCode.SEND_MESSAGE_V2: send.send_message,
+    RequestCode.SEND_BATCH_MESSAGE: send.send_message,
+    RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_back,
+    RequestCode.END_TRANSACTION: end_transaction,
+    RequestCode.PULL_MESSAGE: pull.pull_message,
+    RequestCode.HEART_BEAT: consumer.heartbeat,
+    RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list,
+    RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
+    RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,
+    RequestCode.LOCK_BATCH_MQ: consumer.lock_batch,
+    RequestCode.UNLOCK_BATCH_MQ: consumer.unlock_batch,
+    RequestCode.GET_MAX_OFFSET: query.get_max_offset,
+    RequestCode.GET_MIN_OFFSET: query.get_min_offset,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: query.search_offset,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: query.get_earliest_store_time,
+    RequestCode.QUERY_MESSAGE: query.query_message,
+    RequestCode.VIEW_MESSAGE_BY_ID: query.view_message,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
+    RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
+    RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topics,
+    RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats,
+    RequestCode.GET_CONSUME_STATS: admin.get_consume_stats,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_group,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_groups,
+    RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_runtime_info,
+    RequestCode.GET_BROKER_CONFIG: admin.get_broker_config,
+    RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
+}
+"""Every request code the broker serves, in one table."""
+
+_CLIENT_SCAN_S = 10.0
+_RETENTION_SCAN_S = 10.0
+_NAMESRV_TIMEOUT_S = 3.0
+
+
+class Broker:
+    """One broker; use as an async context manager."""
+
+    def __init__(
+        self, config: BrokerConfig, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self.router = Router("broker")
+        for code, handler in _HANDLERS.items():
+            self.router.add(code, self._bind(handler))
+        self._server = RpcServer(
+            self.router,
+            host=config.listen_host,
+            port=config.listen_port,
+            max_frame_bytes=max(16 * 1024 * 1024, config.max_message_size * 2),
+            on_close=self._connection_closed,
+        )
+        self._namesrv = RpcClient()
+        self._state: BrokerState | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register_now = asyncio.Event()
+        self.schedule: ScheduleService | None = None
+        self.transactions: TransactionService | None = None
+
+    @property
+    def state(self) -> BrokerState:
+        """The broker's state (after `start`)."""
+        if self._state is None:
+            raise RuntimeError("broker not started")
+        return self._state
+
+    @property
+    def address(self) -> str:
+        """`brokerIP1:port` clients use."""
+        return format_address(self.config.broker_ip1, self._server.port)
+
+    @property
+    def store(self) -> Store:
+        """The broker's store."""
+        return self.state.store
+
+    def _bind(
+        self, handler: Handler
+    ) -> Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]:
+        async def run(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+            state = self._state
+            if state is None:
+                raise RequestError(ResponseCode.SYSTEM_BUSY, "the broker is starting")
+            return await handler(state, conn, request)
+
+        return run
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Bind, recover the store, load metadata, register, start background work."""
+        config = self.config
+        await self._server.start()
+        longpoll = LongPoll()
+        root = config.store_path_root_dir
+        store = Store.open(config.store_config(self._server.port), on_dispatch=longpoll.notify)
+        if store.recovery is not None and store.recovery.cut_reason:
+            log.warning("store recovery cut the commit log: %s", store.recovery.cut_reason)
+        topics = TopicTable(root / "config" / "topics.json")
+        topics.load(
+            default_topic_queue_nums=config.default_topic_queue_nums,
+            auto_create=config.auto_create_topic_enable,
+            delay_levels=len(config.delay_levels_ms),
+        )
+        groups = GroupTable(root / "config" / "subscriptionGroup.json")
+        groups.load()
+        offsets = OffsetTable(root / "config" / "consumerOffset.json")
+        offsets.load()
+        delay_offsets = DelayOffsetTable(root / "config" / "delayOffset.json")
+        delay_offsets.load()
+        self._state = BrokerState(
+            config=config,
+            store=store,
+            topics=topics,
+            groups=groups,
+            offsets=offsets,
+            delay_offsets=delay_offsets,
+            clients=ClientTable(config.channel_expired_timeout / 1000),
+            locks=QueueLocks(config.rebalance_lock_max_live_time / 1000),
+            longpoll=longpoll,
+            address=self.address,
+            clock=self._clock,
+            on_topics_changed=self._register_now.set,
+            perm=config.broker_permission,
+        )
+        self.schedule = ScheduleService(self._state)
+        self.transactions = TransactionService(self._state)
+        for work in (
+            self._register_loop(),
+            self._offsets_loop(),
+            self._clients_loop(),
+            self._retention_loop(),
+            self.schedule.run(),
+            self.transactions.run(),
+        ):
+            self._spawn(work)
+        log.info(
+            "broker %s (%s/%s) listening on %s",
+            config.broker_name,
+            config.broker_cluster_name,
+            config.broker_role.value,
+            self.address,
+        )
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(work))
+
+    async def close(self) -> None:
+        """Unregister, stop background work and serving, flush and close the store."""
+        state = self._state
+        if state is not None:
+            await self._unregister()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if state is not None:
+            state.longpoll.wake_all()
+        await self._server.close()
+        await self._namesrv.close()
+        if state is not None:
+            state.offsets.save_if_dirty()
+            state.delay_offsets.save_if_dirty()
+            state.store.close()
+            self._state = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ NameServers
+
+    def _register_request(self) -> RemotingCommand:
+        state = self.state
+        config = self.config
+        header = RegisterBrokerRequestHeader(
+            broker_name=config.broker_name,
+            broker_addr=self.address,
+            cluster_name=config.broker_cluster_name,
+            ha_server_addr=format_address(config.broker_ip1, config.ha_port),
+            broker_id=config.broker_id if not state.is_master else 0,
+            heartbeat_timeout_millis=config.broker_timeout_millis,
+        )
+        wrapper = state.topics.wrapper()
+        if state.perm & 6 != 6:  # a read-only or write-only broker says so in every route
+            wrapper.topic_config_table = {
+                name: msgspec.structs.replace(topic, perm=topic.perm & (state.perm | ~6))
+                for name, topic in wrapper.topic_config_table.items()
+            }
+        body = RegisterBrokerBody(wrapper)
+        return RemotingCommand(
+            code=RequestCode.REGISTER_BROKER,
+            ext_fields=to_ext_fields(header),
+            body=encode_register_body(body, compressed=False),
+        )
+
+    async def register(self) -> int:
+        """Register with every NameServer now; returns how many accepted."""
+        accepted = 0
+        for address in self.config.namesrv_addrs:
+            try:
+                response = await self._namesrv.call(
+                    address, self._register_request(), _NAMESRV_TIMEOUT_S
+                )
+            except FerryError as exc:
+                log.warning("could not register with NameServer %s: %s", address, exc)
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                accepted += 1
+            else:
+                log.warning("NameServer %s refused the registration: %s", address, response.remark)
+        return accepted
+
+    async def _unregister(self) -> None:
+        header = UnregisterBrokerRequestHeader(
+            broker_name=self.config.broker_name,
+            broker_addr=self.address,
+            cluster_name=self.config.broker_cluster_name,
+            broker_id=self.config.broker_id if not self.state.is_master else 0,
+        )
+        for address in self.config.namesrv_addrs:
+            request = RemotingCommand(
+                code=RequestCode.UNREGISTER_BROKER, ext_fields=to_ext_fields(header)
+            )
+            with contextlib.suppress(FerryError):
+                await self._namesrv.call(address, request, 1.0)
+
+    async def _register_loop(self) -> None:
+        period = self.config.register_name_server_period / 1000
+        while True:
+            self._register_now.clear()
+            await self.register()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(period):
+                    await self._register_now.wait()
+
+    # ------------------------------------------------------------------ housekeeping
+
+    async def _offsets_loop(self) -> None:
+        state = self.state
+        interval = self.config.flush_consumer_offset_interval / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for table in (state.offsets, state.delay_offsets):
+                data = table.snapshot()
+                if data is not None:
+                    await _write_file(table.path, data)
+
+    def _connection_closed(self, conn: Connection) -> None:
+        state = self._state
+        if state is None:
+            return
+        for group in state.clients.connection_closed(conn):
+            log.info("a client of group %s disconnected", group)
+            consumer.notify_group_changed(state, group)
+
+    async def _clients_loop(self) -> None:
+        state = self.state
+        while True:
+            await asyncio.sleep(_CLIENT_SCAN_S)
+            for group in state.clients.expire(state.clock()):
+                log.info("a client of group %s expired", group)
+                consumer.notify_group_changed(state, group)
+
+    async def _retention_loop(self) -> None:
+        state = self.state
+        while True:
+            await asyncio.sleep(_RETENTION_SCAN_S)
+            usage = shutil.disk_usage(self.config.store_path_root_dir)
+            full = usage.used / usage.total > self.config.disk_max_used_space_ratio / 100
+            hour = f"{datetime.datetime.now().hour:02d}"
+            due = hour in [h.strip() for h in self.config.delete_when.split(";")]
+            if full or due:
+                deleted = state.store.delete_expired()
+                if deleted:
+                    log.info("deleted %d expired commit-log segment(s)", deleted)
+
+
+async def _write_file(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(write_atomic, path, data)

@@ -1,0 +1,163 @@
+"""Broker settings: RocketMQ's `BrokerConfig` and `MessageStoreConfig` keys that ferrymq uses.
+
+Field names are the snake_case of RocketMQ's keys, in RocketMQ's units; `store_config()` and the
+`*_s` properties convert to what the Python code uses. Defaults follow RocketMQ except where the
+field's comment says why not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from ferrymq.config import ConfigError
+from ferrymq.model import format_address, parse_address
+from ferrymq.store.config import FlushDiskType, StoreConfig
+from ferrymq.wire.records import pack_host
+
+__all__ = ["BrokerConfig", "BrokerRole"]
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class BrokerRole(StrEnum):
+    """Replication role in classic (non-controller) mode (`brokerRole`)."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    """Settings of one broker."""
+
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    broker_id: int = 0
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    namesrv_addr: str = ""
+    """NameServer addresses separated by `;`."""
+    listen_host: str = "127.0.0.1"
+    """ferrymq key: the interface to bind (RocketMQ binds every interface)."""
+    listen_port: int = 10911
+    ha_listen_port: int = 0
+    """0 = listen_port + 1."""
+    broker_ip1: str = "127.0.0.1"
+    """The address advertised to NameServers and clients."""
+    store_path_root_dir: Path = Path("~/store")
+    store_path_commit_log: Path | None = None
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    file_reserved_time: float = 72.0
+    """Hours a commit-log segment is kept."""
+    disk_max_used_space_ratio: int = 75
+    delete_when: str = "04"
+    """Hour(s) of the day (`;`-separated) when expired segments are deleted."""
+    auto_create_topic_enable: bool = False
+    """Off by default (RocketMQ: on): a typo in a topic name should not create a topic."""
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    max_message_size: int = 4 * 1024 * 1024
+    broker_permission: int = 6
+    enable_controller_mode: bool = False
+    controller_addr: str = ""
+    register_name_server_period: int = 10_000
+    """Milliseconds between registrations (RocketMQ: 30 000); changes register at once."""
+    broker_timeout_millis: int = 30_000
+    """How long a NameServer keeps this broker without hearing from it."""
+    flush_interval_commit_log: int = 500
+    flush_interval_consume_queue: int = 1000
+    sync_flush_timeout: int = 5000
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    transaction_timeout: int = 6000
+    """Milliseconds before an unresolved half message is checked (`transactionTimeOut`)."""
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 30_000
+    channel_expired_timeout: int = 120_000
+    """Milliseconds without a heartbeat after which a client is dropped."""
+    flush_consumer_offset_interval: int = 1000
+    rebalance_lock_max_live_time: int = 60_000
+    max_reconsume_times: int = 16
+    """Default `retryMaxTimes` of a subscription group."""
+
+    def __post_init__(self) -> None:
+        for key, value in (("listenPort", self.listen_port), ("haListenPort", self.ha_listen_port)):
+            if not 0 <= value <= 65535:
+                raise ConfigError(key, f"port {value} is outside 0..65535")
+        for key, number in (
+            ("mappedFileSizeCommitLog", self.mapped_file_size_commit_log),
+            ("mappedFileSizeConsumeQueue", self.mapped_file_size_consume_queue),
+            ("defaultTopicQueueNums", self.default_topic_queue_nums),
+            ("maxMessageSize", self.max_message_size),
+            ("registerNameServerPeriod", self.register_name_server_period),
+        ):
+            if number <= 0:
+                raise ConfigError(key, f"must be positive, not {number}")
+        if self.mapped_file_size_consume_queue % 20:
+            raise ConfigError("mappedFileSizeConsumeQueue", "must be a multiple of 20")
+        if self.broker_id < 0:
+            raise ConfigError("brokerId", f"must be >= 0, not {self.broker_id}")
+        if self.broker_role is BrokerRole.SLAVE and self.broker_id == 0:
+            raise ConfigError("brokerId", "a SLAVE needs a broker id > 0")
+        if self.broker_role is not BrokerRole.SLAVE and self.broker_id != 0:
+            raise ConfigError("brokerId", "a master has broker id 0")
+        self.delay_levels_ms  # noqa: B018 - validates messageDelayLevel
+        try:
+            pack_host(self.broker_ip1, 0)
+        except ValueError:
+            raise ConfigError("brokerIP1", f"{self.broker_ip1!r} is not an IP address") from None
+        for address in self.namesrv_addrs:
+            try:
+                parse_address(address)
+            except ValueError as exc:
+                raise ConfigError("namesrvAddr", str(exc)) from None
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        """The NameServer addresses."""
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def broker_addr(self) -> str:
+        """`brokerIP1:listenPort`, the address clients use."""
+        return format_address(self.broker_ip1, self.listen_port)
+
+    @property
+    def ha_port(self) -> int:
+        """The HA listen port."""
+        return self.ha_listen_port or self.listen_port + 1
+
+    @property
+    def delay_levels_ms(self) -> list[int]:
+        """Delay of each level (level 1 first) in milliseconds."""
+        levels: list[int] = []
+        for item in self.message_delay_level.split():
+            unit = _UNITS_MS.get(item[-1:])
+            if unit is None or not item[:-1].isdigit():
+                raise ConfigError("messageDelayLevel", f"bad level {item!r} (use e.g. 10s, 5m, 2h)")
+            levels.append(int(item[:-1]) * unit)
+        if not levels:
+            raise ConfigError("messageDelayLevel", "no levels")
+        return levels
+
+    def store_config(self, advertised_port: int | None = None) -> StoreConfig:
+        """The storage engine's settings."""
+        return StoreConfig(
+            root_dir=self.store_path_root_dir,
+            commitlog_dir=self.store_path_commit_log,
+            commitlog_segment_bytes=self.mapped_file_size_commit_log,
+            consume_queue_entries=self.mapped_file_size_consume_queue // 20,
+            flush_disk_type=self.flush_disk_type,
+            flush_interval=self.flush_interval_commit_log / 1000,
+            checkpoint_interval=self.flush_interval_consume_queue / 1000,
+            max_message_bytes=self.max_message_size,
+            file_reserved_hours=self.file_reserved_time,
+            disk_max_used_ratio=self.disk_max_used_space_ratio / 100,
+            store_host=pack_host(self.broker_ip1, advertised_port or self.listen_port),
+        )

@@ -1,0 +1,185 @@
+"""Client and consumer-group requests.
+
+RocketMQ's `ClientManageProcessor`, `ConsumerManageProcessor` and the locks of
+`AdminBrokerProcessor`.
+
+HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, QUERY_CONSUMER_OFFSET,
+UPDATE_CONSUMER_OFFSET, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ. When a group's membership changes
+the broker pushes NOTIFY_CONSUMER_IDS_CHANGED to its clients so they rebalance at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ferrymq.broker.state import BrokerState
+from ferrymq.errors import FerryError, RequestError
+from ferrymq.model import MessageQueue
+from ferrymq.rpc.connection import Connection
+from ferrymq.wire.bodies import (
+    ConsumerIdList,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueueBody,
+    decode_body,
+    encode_body,
+)
+from ferrymq.wire.broker import (
+    GetConsumerListByGroupRequestHeader,
+    NotifyConsumerIdsChangedRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import from_ext_fields, to_ext_fields
+
+__all__ = [
+    "get_consumer_list",
+    "heartbeat",
+    "lock_batch",
+    "notify_group_changed",
+    "query_consumer_offset",
+    "unlock_batch",
+    "unregister_client",
+    "update_consumer_offset",
+]
+
+log = logging.getLogger(__name__)
+
+
+def notify_group_changed(state: BrokerState, group: str) -> None:
+    """Tell every client of `group` that its membership changed (oneway, best effort)."""
+    config = state.groups.get(group)
+    if config is not None and not config.notify_consumer_ids_changed_enable:
+        return
+    consumers = state.clients.consumers.get(group)
+    if consumers is None:
+        return
+    header = to_ext_fields(NotifyConsumerIdsChangedRequestHeader(consumer_group=group))
+    for conn in consumers.connections:
+        request = RemotingCommand(
+            code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields=dict(header)
+        )
+        task = asyncio.get_running_loop().create_task(_notify(conn, request))
+        task.add_done_callback(lambda t: t.exception())
+
+
+async def _notify(conn: Connection, request: RemotingCommand) -> None:
+    try:
+        await conn.oneway(request)
+    except FerryError as exc:
+        log.debug("could not notify %s: %s", conn.peer, exc)
+
+
+async def heartbeat(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """HEART_BEAT (34): register the client's producer and consumer groups."""
+    data = decode_body(request.body, HeartbeatData)
+    now = state.clock()
+    for producer in data.producer_data_set:
+        state.clients.register_producer(data.client_id, conn, producer.group_name, now)
+    for consumer in data.consumer_data_set:
+        state.group_config(consumer.group_name)
+        if state.clients.register_consumer(data.client_id, conn, consumer, now):
+            log.info("consumer %s joined group %s", data.client_id, consumer.group_name)
+            notify_group_changed(state, consumer.group_name)
+    return request.make_response(ResponseCode.SUCCESS)
+
+
+async def unregister_client(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """UNREGISTER_CLIENT (35): a client leaves its groups."""
+    header = from_ext_fields(UnregisterClientRequestHeader, request.ext_fields)
+    for group in state.clients.unregister(
+        header.client_i_d, header.producer_group, header.consumer_group
+    ):
+        log.info("consumer %s left group %s", header.client_i_d, group)
+        notify_group_changed(state, group)
+    return request.make_response(ResponseCode.SUCCESS)
+
+
+async def get_consumer_list(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_CONSUMER_LIST_BY_GROUP (38)."""
+    header = from_ext_fields(GetConsumerListByGroupRequestHeader, request.ext_fields)
+    ids = state.clients.consumer_ids(header.consumer_group)
+    if not ids:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {header.consumer_group}"
+        )
+    return request.make_response(ResponseCode.SUCCESS, body=encode_body(ConsumerIdList(ids)))
+
+
+async def query_consumer_offset(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """QUERY_CONSUMER_OFFSET (14).
+
+    A group with no committed offset gets 0 when the queue still holds its first message and
+    `setZeroIfNotFound` is not false (RocketMQ's rule, which lets a new group read what was sent
+    before it started); otherwise QUERY_NOT_FOUND and the client picks by consumeFromWhere.
+    """
+    header = from_ext_fields(QueryConsumerOffsetRequestHeader, request.ext_fields)
+    offset = state.offsets.query(header.topic, header.consumer_group, header.queue_id)
+    if offset is None:
+        if (
+            header.set_zero_if_not_found is False
+            or state.store.min_queue_offset(header.topic, header.queue_id) > 0
+        ):
+            raise RequestError(
+                ResponseCode.QUERY_NOT_FOUND,
+                "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+            )
+        offset = 0
+    return request.make_response(
+        ResponseCode.SUCCESS,
+        ext_fields=to_ext_fields(QueryConsumerOffsetResponseHeader(offset=offset)),
+    )
+
+
+async def update_consumer_offset(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """UPDATE_CONSUMER_OFFSET (15): commit a group's position in a queue."""
+    header = from_ext_fields(UpdateConsumerOffsetRequestHeader, request.ext_fields)
+    if header.commit_offset < 0:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad commitOffset {header.commit_offset}")
+    state.group_config(header.consumer_group)
+    state.offsets.commit(header.topic, header.consumer_group, header.queue_id, header.commit_offset)
+    return request.make_response(ResponseCode.SUCCESS)
+
+
+def _queues(body: LockBatchRequestBody) -> list[MessageQueue]:
+    return [MessageQueue(q.topic, q.broker_name, q.queue_id) for q in body.mq_set]
+
+
+async def lock_batch(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """LOCK_BATCH_MQ (41): an orderly consumer locks its queues (or renews its locks)."""
+    body = decode_body(request.body, LockBatchRequestBody)
+    locked = state.locks.lock(body.consumer_group, body.client_id, _queues(body), state.clock())
+    answer = LockBatchResponseBody(
+        [
+            MessageQueueBody(topic=q.topic, broker_name=q.broker_name, queue_id=q.queue_id)
+            for q in locked
+        ]
+    )
+    return request.make_response(ResponseCode.SUCCESS, body=encode_body(answer))
+
+
+async def unlock_batch(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """UNLOCK_BATCH_MQ (42)."""
+    body = decode_body(request.body, LockBatchRequestBody)
+    state.locks.unlock(body.consumer_group, body.client_id, _queues(body))
+    return request.make_response(ResponseCode.SUCCESS)

@@ -1,0 +1,147 @@
+"""PULL_MESSAGE with long polling (RocketMQ `PullMessageProcessor`).
+
+A pull reads up to `maxMsgNums` records of one queue from `queueOffset`, filtered by the tag
+hash codes of the subscription, and answers with the stored bytes, concatenated, never
+re-encoded. When nothing is there and the request allows suspending, the pull waits until the
+queue grows or `suspendTimeoutMillis` passes, then reads again. The answer's code follows the
+store's status as RocketMQ maps it; the header says where to continue (`nextBeginOffset`) and the
+queue's bounds.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ferrymq.broker.state import BrokerState
+from ferrymq.errors import RequestError
+from ferrymq.rpc.connection import Connection
+from ferrymq.store.store import GetResult, GetStatus
+from ferrymq.wire.broker import PullMessageRequestHeader, PullMessageResponseHeader
+from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import from_ext_fields, to_ext_fields
+from ferrymq.wire.records import java_string_hash
+
+__all__ = [
+    "SYSFLAG_COMMIT_OFFSET",
+    "SYSFLAG_SUBSCRIPTION",
+    "SYSFLAG_SUSPEND",
+    "pull_message",
+    "tag_codes",
+]
+
+SYSFLAG_COMMIT_OFFSET: Final = 1
+SYSFLAG_SUSPEND: Final = 2
+SYSFLAG_SUBSCRIPTION: Final = 4
+
+_MAX_SUSPEND_S: Final = 60.0
+_MAX_PULL_BYTES: Final = 4 * 1024 * 1024
+
+
+def tag_codes(expression: str | None, expression_type: str | None = "TAG") -> frozenset[int] | None:
+    """Hash codes of a tag expression (`TagA || TagB`); None subscribes to every tag.
+
+    Raises:
+        RequestError: SUBSCRIPTION_PARSE_FAILED for SQL92 and other unsupported filters.
+    """
+    if expression_type not in (None, "", "TAG"):
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+            f"the broker does not support filtering by {expression_type}; use TAG",
+        )
+    text = (expression or "").strip()
+    if text in ("", "*"):
+        return None
+    tags = [tag.strip() for tag in text.split("||")]
+    if not all(tags):
+        raise RequestError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"bad tag expression {text!r}")
+    return frozenset(java_string_hash(tag) for tag in tags)
+
+
+def _status_code(status: GetStatus, queue_offset: int) -> int:
+    if status is GetStatus.FOUND:
+        return ResponseCode.SUCCESS
+    if status in (GetStatus.MESSAGE_WAS_REMOVING, GetStatus.NO_MATCHED_MESSAGE):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if status in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
+        return ResponseCode.PULL_OFFSET_MOVED if queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    if status in (GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_ONE):
+        return ResponseCode.PULL_NOT_FOUND
+    return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+
+
+async def pull_message(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """PULL_MESSAGE (11)."""
+    header = from_ext_fields(PullMessageRequestHeader, request.ext_fields)
+    state.check_readable()
+    group = state.group_config(header.consumer_group)
+    if not group.consume_enable:
+        raise RequestError(
+            ResponseCode.NO_PERMISSION, f"subscription group no permission, {header.consumer_group}"
+        )
+    topic = state.topics.get(header.topic)
+    if topic is None:
+        raise RequestError(
+            ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!"
+        )
+    if not 0 <= header.queue_id < max(topic.read_queue_nums, topic.write_queue_nums):
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
+            f"topicConfig.readQueueNums:[{topic.read_queue_nums}] consumer:[{conn.peer}]",
+        )
+    if header.sys_flag & SYSFLAG_SUBSCRIPTION:
+        codes = tag_codes(header.subscription, header.expression_type)
+    else:
+        codes = _registered_codes(state, header.consumer_group, header.topic)
+    if header.sys_flag & SYSFLAG_COMMIT_OFFSET and header.commit_offset >= 0 and state.is_master:
+        state.offsets.commit(
+            header.topic, header.consumer_group, header.queue_id, header.commit_offset
+        )
+    result = _read(state, header, codes)
+    code = _status_code(result.status, header.queue_offset)
+    if (
+        code == ResponseCode.PULL_NOT_FOUND
+        and header.sys_flag & SYSFLAG_SUSPEND
+        and header.suspend_timeout_millis > 0
+    ):
+        wait = (
+            min(header.suspend_timeout_millis / 1000, _MAX_SUSPEND_S)
+            if state.config.long_polling_enable
+            else state.config.short_polling_time_mills / 1000
+        )
+        if await state.longpoll.wait(header.topic, header.queue_id, header.queue_offset, wait):
+            result = _read(state, header, codes)
+            code = _status_code(result.status, header.queue_offset)
+    response = PullMessageResponseHeader(
+        suggest_which_broker_id=0,
+        next_begin_offset=result.next_queue_offset,
+        min_offset=result.min_queue_offset,
+        max_offset=result.max_queue_offset,
+    )
+    return request.make_response(
+        code, ext_fields=to_ext_fields(response), body=b"".join(result.records)
+    )
+
+
+def _read(
+    state: BrokerState, header: PullMessageRequestHeader, codes: frozenset[int] | None
+) -> GetResult:
+    return state.store.get(
+        header.topic,
+        header.queue_id,
+        header.queue_offset,
+        max(1, min(header.max_msg_nums, 1024)),
+        max_bytes=min(header.max_msg_bytes or _MAX_PULL_BYTES, _MAX_PULL_BYTES),
+        tags_filter=None if codes is None else codes.__contains__,
+    )
+
+
+def _registered_codes(state: BrokerState, group: str, topic: str) -> frozenset[int] | None:
+    consumers = state.clients.consumers.get(group)
+    subscription = consumers.subscriptions.get(topic) if consumers else None
+    if subscription is None:
+        return None
+    return tag_codes(subscription.sub_string, subscription.expression_type)

@@ -1,0 +1,328 @@
+"""SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK.
+
+Behaviour (RocketMQ `SendMessageProcessor`, `AbstractSendMessageProcessor.msgCheck`,
+`CommitLog.asyncPutMessage`):
+- the broker must be writable; system topics are refused; the topic must exist, or be a retry
+  topic, or be auto-created from TBW102 when `autoCreateTopicEnable`;
+- a queue id beyond the topic's queues is refused; a negative one picks a queue;
+- a message with a DELAY level goes to SCHEDULE_TOPIC_XXXX (queue = level - 1) and comes back
+  on time (`schedule.py`); a PREPARED transaction message goes to the half topic (`transactions`);
+- a retried message that used up its reconsume times goes to the group's DLQ;
+- with SYNC_FLUSH the answer waits for the fsync; a timeout answers FLUSH_DISK_TIMEOUT (the
+  message is stored, its durability unknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from ferrymq.broker.metadata import (
+    DEFAULT_TOPIC,
+    DLQ_GROUP_PREFIX,
+    RETRY_GROUP_PREFIX,
+    SCHEDULE_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    dlq_topic,
+    retry_topic,
+)
+from ferrymq.broker.state import BrokerState
+from ferrymq.errors import CorruptRecordError, InvalidNameError, MessageTooLargeError, RequestError
+from ferrymq.model import validate_topic
+from ferrymq.rpc.connection import Connection
+from ferrymq.store.config import FlushDiskType
+from ferrymq.store.store import PutResult
+from ferrymq.wire import properties as props
+from ferrymq.wire.bodies import Perm, TopicConfig
+from ferrymq.wire.broker import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+    SendMessageResponseHeader,
+)
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import from_ext_fields, to_ext_fields
+from ferrymq.wire.msgid import offset_msg_id
+from ferrymq.wire.properties import decode_properties, encode_properties
+from ferrymq.wire.records import (
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    BatchItem,
+    decode_batch,
+    decode_record,
+    transaction_type,
+)
+
+__all__ = ["consumer_send_back", "put_messages", "send_message", "topic_for_send"]
+
+_SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC})
+
+
+def topic_for_send(
+    state: BrokerState, topic: str, default_queue_nums: int, *, retry_queue_nums: int = 1
+) -> TopicConfig:
+    """The config of a topic about to receive messages, created when the rules allow.
+
+    Raises:
+        RequestError: TOPIC_NOT_EXIST when it does not exist and may not be created.
+    """
+    config = state.topics.get(topic)
+    if config is not None:
+        return config
+    if topic.startswith((RETRY_GROUP_PREFIX, DLQ_GROUP_PREFIX)):
+        queues = retry_queue_nums if topic.startswith(RETRY_GROUP_PREFIX) else 1
+        config = TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues)
+    else:
+        template = state.topics.get(DEFAULT_TOPIC)
+        if (
+            not state.config.auto_create_topic_enable
+            or template is None
+            or not (template.perm & Perm.INHERIT)
+        ):
+            raise RequestError(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please!",
+            )
+        queues = max(1, min(default_queue_nums, template.write_queue_nums))
+        config = TopicConfig(
+            topic_name=topic,
+            read_queue_nums=queues,
+            write_queue_nums=queues,
+            perm=template.perm & ~Perm.INHERIT,
+        )
+    state.topics.put(config)
+    state.on_topics_changed()
+    return config
+
+
+async def put_messages(
+    state: BrokerState,
+    topic: str,
+    queue_id: int,
+    items: list[BatchItem],
+    *,
+    born_host: bytes,
+    born_timestamp_ms: int,
+    sys_flag: int = 0,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    wait_flush: bool = True,
+) -> tuple[PutResult, bool]:
+    """Store messages and index them this loop turn; returns (result, flushed in time)."""
+    try:
+        result = state.store.put(
+            topic,
+            queue_id,
+            items,
+            born_host=born_host,
+            born_timestamp_ms=born_timestamp_ms,
+            sys_flag=sys_flag,
+            reconsume_times=reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
+        )
+    except MessageTooLargeError as exc:
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+    except InvalidNameError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    state.schedule_dispatch()
+    if wait_flush and state.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+        try:
+            async with asyncio.timeout(state.config.sync_flush_timeout / 1000):
+                await asyncio.wrap_future(state.store.wait_flushed(result.end_log_offset))
+        except TimeoutError:
+            return result, False
+    return result, True
+
+
+def _send_header(request: RemotingCommand) -> SendMessageRequestHeader:
+    if request.code == RequestCode.SEND_MESSAGE_V2:
+        return from_ext_fields(SendMessageRequestHeaderV2, request.ext_fields).to_v1()
+    return from_ext_fields(SendMessageRequestHeader, request.ext_fields)
+
+
+async def send_message(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320)."""
+    header = _send_header(request)
+    state.check_writable()
+    topic = header.topic
+    try:
+        validate_topic(topic)
+    except InvalidNameError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    if topic in _SYSTEM_TOPICS:
+        raise RequestError(
+            ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+        )
+    batch = request.code == RequestCode.SEND_BATCH_MESSAGE or bool(header.batch)
+    if batch:
+        items = decode_batch(request.body)
+        if not items:
+            raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+    else:
+        properties = (header.properties or "").encode()
+        items = [BatchItem(request.body, properties, header.flag)]
+    if len(request.body) > state.config.max_message_size and not batch:
+        raise RequestError(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"the message body size {len(request.body)} is over the limit "
+            f"{state.config.max_message_size}",
+        )
+    config = topic_for_send(state, topic, header.default_topic_queue_nums)
+    if not config.perm & Perm.WRITE:
+        raise RequestError(
+            ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+        )
+    queue_id = header.queue_id
+    if queue_id < 0:
+        queue_id = random.randrange(config.write_queue_nums)
+    if queue_id >= max(config.write_queue_nums, config.read_queue_nums):
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            f"request queueId[{queue_id}] is illegal, {config.topic_name} has "
+            f"{config.write_queue_nums} write queues. Producer: {conn.peer}",
+        )
+    reconsume_times = header.reconsume_times or 0
+    sys_flag = header.sys_flag
+    stored_topic, stored_queue = topic, queue_id
+    if not batch:
+        stored_topic, stored_queue, items = _reroute(
+            state, header, items[0], topic, queue_id, reconsume_times
+        )
+    if stored_topic == TRANS_HALF_TOPIC:
+        sys_flag &= ~SYSFLAG_TRANSACTION_ROLLBACK  # half messages are plain messages of their topic
+    result, flushed = await put_messages(
+        state,
+        stored_topic,
+        stored_queue,
+        items,
+        born_host=state.born_host(conn),
+        born_timestamp_ms=header.born_timestamp,
+        sys_flag=sys_flag,
+        reconsume_times=reconsume_times,
+        wait_flush=_wants_wait(items[0]),
+    )
+    response = SendMessageResponseHeader(
+        msg_id=",".join(
+            offset_msg_id(state.store.config.store_host, o) for o in result.log_offsets
+        ),
+        queue_id=queue_id,
+        queue_offset=result.first_queue_offset,
+    )
+    if transaction_type(sys_flag) == SYSFLAG_TRANSACTION_PREPARED:
+        response.transaction_id = items[0].property_map.get(props.UNIQ_KEY)
+    code = ResponseCode.SUCCESS if flushed else ResponseCode.FLUSH_DISK_TIMEOUT
+    return request.make_response(code, ext_fields=to_ext_fields(response))
+
+
+def _wants_wait(item: BatchItem) -> bool:
+    return b"WAIT\x01false" not in item.properties
+
+
+def _reroute(
+    state: BrokerState,
+    header: SendMessageRequestHeader,
+    item: BatchItem,
+    topic: str,
+    queue_id: int,
+    reconsume_times: int,
+) -> tuple[str, int, list[BatchItem]]:
+    """Where one message is stored: its topic, a DLQ, the schedule topic or the half topic."""
+    raw = item.properties
+    delayed = b"DELAY\x01" in raw
+    prepared = transaction_type(header.sys_flag) == SYSFLAG_TRANSACTION_PREPARED
+    if topic.startswith(RETRY_GROUP_PREFIX):
+        group = topic[len(RETRY_GROUP_PREFIX) :]
+        limit = header.max_reconsume_times
+        if limit is None:
+            limit = state.group_config(group).retry_max_times
+        if reconsume_times > limit:
+            dlq = dlq_topic(group)
+            topic_for_send(state, dlq, 1)
+            return dlq, 0, [item]
+    if not (delayed or prepared):
+        return topic, queue_id, [item]
+    properties = decode_properties(raw)
+    if prepared:
+        properties[props.REAL_TOPIC] = topic
+        properties[props.REAL_QUEUE_ID] = str(queue_id)
+        properties.setdefault(props.PRODUCER_GROUP, header.producer_group)
+        return TRANS_HALF_TOPIC, 0, [BatchItem(item.body, encode_properties(properties), item.flag)]
+    level = _delay_level(properties.get(props.DELAY_TIME_LEVEL), len(state.config.delay_levels_ms))
+    if level <= 0:
+        return topic, queue_id, [item]
+    properties[props.REAL_TOPIC] = topic
+    properties[props.REAL_QUEUE_ID] = str(queue_id)
+    properties[props.DELAY_TIME_LEVEL] = str(level)
+    return (
+        SCHEDULE_TOPIC,
+        level - 1,
+        [BatchItem(item.body, encode_properties(properties), item.flag)],
+    )
+
+
+def _delay_level(text: str | None, levels: int) -> int:
+    try:
+        level = int(text or "0")
+    except ValueError:
+        return 0
+    return min(level, levels)
+
+
+async def consumer_send_back(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """CONSUMER_SEND_MSG_BACK (36): a consumer failed a message; retry it later or dead-letter it.
+
+    The stored message at `offset` is copied to `%RETRY%<group>` with reconsume times + 1 and a
+    delay level of 3 + reconsume times (10 s, 30 s, 1 m, ...), or to `%DLQ%<group>` once it has
+    been retried `maxReconsumeTimes` times (or the consumer asks with a negative delay level).
+    """
+    header = from_ext_fields(ConsumerSendMsgBackRequestHeader, request.ext_fields)
+    state.check_writable()
+    group_config = state.group_config(header.group)
+    try:
+        record = decode_record(state.store.read_record(header.offset))
+    except CorruptRecordError as exc:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {exc}"
+        ) from None
+    properties = dict(record.properties)
+    properties.pop(props.PROPERTY_CRC32, None)
+    properties.setdefault(props.RETRY_TOPIC, record.topic)
+    properties.setdefault(props.ORIGIN_MESSAGE_ID, header.origin_msg_id or "")
+    reconsume_times = record.reconsume_times + 1
+    limit = header.max_reconsume_times
+    if limit is None:
+        limit = group_config.retry_max_times
+    delay_level = header.delay_level
+    if reconsume_times > limit or delay_level < 0:
+        topic, queue_id = dlq_topic(header.group), 0
+        topic_for_send(state, topic, 1)
+        properties.pop(props.DELAY_TIME_LEVEL, None)
+    else:
+        topic = retry_topic(header.group)
+        config = topic_for_send(state, topic, 1, retry_queue_nums=group_config.retry_queue_nums)
+        queue_id = random.randrange(config.write_queue_nums)
+        if delay_level == 0:
+            delay_level = 3 + reconsume_times - 1
+        level = min(delay_level, len(state.config.delay_levels_ms))
+        properties[props.REAL_TOPIC] = topic
+        properties[props.REAL_QUEUE_ID] = str(queue_id)
+        properties[props.DELAY_TIME_LEVEL] = str(level)
+        topic, queue_id = SCHEDULE_TOPIC, level - 1
+    _, flushed = await put_messages(
+        state,
+        topic,
+        queue_id,
+        [BatchItem(record.body, encode_properties(properties), record.flag)],
+        born_host=record.born_host,
+        born_timestamp_ms=record.born_timestamp_ms,
+        sys_flag=record.sys_flag,
+        reconsume_times=reconsume_times,
+    )
+    code = ResponseCode.SUCCESS if flushed else ResponseCode.FLUSH_DISK_TIMEOUT
+    return request.make_response(code)

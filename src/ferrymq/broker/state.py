@@ -1,0 +1,127 @@
+"""What every broker request handler works on: one object, owned by the broker's event loop.
+
+The handler modules (`send`, `pull`, `consumer`, `query`, `admin`) take a `BrokerState` and a
+request; `broker.Broker` builds the state, routes request codes to the handlers and runs the
+background tasks. Nothing here blocks: the store's only blocking work (fsync) runs on its flusher
+thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ferrymq.broker.clients import ClientTable, QueueLocks
+from ferrymq.broker.config import BrokerConfig, BrokerRole
+from ferrymq.broker.longpoll import LongPoll
+from ferrymq.broker.metadata import (
+    DelayOffsetTable,
+    GroupConfig,
+    GroupTable,
+    OffsetTable,
+    TopicTable,
+)
+from ferrymq.errors import RequestError
+from ferrymq.model import parse_address
+from ferrymq.rpc.connection import Connection
+from ferrymq.store.store import Store
+from ferrymq.wire.bodies import Perm
+from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.records import pack_host
+
+__all__ = ["BrokerState"]
+
+log = logging.getLogger(__name__)
+
+_BORN_HOST = "born_host"
+
+
+@dataclass(eq=False)
+class BrokerState:
+    """The broker's shared state."""
+
+    config: BrokerConfig
+    store: Store
+    topics: TopicTable
+    groups: GroupTable
+    offsets: OffsetTable
+    delay_offsets: DelayOffsetTable
+    clients: ClientTable
+    locks: QueueLocks
+    longpoll: LongPoll
+    address: str
+    """`host:port` clients use for this broker."""
+    clock: Callable[[], float] = time.monotonic
+    wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
+    on_topics_changed: Callable[[], None] = lambda: None
+    """Called when topic configs change, so NameServers hear of it at once."""
+    perm: int = Perm.READ | Perm.WRITE
+    _dispatch_scheduled: bool = field(default=False, repr=False)
+
+    @property
+    def is_master(self) -> bool:
+        """Whether this broker accepts writes by role."""
+        return self.config.broker_role is not BrokerRole.SLAVE
+
+    def check_writable(self) -> None:
+        """Raise NO_PERMISSION unless this broker takes sends."""
+        if not self.is_master or not self.perm & Perm.WRITE:
+            raise RequestError(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.address}] sending message is forbidden",
+            )
+
+    def check_readable(self) -> None:
+        """Raise NO_PERMISSION unless this broker serves pulls."""
+        if not self.perm & Perm.READ:
+            raise RequestError(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.address}] pulling message is forbidden",
+            )
+
+    def born_host(self, conn: Connection) -> bytes:
+        """The packed address of a client connection (stored as each message's born host)."""
+        cached = conn.attributes.get(_BORN_HOST)
+        if isinstance(cached, bytes):
+            return cached
+        try:
+            host, port = parse_address(conn.peer)
+            packed = pack_host(host, port)
+        except ValueError:
+            packed = pack_host("127.0.0.1", 0)
+        conn.attributes[_BORN_HOST] = packed
+        return packed
+
+    def schedule_dispatch(self) -> None:
+        """Index appended records once this loop turn's requests are in (one write per queue)."""
+        if not self._dispatch_scheduled:
+            self._dispatch_scheduled = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._dispatch_scheduled = False
+        try:
+            self.store.dispatch()
+        except Exception:
+            log.exception("dispatch failed")
+
+    def group_config(self, group: str) -> GroupConfig:
+        """A subscription group's config, created with defaults when allowed.
+
+        Raises:
+            RequestError: SUBSCRIPTION_GROUP_NOT_EXIST when it is unknown and may not be created.
+        """
+        config = self.groups.get(group)
+        if config is not None:
+            return config
+        if not self.config.auto_create_subscription_group:
+            raise RequestError(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{group}] does not exist",
+            )
+        config = GroupConfig(group_name=group, retry_max_times=self.config.max_reconsume_times)
+        self.groups.put(config)
+        return config
