@@ -4,8 +4,12 @@
 `dev` explores new examples on every run.
 """
 
+import asyncio
 import os
+from collections.abc import Callable
 
+import pytest
+import uvloop
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -22,3 +26,10 @@ settings.register_profile(
     "soak", max_examples=5000, stateful_step_count=80, deadline=None, print_blob=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Async tests run on uvloop, the loop the servers run on."""
+    return {"uvloop": uvloop.new_event_loop}

@@ -68,9 +68,9 @@ class ClientTable:
         group = self.consumers.get(data.group_name)
         if group is None:
             group = self.consumers[data.group_name] = ConsumerGroup(data.group_name)
-        group.consume_type = data.consume_type
-        group.message_model = data.message_model
-        group.consume_from_where = data.consume_from_where
+        group.consume_type = data.consume_type_name
+        group.message_model = data.message_model_name
+        group.consume_from_where = data.consume_from_where_name
         group.subscriptions = {s.topic: s for s in data.subscription_data_set}
         channel = group.channels.get(client_id)
         if channel is not None and channel.conn is conn:

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from ferrymq import __version__
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
+from ferrymq.cmd.servers import broker_command, namesrv_command
 
 __all__ = ["main"]
 
@@ -26,6 +27,10 @@ __all__ = ["main"]
 @click.version_option(__version__, prog_name="ferry")
 def cli() -> None:
     """ferrymq: a highly available, RocketMQ-compatible message queue."""
+
+
+cli.add_command(namesrv_command)
+cli.add_command(broker_command)
 
 
 @cli.group()

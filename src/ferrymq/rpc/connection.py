@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import typing
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -82,8 +83,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Remember the transport and the peer's address."""
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = typing.cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"

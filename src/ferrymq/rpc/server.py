@@ -54,6 +54,14 @@ class Router:
     async def __call__(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         """Run the handler routed for the request's code; turn its errors into responses."""
         handler = self._routes.get(request.code)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s: %s from %s %s",
+                self.server_name,
+                _code_name(request.code),
+                conn.peer,
+                request.ext_fields,
+            )
         if handler is None:
             return request.make_response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,

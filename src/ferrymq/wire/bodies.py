@@ -156,15 +156,49 @@ class SubscriptionData(_Body, kw_only=True):
     expression_type: str = "TAG"
 
 
+_CONSUME_TYPES: Final = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+_MESSAGE_MODELS: Final = ("BROADCASTING", "CLUSTERING")
+_CONSUME_FROM: Final = (
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
+
+
+def _enum_name(value: str | int, names: tuple[str, ...]) -> str:
+    """Java writes enums by name; the C++ client writes their ordinal."""
+    if isinstance(value, int):
+        return names[value] if 0 <= value < len(names) else str(value)
+    return value
+
+
 class ConsumerData(_Body, kw_only=True):
     """A consumer group as one client reports it in HEART_BEAT."""
 
     group_name: str
-    consume_type: str = "CONSUME_PASSIVELY"
-    message_model: str = "CLUSTERING"
-    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    consume_type: str | int = "CONSUME_PASSIVELY"
+    message_model: str | int = "CLUSTERING"
+    consume_from_where: str | int = "CONSUME_FROM_LAST_OFFSET"
     subscription_data_set: list[SubscriptionData] = msgspec.field(default_factory=list)
     unit_mode: bool = False
+
+    @property
+    def consume_type_name(self) -> str:
+        """`CONSUME_PASSIVELY` (push) or `CONSUME_ACTIVELY` (pull)."""
+        return _enum_name(self.consume_type, _CONSUME_TYPES)
+
+    @property
+    def message_model_name(self) -> str:
+        """`CLUSTERING` or `BROADCASTING`."""
+        return _enum_name(self.message_model, _MESSAGE_MODELS)
+
+    @property
+    def consume_from_where_name(self) -> str:
+        """Where a group without committed offsets starts."""
+        return _enum_name(self.consume_from_where, _CONSUME_FROM)
 
 
 class ProducerData(_Body):

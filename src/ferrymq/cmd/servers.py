@@ -1,0 +1,201 @@
+"""`ferry namesrv` and `ferry broker`: run a server until SIGINT or SIGTERM.
+
+The broker takes a RocketMQ `broker.conf` (`--config`), the short flags of the issue
+(`--cluster --broker-name --listen --namesrv --store-dir --role --broker-id`) and a
+`--kebab-case` flag for every key (`--flush-disk-type SYNC_FLUSH`); flags win over the file.
+Keys ferrymq does not use are logged once, by name, as ignored. A bad value stops the command
+with one line naming the key, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
+from ferrymq.errors import FerryError, StoreLockedError
+from ferrymq.model import parse_address
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
+
+__all__ = ["broker_command", "namesrv_command", "run_until_signal"]
+
+log = logging.getLogger("ferrymq")
+
+
+def setup_logging(level: str) -> None:
+    """One line per record on stderr."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run `main(stop)` on uvloop (when installed); SIGINT/SIGTERM set `stop`."""
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    with asyncio.Runner(loop_factory=_new_loop) as asyncio_runner:
+        asyncio_runner.run(runner())
+
+
+def _fail(message: str) -> None:
+    click.echo(f"ferry: error: {message}", err=True)
+    sys.exit(2)
+
+
+@click.command("namesrv")
+@click.option(
+    "--listen", default="127.0.0.1:9876", show_default=True, help="HOST:PORT to listen on."
+)
+@click.option(
+    "--broker-timeout",
+    type=click.FloatRange(min=1),
+    default=30.0,
+    show_default=True,
+    help="Seconds without a registration before a broker leaves the routes.",
+)
+@click.option("--log-level", default="INFO", show_default=True)
+def namesrv_command(listen: str, broker_timeout: float, log_level: str) -> None:
+    """Run a NameServer."""
+    setup_logging(log_level)
+    try:
+        host, port = parse_address(listen)
+    except ValueError as exc:
+        _fail(f"--listen: {exc}")
+        return
+    config = NamesrvConfig(listen_host=host, listen_port=port, broker_timeout=broker_timeout)
+
+    async def main(stop: asyncio.Event) -> None:
+        async with NameServer(config):
+            await stop.wait()
+
+    try:
+        run_until_signal(main)
+    except OSError as exc:
+        _fail(f"cannot listen on {listen}: {exc.strerror or exc}")
+
+
+def _kebab(key: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", key).lower()
+
+
+def _key_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add a `--kebab-case` string option for every broker config key."""
+    for key in sorted(set(config_keys(BrokerConfig)) - {"brokerName", "brokerId"}, reverse=True):
+        command = click.option(
+            f"--{_kebab(key)}",
+            f"key__{key}",
+            default=None,
+            metavar="VALUE",
+            hidden=True,
+            help=f"RocketMQ key {key}.",
+        )(command)
+    return command
+
+
+@click.command("broker", context_settings={"max_content_width": 100})
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A RocketMQ broker.conf (key=value).",
+)
+@click.option("--cluster", help="brokerClusterName.")
+@click.option("--broker-name", "short_broker_name", help="brokerName.")
+@click.option("--listen", help="HOST:PORT (listenHost, listenPort).")
+@click.option("--namesrv", help="namesrvAddr: HOST:PORT;HOST:PORT.")
+@click.option("--store-dir", help="storePathRootDir.")
+@click.option(
+    "--role",
+    type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"], case_sensitive=False),
+    help="brokerRole.",
+)
+@click.option("--broker-id", "short_broker_id", help="brokerId.")
+@click.option("--log-level", default="INFO", show_default=True)
+@_key_options
+def broker_command(
+    config_file: Path | None,
+    cluster: str | None,
+    short_broker_name: str | None,
+    listen: str | None,
+    namesrv: str | None,
+    store_dir: str | None,
+    role: str | None,
+    short_broker_id: str | None,
+    log_level: str,
+    **keys: str | None,
+) -> None:
+    """Run a broker. Every RocketMQ key also has a --kebab-case flag (e.g. --flush-disk-type)."""
+    setup_logging(log_level)
+    values: dict[str, str] = {}
+    if config_file is not None:
+        try:
+            values.update(parse_properties(config_file.read_text(), str(config_file)))
+        except OSError as exc:
+            _fail(f"--config {config_file}: {exc.strerror or exc}")
+        except (ConfigError, UnicodeDecodeError) as exc:
+            _fail(str(exc))
+    values.update({name.removeprefix("key__"): v for name, v in keys.items() if v is not None})
+    shorts = {
+        "brokerClusterName": cluster,
+        "brokerName": short_broker_name,
+        "namesrvAddr": namesrv,
+        "storePathRootDir": store_dir,
+        "brokerRole": role,
+        "brokerId": short_broker_id,
+    }
+    values.update({k: v for k, v in shorts.items() if v is not None})
+    if listen is not None:
+        try:
+            host, port = parse_address(listen)
+        except ValueError as exc:
+            _fail(f"--listen: {exc}")
+            return
+        values["listenHost"], values["listenPort"] = host, str(port)
+    if values.get("brokerRole", "").upper() == "SLAVE" and "brokerId" not in values:
+        values["brokerId"] = "1"
+    try:
+        config, ignored = build_config(BrokerConfig, values)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    for key in ignored:
+        log.warning("config key %s is not used by ferrymq; ignored", key)
+
+    async def main(stop: asyncio.Event) -> None:
+        async with Broker(config):
+            await stop.wait()
+
+    try:
+        run_until_signal(main)
+    except StoreLockedError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot start the broker on port {config.listen_port}: {exc.strerror or exc}")
+    except FerryError as exc:
+        _fail(str(exc))
