@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import typing
 import itertools
 import logging
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Final
 
