@@ -10,7 +10,9 @@ with one line naming the key, and exit status 2.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import re
 import signal
 import sys
@@ -26,6 +28,7 @@ from ferrymq.config import ConfigError, build_config, config_keys, parse_propert
 from ferrymq.errors import FerryError, StoreLockedError
 from ferrymq.model import parse_address
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.store.atomic import write_atomic
 
 __all__ = ["broker_command", "namesrv_command", "run_until_signal"]
 
@@ -80,7 +83,14 @@ def _fail(message: str) -> None:
     help="Seconds without a registration before a broker leaves the routes.",
 )
 @click.option("--log-level", default="INFO", show_default=True)
-def namesrv_command(listen: str, broker_timeout: float, log_level: str) -> None:
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help='Write {"addr", "pid"} as JSON here once serving.',
+)
+def namesrv_command(
+    listen: str, broker_timeout: float, log_level: str, ready_file: Path | None
+) -> None:
     """Run a NameServer."""
     setup_logging(log_level)
     try:
@@ -91,13 +101,19 @@ def namesrv_command(listen: str, broker_timeout: float, log_level: str) -> None:
     config = NamesrvConfig(listen_host=host, listen_port=port, broker_timeout=broker_timeout)
 
     async def main(stop: asyncio.Event) -> None:
-        async with NameServer(config):
+        async with NameServer(config) as server:
+            _write_ready(ready_file, {"addr": server.address})
             await stop.wait()
 
     try:
         run_until_signal(main)
     except OSError as exc:
         _fail(f"cannot listen on {listen}: {exc.strerror or exc}")
+
+
+def _write_ready(path: Path | None, info: dict[str, object]) -> None:
+    if path is not None:
+        write_atomic(path, json.dumps({**info, "pid": os.getpid()}).encode())
 
 
 def _kebab(key: str) -> str:
@@ -137,6 +153,11 @@ def _key_options(command: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option("--broker-id", "short_broker_id", help="brokerId.")
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help='Write {"addr", "pid"} as JSON here once serving and registered.',
+)
 @_key_options
 def broker_command(
     config_file: Path | None,
@@ -148,6 +169,7 @@ def broker_command(
     role: str | None,
     short_broker_id: str | None,
     log_level: str,
+    ready_file: Path | None,
     **keys: str | None,
 ) -> None:
     """Run a broker. Every RocketMQ key also has a --kebab-case flag (e.g. --flush-disk-type)."""
@@ -188,7 +210,11 @@ def broker_command(
         log.warning("config key %s is not used by ferrymq; ignored", key)
 
     async def main(stop: asyncio.Event) -> None:
-        async with Broker(config):
+        async with Broker(config) as broker:
+            await broker.register()
+            _write_ready(
+                ready_file, {"addr": broker.address, "store_dir": str(config.store_path_root_dir)}
+            )
             await stop.wait()
 
     try:
