@@ -212,7 +212,7 @@ async def send_message(
         queue_id=queue_id,
         queue_offset=result.first_queue_offset,
     )
-    if transaction_type(sys_flag) == SYSFLAG_TRANSACTION_PREPARED:
+    if transaction_type(header.sys_flag) == SYSFLAG_TRANSACTION_PREPARED:
         response.transaction_id = items[0].property_map.get(props.UNIQ_KEY)
     code = ResponseCode.SUCCESS if flushed else ResponseCode.FLUSH_DISK_TIMEOUT
     return request.make_response(code, ext_fields=to_ext_fields(response))
