@@ -143,3 +143,7 @@ def main() -> None:
         cli.main(standalone_mode=True)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
