@@ -10,7 +10,8 @@ Layout: 4096 bytes, big-endian int64 fields at RocketMQ's positions, then ferrym
 32 confirm_log_offset        replication high watermark
 40 safe_log_offset           ferrymq: commit log fsynced AND consume queues and index flushed
                              for every record below this offset; recovery scans from here
-48 crc32 of bytes 0..47 (uint32)
+48 index_file_stamp          ferrymq: name of the newest index file at that flush
+56 crc32 of bytes 0..55 (uint32)
 ```
 
 Written with `write_atomic`, so a crash leaves the previous checkpoint or this one. A checkpoint
@@ -30,7 +31,7 @@ from ferrymq.store.atomic import read_file, write_atomic
 __all__ = ["CHECKPOINT_BYTES", "Checkpoint"]
 
 CHECKPOINT_BYTES: Final = 4096
-_FIELDS: Final = struct.Struct(">qqqqqq")
+_FIELDS: Final = struct.Struct(">qqqqqqq")
 _CRC: Final = struct.Struct(">I")
 
 
@@ -44,6 +45,7 @@ class Checkpoint:
     master_flushed_log_offset: int = 0
     confirm_log_offset: int = 0
     safe_log_offset: int = 0
+    index_file_stamp: int = 0
 
     def encode(self) -> bytes:
         """The 4096-byte file content."""
@@ -54,6 +56,7 @@ class Checkpoint:
             self.master_flushed_log_offset,
             self.confirm_log_offset,
             self.safe_log_offset,
+            self.index_file_stamp,
         )
         data = fields + _CRC.pack(zlib.crc32(fields))
         return data + bytes(CHECKPOINT_BYTES - len(data))

@@ -27,6 +27,7 @@ import mmap
 import os
 import re
 import struct
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -170,6 +171,7 @@ class IndexFile:
     def close(self) -> None:
         """Unmap and close."""
         if self._fd >= 0:
+            self.write_header()
             self._map.close()
             os.close(self._fd)
             self._fd = -1
@@ -189,6 +191,8 @@ class KeyIndex:
         self.max_entries = max_entries
         self.files: list[IndexFile] = []
         self._last_name = ""
+        self._dirty: set[IndexFile] = set()
+        self._dirty_lock = threading.Lock()  # the flusher thread takes the dirty set
 
     @property
     def end_log_offset(self) -> int:
@@ -245,6 +249,8 @@ class KeyIndex:
             current = self.files[-1] if self.files else None
             if current is None or current.is_full:
                 current = self._new_file(info.store_timestamp_ms)
+            with self._dirty_lock:
+                self._dirty.add(current)
             current.put(index_key_hash(info.topic, key), info.log_offset, info.store_timestamp_ms)
 
     def query(self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int) -> list[int]:
@@ -285,9 +291,40 @@ class KeyIndex:
             deleted += 1
         return deleted
 
-    def sync_handles(self) -> list[int]:
-        """Duplicated descriptors of the newest file, for the flusher."""
-        return [self.files[-1].dup_fd()] if self.files else []
+    def sync_handles(self) -> tuple[list[int], int]:
+        """For the flusher: what to sync, and the newest file's stamp.
+
+        Returns duplicated descriptors of every file written since the last call, and the stamp
+        of the newest file, which the checkpoint keeps (see `drop_unsynced`).
+        """
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, set()
+            newest = int(self.files[-1].path.name) if self.files else 0
+        handles: list[int] = []
+        for index_file in dirty:
+            try:
+                handles.append(index_file.dup_fd())
+            except OSError:  # deleted meanwhile: nothing left to sync
+                continue
+        return handles, newest
+
+    def drop_unsynced(self, synced_stamp: int) -> int | None:
+        """After a crash: drop the files that may have been written since the last checkpoint.
+
+        The checkpoint named the newest file at its sync (`synced_stamp`); that file and every
+        newer one may hold torn slots and entries, which cannot be repaired in place (a slot is
+        overwritten, so its older chain is lost with a torn write). Returns the log offset the
+        commit log must be replayed from to rebuild them, or None when nothing was dropped.
+        """
+        replay_from: int | None = None
+        while self.files and int(self.files[-1].path.name) >= synced_stamp:
+            doomed = self.files.pop()
+            if doomed.index_count > 1:
+                start = doomed.begin_log_offset
+                replay_from = start if replay_from is None else min(replay_from, start)
+            log.info("dropping index file %s written after the last checkpoint", doomed.path.name)
+            doomed.delete()
+        return replay_from
 
     def close(self) -> None:
         """Close every file."""

@@ -304,7 +304,9 @@ class Store:
             log.warning("no valid checkpoint: checking the whole commit log")
         scan_from = min(max(safe, segments[0].start_offset), segments[-1].start_offset)
         if after_crash:
-            scan_from = min(scan_from, self.index.drop_from(scan_from))
+            replay_from = self.index.drop_unsynced(self._checkpoint.index_file_stamp)
+            if replay_from is not None:
+                scan_from = min(scan_from, replay_from)
         scan_from = max(scan_from, segments[0].start_offset)
         found = self.commitlog.chain.find(scan_from)
         scan_from = found.start_offset if found else segments[0].start_offset
@@ -657,7 +659,8 @@ class Store:
         handles: list[int] = []
         for queue, queue_offset in dirty.items():
             handles += [fd for fd, _ in queue.chain.sync_handles(queue_offset * ENTRY_BYTES)]
-        handles += self.index.sync_handles()
+        index_handles, index_stamp = self.index.sync_handles()
+        handles += index_handles
         for fd in handles:
             try:
                 os.fdatasync(fd)
@@ -670,6 +673,7 @@ class Store:
                 logics_msg_timestamp_ms=store_ts,
                 index_msg_timestamp_ms=store_ts,
                 safe_log_offset=min(dispatched, log_flushed),
+                index_file_stamp=index_stamp,
             )
         )
 
