@@ -24,9 +24,12 @@ __all__ = [
     "RequestError",
     "RequestTimeoutError",
     "RpcError",
+    "SendFailedError",
+    "SendOutcomeUnknownError",
     "StoreClosedError",
     "StoreError",
     "StoreLockedError",
+    "TopicNotFoundError",
 ]
 
 
@@ -154,3 +157,26 @@ class RequestTimeoutError(RpcError):
         self.address = address
         self.code = code
         self.timeout = timeout
+
+
+class TopicNotFoundError(FerryError):
+    """No NameServer knows a route for the topic."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"no route for topic {topic!r}: create it, or enable auto-creation")
+        self.topic = topic
+
+
+class SendFailedError(FerryError):
+    """The message was surely not stored (refused, or never sent); sending again is safe."""
+
+
+class SendOutcomeUnknownError(FerryError):
+    """The request left but no answer came: the message may or may not be stored.
+
+    Sending it again may duplicate it; its unique key (`msg_id`) lets consumers deduplicate.
+    """
+
+    def __init__(self, message: str, msg_id: str) -> None:
+        super().__init__(f"{message} (message {msg_id}: outcome unknown)")
+        self.msg_id = msg_id

@@ -1,0 +1,1 @@
+"""The ferrymq SDK: routing, producers and consumers, on the RocketMQ remoting protocol."""

@@ -1,0 +1,233 @@
+"""The offset-addressed pull consumer: read any queue from any queue offset.
+
+What the CLI, benchmarks and the Spark source use: the caller decides which queues and which
+offsets; the consumer turns that into PULL_MESSAGE requests to the broker group holding the
+queue, and commits offsets when asked. `fetch_range` reads exactly `[start, end)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from types import TracebackType
+from typing import Self
+
+from ferrymq.client.message import Message
+from ferrymq.client.routing import Routes
+from ferrymq.errors import RemoteError, TopicNotFoundError
+from ferrymq.model import MessageQueue, validate_group
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire.broker import (
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import CommandHeader, to_ext_fields
+from ferrymq.wire.records import decode_record, peek_record_size
+
+__all__ = ["PullConsumer", "PullResult", "PullStatus"]
+
+_SYSFLAG_SUSPEND = 2
+_SYSFLAG_SUBSCRIPTION = 4
+
+
+class PullStatus(Enum):
+    """What a pull found (RocketMQ `PullStatus`)."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """Messages from one queue, and where to continue."""
+
+    status: PullStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[Message] = field(default_factory=list)
+
+
+_STATUS: dict[int, PullStatus] = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+def decode_messages(body: bytes, broker_name: str) -> list[Message]:
+    """The messages of a pull response body (stored records, back to back)."""
+    messages: list[Message] = []
+    position = 0
+    while position < len(body):
+        size, _ = peek_record_size(body, position)
+        messages.append(Message.from_record(decode_record(body, position), broker_name))
+        position += size
+    return messages
+
+
+class PullConsumer:
+    """Pulls by queue offset for one consumer group."""
+
+    def __init__(
+        self,
+        namesrv_addr: str,
+        group: str = "DEFAULT_CONSUMER",
+        *,
+        request_timeout: float = 5.0,
+        rpc: RpcClient | None = None,
+    ) -> None:
+        self.group = validate_group(group)
+        self._rpc = rpc or RpcClient()
+        self._owns_rpc = rpc is None
+        self.routes = Routes(self._rpc, [a.strip() for a in namesrv_addr.split(";") if a.strip()])
+        self._timeout = request_timeout
+
+    async def close(self) -> None:
+        """Close connections (when this consumer owns them)."""
+        if self._owns_rpc:
+            await self._rpc.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's readable queues."""
+        return (await self.routes.get(topic)).read_queues
+
+    async def _call(
+        self, queue: MessageQueue, code: int, header: CommandHeader, timeout: float | None = None
+    ) -> RemotingCommand:
+        route = await self.routes.get(queue.topic)
+        address = route.any_replica(queue.broker_name)
+        if address is None:
+            raise TopicNotFoundError(queue.topic)
+        request = RemotingCommand(code=code, ext_fields=to_ext_fields(header))
+        response = await self._rpc.call(address, request, timeout or self._timeout)
+        if response.code in (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.NO_PERMISSION):
+            self.routes.invalidate(queue.topic)
+        return response
+
+    async def pull(
+        self,
+        queue: MessageQueue,
+        offset: int,
+        *,
+        max_messages: int = 32,
+        max_bytes: int | None = None,
+        expression: str = "*",
+        wait: float = 0.0,
+    ) -> PullResult:
+        """Up to `max_messages` messages from `offset`; with `wait`, long-poll for new ones."""
+        header = PullMessageRequestHeader(
+            consumer_group=self.group,
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_messages,
+            sys_flag=_SYSFLAG_SUBSCRIPTION | (_SYSFLAG_SUSPEND if wait > 0 else 0),
+            commit_offset=0,
+            suspend_timeout_millis=int(wait * 1000),
+            subscription=expression,
+            max_msg_bytes=max_bytes,
+        )
+        response = await self._call(queue, RequestCode.PULL_MESSAGE, header, self._timeout + wait)
+        status = _STATUS.get(response.code)
+        if status is None:
+            raise RemoteError(response.code, response.remark)
+        fields = response.ext_fields
+        return PullResult(
+            status=status,
+            next_offset=int(fields.get("nextBeginOffset", offset)),
+            min_offset=int(fields.get("minOffset", 0)),
+            max_offset=int(fields.get("maxOffset", 0)),
+            messages=decode_messages(response.body, queue.broker_name)
+            if status is PullStatus.FOUND
+            else [],
+        )
+
+    async def fetch_range(
+        self, queue: MessageQueue, start: int, end: int, *, max_bytes: int | None = None
+    ) -> list[Message]:
+        """Exactly the messages at queue offsets `[start, end)` (fewer if retention took some)."""
+        messages: list[Message] = []
+        offset = start
+        while offset < end:
+            result = await self.pull(
+                queue, offset, max_messages=min(1024, end - offset), max_bytes=max_bytes
+            )
+            if result.status is PullStatus.OFFSET_ILLEGAL and result.next_offset > offset:
+                offset = result.next_offset
+                continue
+            if result.status is not PullStatus.FOUND:
+                break
+            messages += [m for m in result.messages if m.queue_offset < end]
+            offset = result.next_offset
+        return messages
+
+    async def _offset(self, queue: MessageQueue, code: int, header: CommandHeader) -> int:
+        response = await self._call(queue, code, header)
+        if response.code != ResponseCode.SUCCESS:
+            raise RemoteError(response.code, response.remark)
+        return int(response.ext_fields["offset"])
+
+    async def max_offset(self, queue: MessageQueue) -> int:
+        """The offset the queue's next message will get."""
+        header = GetMaxOffsetRequestHeader(topic=queue.topic, queue_id=queue.queue_id)
+        return await self._offset(queue, RequestCode.GET_MAX_OFFSET, header)
+
+    async def min_offset(self, queue: MessageQueue) -> int:
+        """The first offset still stored."""
+        header = GetMinOffsetRequestHeader(topic=queue.topic, queue_id=queue.queue_id)
+        return await self._offset(queue, RequestCode.GET_MIN_OFFSET, header)
+
+    async def offset_for_time(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset stored at or after `timestamp_ms`."""
+        header = SearchOffsetRequestHeader(
+            topic=queue.topic, queue_id=queue.queue_id, timestamp=timestamp_ms
+        )
+        return await self._offset(queue, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)
+
+    async def committed(self, queue: MessageQueue) -> int | None:
+        """The group's committed offset in the queue, or None."""
+        header = QueryConsumerOffsetRequestHeader(
+            consumer_group=self.group,
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            set_zero_if_not_found=False,
+        )
+        response = await self._call(queue, RequestCode.QUERY_CONSUMER_OFFSET, header)
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            raise RemoteError(response.code, response.remark)
+        return int(response.ext_fields["offset"])
+
+    async def commit(self, queue: MessageQueue, offset: int) -> None:
+        """Commit the group's position in the queue (the next offset to read)."""
+        header = UpdateConsumerOffsetRequestHeader(
+            consumer_group=self.group,
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            commit_offset=offset,
+        )
+        response = await self._call(queue, RequestCode.UPDATE_CONSUMER_OFFSET, header)
+        if response.code != ResponseCode.SUCCESS:
+            raise RemoteError(response.code, response.remark)

@@ -1,0 +1,266 @@
+"""The producer: send messages to a topic's queues, with retries that never hide an unknown outcome.
+
+- Queues are chosen round-robin over the topic's write queues, avoiding broker groups that failed
+  in the last few seconds. A send that surely failed (refused, or never sent) is retried up to
+  `retries` times on another queue, preferring another group, after refreshing the route.
+- A send to an explicit queue (ordered messages) is never moved to another queue.
+- A send whose request left but got no answer raises `SendOutcomeUnknownError`: the message may be
+  stored. It is not retried by default, so the SDK never turns one send into two silently.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from types import TracebackType
+from typing import Final, Self
+
+from ferrymq.client.message import SendResult
+from ferrymq.client.routing import Routes
+from ferrymq.errors import ConnectError, RpcError, SendFailedError, SendOutcomeUnknownError
+from ferrymq.model import MessageQueue, validate_group, validate_topic
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire import properties as props
+from ferrymq.wire.broker import SendMessageRequestHeader, SendMessageRequestHeaderV2
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import to_ext_fields
+from ferrymq.wire.msgid import UniqueIdGenerator
+from ferrymq.wire.properties import encode_properties
+from ferrymq.wire.records import BatchItem, encode_batch
+
+__all__ = ["Producer"]
+
+log = logging.getLogger(__name__)
+
+_RETRY_CODES: Final = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.NOT_LEADER_FOR_QUEUE,
+    }
+)
+"""Refusals that mean "not here": another queue or a fresh route may take the message."""
+
+_STORED_CODES: Final[dict[int, str]] = {
+    ResponseCode.SUCCESS: "SEND_OK",
+    ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
+    ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
+}
+
+
+def _client_ip() -> bytes:
+    return bytes([127, 0, 0, 1])
+
+
+class Producer:
+    """Sends messages; use as an async context manager (or `start`/`close`)."""
+
+    def __init__(
+        self,
+        namesrv_addr: str,
+        group: str = "DEFAULT_PRODUCER",
+        *,
+        send_timeout: float = 3.0,
+        retries: int = 2,
+        rpc: RpcClient | None = None,
+    ) -> None:
+        self.group = validate_group(group)
+        self._rpc = rpc or RpcClient()
+        self._owns_rpc = rpc is None
+        self.routes = Routes(self._rpc, [a.strip() for a in namesrv_addr.split(";") if a.strip()])
+        self._send_timeout = send_timeout
+        self._retries = retries
+        self._ids = UniqueIdGenerator(_client_ip(), os.getpid())
+        self._turn = itertools.count()
+
+    async def start(self) -> None:
+        """Nothing to do until the first send; kept for symmetry with consumers."""
+
+    async def close(self) -> None:
+        """Close connections (when this producer owns them)."""
+        if self._owns_rpc:
+            await self._rpc.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def new_msg_id(self) -> str:
+        """A fresh unique key in RocketMQ's UNIQ_KEY layout."""
+        return self._ids.next_id(time.time_ns() // 1_000_000)
+
+    def _properties(
+        self,
+        tags: str | None,
+        keys: list[str] | str | None,
+        properties: dict[str, str] | None,
+        delay_level: int,
+    ) -> dict[str, str]:
+        result = dict(properties or {})
+        if tags:
+            result[props.TAGS] = tags
+        if keys:
+            result[props.KEYS] = keys if isinstance(keys, str) else props.KEY_SEPARATOR.join(keys)
+        if delay_level > 0:
+            result[props.DELAY_TIME_LEVEL] = str(delay_level)
+        result.setdefault(props.UNIQ_KEY, self.new_msg_id())
+        result.setdefault(props.WAIT_STORE_MSG_OK, "true")
+        return result
+
+    def _choose(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
+        turn = next(self._turn)
+        healthy = [
+            q for q in queues if self.routes.is_healthy(q.broker_name) and q.broker_name != avoid
+        ]
+        pool = healthy or [q for q in queues if q.broker_name != avoid] or queues
+        return pool[turn % len(pool)]
+
+    async def send(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: list[str] | str | None = None,
+        properties: dict[str, str] | None = None,
+        queue: MessageQueue | None = None,
+        delay_level: int = 0,
+    ) -> SendResult:
+        """Send one message and wait until the broker stored it.
+
+        Raises:
+            SendFailedError: the message was surely not stored.
+            SendOutcomeUnknownError: the request left but no answer came.
+            TopicNotFoundError: the topic has no route.
+        """
+        validate_topic(topic)
+        message_properties = self._properties(tags, keys, properties, delay_level)
+        msg_id = message_properties[props.UNIQ_KEY]
+        return await self._send(
+            topic,
+            RequestCode.SEND_MESSAGE_V2,
+            body,
+            encode_properties(message_properties),
+            msg_id,
+            queue,
+        )
+
+    async def send_batch(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        *,
+        tags: str | None = None,
+        queue: MessageQueue | None = None,
+    ) -> SendResult:
+        """Send several messages to one queue in one request (consecutive queue offsets)."""
+        validate_topic(topic)
+        items: list[BatchItem] = []
+        first_id = ""
+        for body in bodies:
+            item_properties = self._properties(tags, None, None, 0)
+            first_id = first_id or item_properties[props.UNIQ_KEY]
+            items.append(BatchItem.of(body, item_properties))
+        return await self._send(
+            topic,
+            RequestCode.SEND_BATCH_MESSAGE,
+            encode_batch(items),
+            b"",
+            first_id,
+            queue,
+            batch=True,
+        )
+
+    async def _send(
+        self,
+        topic: str,
+        code: int,
+        body: bytes,
+        properties: bytes,
+        msg_id: str,
+        queue: MessageQueue | None,
+        *,
+        batch: bool = False,
+    ) -> SendResult:
+        avoid: str | None = None
+        last_failure = "no attempt"
+        attempts = 1 if queue is not None else 1 + self._retries
+        for attempt in range(attempts):
+            route = await self.routes.get(topic, refresh=attempt > 0)
+            target = queue if queue is not None else self._choose(route.write_queues, avoid)
+            if target is None:
+                raise SendFailedError(f"topic {topic} has no writable queue")
+            address = route.master(target.broker_name)
+            if address is None:
+                last_failure = f"broker group {target.broker_name} has no master"
+                self.routes.mark_failed(target.broker_name)
+                avoid = target.broker_name
+                continue
+            request = self._request(topic, code, target, body, properties, batch)
+            try:
+                response = await self._rpc.call(address, request, self._send_timeout)
+            except ConnectError as exc:
+                last_failure = str(exc)
+                self.routes.mark_failed(target.broker_name)
+                avoid = target.broker_name
+                continue
+            except RpcError as exc:
+                self.routes.mark_failed(target.broker_name)
+                raise SendOutcomeUnknownError(str(exc), msg_id) from exc
+            status = _STORED_CODES.get(response.code)
+            if status is not None:
+                return SendResult(
+                    msg_id=msg_id,
+                    offset_msg_id=response.ext_fields.get("msgId", ""),
+                    queue=target,
+                    queue_offset=int(response.ext_fields.get("queueOffset", "-1")),
+                    transaction_id=response.ext_fields.get("transactionId"),
+                )
+            last_failure = f"{address} refused: {response.remark} (code {response.code})"
+            if response.code not in _RETRY_CODES:
+                break
+            self.routes.invalidate(topic)
+            avoid = target.broker_name
+        raise SendFailedError(f"send to {topic} failed: {last_failure}")
+
+    def _request(
+        self,
+        topic: str,
+        code: int,
+        queue: MessageQueue,
+        body: bytes,
+        properties: bytes,
+        batch: bool,
+    ) -> RemotingCommand:
+        header = SendMessageRequestHeader(
+            producer_group=self.group,
+            topic=topic,
+            default_topic="TBW102",
+            default_topic_queue_nums=4,
+            queue_id=queue.queue_id,
+            sys_flag=0,
+            born_timestamp=time.time_ns() // 1_000_000,
+            flag=0,
+            properties=properties.decode() if properties else None,
+            batch=batch or None,
+        )
+        fields = (
+            to_ext_fields(SendMessageRequestHeaderV2.from_v1(header))
+            if code == RequestCode.SEND_MESSAGE_V2
+            else to_ext_fields(header)
+        )
+        return RemotingCommand(code=code, ext_fields=fields, body=body)

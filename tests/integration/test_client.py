@@ -1,0 +1,79 @@
+"""The SDK's producer and offset-addressed consumer against a real broker."""
+
+import pytest
+
+from ferrymq.client.consumer import PullConsumer, PullStatus
+from ferrymq.client.producer import Producer
+from ferrymq.errors import SendFailedError, TopicNotFoundError
+from ferrymq.rpc.client import RpcClient
+from ferrymq.testing import LocalCluster
+
+from .remoting import create_topic
+
+
+async def test_produce_then_fetch_every_queue(cluster: LocalCluster, client: RpcClient) -> None:
+    await create_topic(client, cluster.broker.address, "T", 3)
+    await cluster.broker.register()
+    async with (
+        Producer(cluster.namesrv_addr) as producer,
+        PullConsumer(cluster.namesrv_addr, "G") as consumer,
+    ):
+        results = [
+            await producer.send(
+                "T", f"m{i}".encode(), tags="t", keys=[f"k{i}"], properties={"n": str(i)}
+            )
+            for i in range(9)
+        ]
+        assert sorted(r.queue.queue_id for r in results) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+        assert len({r.msg_id for r in results}) == 9
+        got = []
+        for queue in await consumer.queues("T"):
+            assert await consumer.max_offset(queue) == 3
+            got += await consumer.fetch_range(queue, 0, 3)
+        assert sorted(m.body for m in got) == [f"m{i}".encode() for i in range(9)]
+        by_body = {m.body: m for m in got}
+        first = by_body[b"m0"]
+        assert (first.tags, first.keys, first.properties["n"]) == ("t", ["k0"], "0")
+        assert first.msg_id == results[0].msg_id
+        queue = results[0].queue
+        await consumer.commit(queue, 2)
+        assert await consumer.committed(queue) == 2
+        empty = await consumer.pull(queue, 3)
+        assert empty.status is PullStatus.NO_NEW_MSG
+
+
+async def test_ordered_sends_stay_in_their_queue_and_batches_keep_order(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    await create_topic(client, cluster.broker.address, "T", 4)
+    await cluster.broker.register()
+    async with (
+        Producer(cluster.namesrv_addr) as producer,
+        PullConsumer(cluster.namesrv_addr) as consumer,
+    ):
+        queues = await consumer.queues("T")
+        for i in range(5):
+            await producer.send("T", f"o{i}".encode(), queue=queues[2])
+        batch = await producer.send_batch("T", [b"b0", b"b1", b"b2"], queue=queues[1])
+        assert batch.queue_offset == 0
+        assert [m.body for m in await consumer.fetch_range(queues[2], 0, 5)] == [
+            f"o{i}".encode() for i in range(5)
+        ]
+        assert [m.body for m in await consumer.fetch_range(queues[1], 0, 3)] == [
+            b"b0",
+            b"b1",
+            b"b2",
+        ]
+
+
+async def test_missing_topics_and_refused_sends_are_typed_errors(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    await create_topic(client, cluster.broker.address, "T", 1)
+    await cluster.broker.register()
+    async with Producer(cluster.namesrv_addr) as producer:
+        with pytest.raises(TopicNotFoundError):
+            await producer.send("Nope", b"x")
+        await cluster.restart_broker(max_message_size=10)
+        with pytest.raises(SendFailedError, match="over the limit"):
+            await producer.send("T", b"x" * 100)
