@@ -33,8 +33,7 @@ bench-store: setup
 	$(BIN)/ferry bench store
 
 demo: setup
-	@echo "make demo arrives with the broker (issue 3); until then: make bench-store"
-	$(BIN)/ferry bench store --quick
+	$(BIN)/ferry demo
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -6,6 +6,7 @@ prints a one-line error and exits with status 2 (click's convention), never a tr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import platform
 import sys
@@ -18,6 +19,7 @@ from rich.table import Table
 
 from ferrymq import __version__
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
+from ferrymq.cmd.demo import run_demo
 from ferrymq.cmd.servers import broker_command, namesrv_command
 
 __all__ = ["main"]
@@ -31,6 +33,24 @@ def cli() -> None:
 
 cli.add_command(namesrv_command)
 cli.add_command(broker_command)
+
+
+@cli.command("demo")
+@click.option(
+    "--messages", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the servers keep their data and logs (default: a new temporary directory).",
+)
+def demo_command(messages: int, data_dir: Path | None) -> None:
+    """Start a NameServer and a broker, produce and consume a stream, report, stop."""
+    console = Console()
+    report = asyncio.run(run_demo(messages, data_dir, console))
+    if not report.ok:
+        sys.exit(1)
 
 
 @cli.group()
