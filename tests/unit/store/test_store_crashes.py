@@ -93,7 +93,7 @@ class StoreWithCrashes(RuleBasedStateMachine):
         checkpoint = Checkpoint.load(self.root / "checkpoint")
         safe = checkpoint.safe_log_offset if checkpoint else 0
         cut = data.draw(st.integers(self.durable, written), label="cut")
-        garbage = data.draw(st.binary(max_size=40), label="garbage")
+        garbage = data.draw(st.lists(st.integers(1, 255), max_size=40), label="garbage")
         self._cut_commit_log(cut, garbage)
         self._lose_queue_tails(safe, data)
         self._damage_newest_index(safe, data)
@@ -101,7 +101,8 @@ class StoreWithCrashes(RuleBasedStateMachine):
         self.store = Store.open(self.config)
         self.durable = self.store.max_log_offset
 
-    def _cut_commit_log(self, cut: int, garbage: bytes) -> None:
+    def _cut_commit_log(self, cut: int, garbage: list[int]) -> None:
+        """Keep the bytes before `cut`; after it, bytes that differ from what was written."""
         segment_bytes = self.config.commitlog_segment_bytes
         directory = self.root / "commitlog"
         for path in sorted(directory.iterdir()) if directory.exists() else []:
@@ -112,9 +113,13 @@ class StoreWithCrashes(RuleBasedStateMachine):
                 path.unlink()
                 continue
             with path.open("r+b") as f:
-                f.truncate(cut - start)
                 f.seek(cut - start)
-                f.write(garbage[: segment_bytes - (cut - start)])
+                written = f.read(len(garbage))
+                f.truncate(cut - start)
+                changed = bytes(
+                    (written[i] if i < len(written) else 0) ^ g for i, g in enumerate(garbage)
+                )
+                f.write(changed[: segment_bytes - (cut - start)])
 
     def _lose_queue_tails(self, safe: int, data: st.DataObject) -> None:
         for queue_id in range(QUEUES):
