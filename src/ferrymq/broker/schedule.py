@@ -58,6 +58,8 @@ class ScheduleService:
         for level, delay_ms in enumerate(delays, 1):
             queue_id = level - 1
             offset = state.delay_offsets.offsets.get(level, 0)
+            if state.store.max_queue_offset(SCHEDULE_TOPIC, queue_id) <= offset:
+                continue  # nothing waits at this level: skip the read
             while True:
                 result = state.store.get(SCHEDULE_TOPIC, queue_id, offset, _BATCH)
                 if result.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ferrymq import __version__
+from ferrymq.cmd.bench_broker import BrokerBenchConfig, run_broker_bench
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
 from ferrymq.cmd.demo import run_demo
 from ferrymq.cmd.servers import broker_command, namesrv_command
@@ -112,11 +114,95 @@ def bench_store(
         )
 
 
+@bench.command("broker")
+@click.option("--sizes", default="100,1024", show_default=True, help="Payload sizes in bytes.")
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.2),
+    default=5.0,
+    show_default=True,
+    help="Length of each send measurement.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=1, max=10_000),
+    default=256,
+    show_default=True,
+    help="Sends in flight in the windowed rows.",
+)
+@click.option("--no-nats", is_flag=True, help="Skip the NATS JetStream rows.")
+@click.option("--no-cpp", is_flag=True, help="Skip the official C++-core client rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def bench_broker(
+    sizes: str, seconds: float, window: int, no_nats: bool, no_cpp: bool, as_json: bool
+) -> None:
+    """One broker beside NATS JetStream R1: sync, windowed and raw sends, consumes; CPU per row."""
+    config = BrokerBenchConfig(
+        sizes=_parse_ints(sizes, "--sizes"),
+        seconds=seconds,
+        window=window,
+        nats=not no_nats,
+        cpp=not no_cpp,
+    )
+    console = Console(stderr=True)
+    with console.status("measuring") as status:
+        rows = asyncio.run(
+            run_broker_bench(config, lambda name: status.update(f"measuring {name}"))
+        )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "benchmark": "broker",
+                    "machine": _machine(),
+                    "window": window,
+                    "seconds": seconds,
+                    "rows": [r.as_json() for r in rows],
+                }
+            )
+        )
+        return
+    table = Table(title="ferry bench broker")
+    for column in (
+        "system",
+        "mode",
+        "size",
+        "msg/s",
+        "MB/s",
+        "p50 ms",
+        "p99 ms",
+        "client CPU %",
+        "server CPU %",
+    ):
+        table.add_column(column, justify="right")
+    for r in rows:
+        table.add_row(
+            r.system,
+            r.mode,
+            str(r.size),
+            f"{r.msgs_per_s:,.0f}",
+            f"{r.mb_per_s:.1f}",
+            "-" if r.p50_ms is None else f"{r.p50_ms:.2f}",
+            "-" if r.p99_ms is None else f"{r.p99_ms:.2f}",
+            f"{r.client_cpu_pct:.0f}",
+            f"{r.server_cpu_pct:.0f}",
+        )
+    Console().print(table)
+
+
+def _machine() -> dict[str, object]:
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+
+
 def _summary(config: StoreBenchConfig, results: list[CaseResult]) -> dict[str, object]:
     headline = next((r for r in results if r.size == 1024 and r.batch == 64), results[-1])
     return {
         "benchmark": "store",
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "machine": _machine(),
         "directory": str(config.directory),
         "seconds_per_measurement": config.seconds,
         "async_ratio": round(headline.async_ratio, 3),

@@ -9,6 +9,7 @@ and the field, so a server can answer with a clear remark.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Any, Final, TypeVar
 
@@ -41,13 +42,19 @@ def _to_str(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
+@functools.cache
+def _wire_names(header_type: type[CommandHeader]) -> tuple[tuple[str, str], ...]:
+    """(attribute, wire name) of each field; computed once per class (it evaluates annotations)."""
+    return tuple((info.name, info.encode_name) for info in msgspec.structs.fields(header_type))
+
+
 def to_ext_fields(header: CommandHeader) -> dict[str, str]:
     """Flatten `header` into `extFields`: every non-None field as the string Java would send."""
     ext: dict[str, str] = {}
-    for info in msgspec.structs.fields(header):
-        value = getattr(header, info.name)
+    for name, wire_name in _wire_names(type(header)):
+        value = getattr(header, name)
         if value is not None:
-            ext[info.encode_name] = _to_str(value)
+            ext[wire_name] = value if type(value) is str else _to_str(value)
     return ext
 
 
