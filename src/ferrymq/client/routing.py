@@ -150,6 +150,14 @@ class Routes:
         assert last_error is not None
         raise last_error
 
+    def master_of(self, broker_name: str) -> str | None:
+        """The master of a broker group, from any cached route."""
+        for route in self._routes.values():
+            address = route.master(broker_name)
+            if address is not None:
+                return address
+        return None
+
     # ------------------------------------------------------------------ fault tolerance
 
     def mark_failed(self, broker_name: str) -> None:
