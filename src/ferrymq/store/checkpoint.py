@@ -11,7 +11,8 @@ Layout: 4096 bytes, big-endian int64 fields at RocketMQ's positions, then ferrym
 40 safe_log_offset           ferrymq: commit log fsynced AND consume queues and index flushed
                              for every record below this offset; recovery scans from here
 48 index_file_stamp          ferrymq: name of the newest index file at that flush
-56 crc32 of bytes 0..55 (uint32)
+56 index_begin_log_offset    ferrymq: log offset of that file's first entry
+64 crc32 of bytes 0..63 (uint32)
 ```
 
 Written with `write_atomic`, so a crash leaves the previous checkpoint or this one. A checkpoint
@@ -31,7 +32,7 @@ from ferrymq.store.atomic import read_file, write_atomic
 __all__ = ["CHECKPOINT_BYTES", "Checkpoint"]
 
 CHECKPOINT_BYTES: Final = 4096
-_FIELDS: Final = struct.Struct(">qqqqqqq")
+_FIELDS: Final = struct.Struct(">qqqqqqqq")
 _CRC: Final = struct.Struct(">I")
 
 
@@ -46,6 +47,7 @@ class Checkpoint:
     confirm_log_offset: int = 0
     safe_log_offset: int = 0
     index_file_stamp: int = 0
+    index_begin_log_offset: int = 0
 
     def encode(self) -> bytes:
         """The 4096-byte file content."""
@@ -57,6 +59,7 @@ class Checkpoint:
             self.confirm_log_offset,
             self.safe_log_offset,
             self.index_file_stamp,
+            self.index_begin_log_offset,
         )
         data = fields + _CRC.pack(zlib.crc32(fields))
         return data + bytes(CHECKPOINT_BYTES - len(data))

@@ -291,40 +291,37 @@ class KeyIndex:
             deleted += 1
         return deleted
 
-    def sync_handles(self) -> tuple[list[int], int]:
-        """For the flusher: what to sync, and the newest file's stamp.
+    def sync_handles(self) -> tuple[list[int], int, int]:
+        """For the flusher: what to sync, and where the newest file starts.
 
         Returns duplicated descriptors of every file written since the last call, and the stamp
-        of the newest file, which the checkpoint keeps (see `drop_unsynced`).
+        and first log offset of the newest file, which the checkpoint keeps (`drop_unsynced`).
         """
         with self._dirty_lock:
             dirty, self._dirty = self._dirty, set()
-            newest = int(self.files[-1].path.name) if self.files else 0
+            last = self.files[-1] if self.files else None
+            newest = int(last.path.name) if last else 0
+            begin = last.begin_log_offset if last else 0
         handles: list[int] = []
         for index_file in dirty:
             try:
                 handles.append(index_file.dup_fd())
             except OSError:  # deleted meanwhile: nothing left to sync
                 continue
-        return handles, newest
+        return handles, newest, begin
 
-    def drop_unsynced(self, synced_stamp: int) -> int | None:
+    def drop_unsynced(self, synced_stamp: int) -> None:
         """After a crash: drop the files that may have been written since the last checkpoint.
 
         The checkpoint named the newest file at its sync (`synced_stamp`); that file and every
         newer one may hold torn slots and entries, which cannot be repaired in place (a slot is
-        overwritten, so its older chain is lost with a torn write). Returns the log offset the
-        commit log must be replayed from to rebuild them, or None when nothing was dropped.
+        overwritten, so its older chain is lost with a torn write). The caller replays the
+        commit log from the checkpoint's `index_begin_log_offset` to rebuild them.
         """
-        replay_from: int | None = None
         while self.files and int(self.files[-1].path.name) >= synced_stamp:
             doomed = self.files.pop()
-            if doomed.index_count > 1:
-                start = doomed.begin_log_offset
-                replay_from = start if replay_from is None else min(replay_from, start)
             log.info("dropping index file %s written after the last checkpoint", doomed.path.name)
             doomed.delete()
-        return replay_from
 
     def close(self) -> None:
         """Close every file."""

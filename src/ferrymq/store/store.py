@@ -304,9 +304,9 @@ class Store:
             log.warning("no valid checkpoint: checking the whole commit log")
         scan_from = min(max(safe, segments[0].start_offset), segments[-1].start_offset)
         if after_crash:
-            replay_from = self.index.drop_unsynced(self._checkpoint.index_file_stamp)
-            if replay_from is not None:
-                scan_from = min(scan_from, replay_from)
+            self.index.drop_unsynced(self._checkpoint.index_file_stamp)
+            if self._checkpoint.index_file_stamp:
+                scan_from = min(scan_from, self._checkpoint.index_begin_log_offset)
         scan_from = max(scan_from, segments[0].start_offset)
         found = self.commitlog.chain.find(scan_from)
         scan_from = found.start_offset if found else segments[0].start_offset
@@ -659,7 +659,7 @@ class Store:
         handles: list[int] = []
         for queue, queue_offset in dirty.items():
             handles += [fd for fd, _ in queue.chain.sync_handles(queue_offset * ENTRY_BYTES)]
-        index_handles, index_stamp = self.index.sync_handles()
+        index_handles, index_stamp, index_begin = self.index.sync_handles()
         handles += index_handles
         for fd in handles:
             try:
@@ -674,6 +674,7 @@ class Store:
                 index_msg_timestamp_ms=store_ts,
                 safe_log_offset=min(dispatched, log_flushed),
                 index_file_stamp=index_stamp,
+                index_begin_log_offset=index_begin,
             )
         )
 

@@ -116,6 +116,7 @@ class StoreWithCrashes(RuleBasedStateMachine):
                 f.seek(cut - start)
                 written = f.read(len(garbage))
                 f.truncate(cut - start)
+                f.seek(cut - start)
                 changed = bytes(
                     (written[i] if i < len(written) else 0) ^ g for i, g in enumerate(garbage)
                 )
