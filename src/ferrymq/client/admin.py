@@ -5,15 +5,37 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
+from ferrymq.client.consumer import decode_messages
+from ferrymq.client.message import Message
 from ferrymq.errors import FerryError, RemoteError
-from ferrymq.model import validate_topic
+from ferrymq.model import format_address, validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
-from ferrymq.wire.bodies import ClusterInfo, TopicList, TopicRouteData, decode_body
-from ferrymq.wire.broker import CreateTopicRequestHeader, DeleteTopicRequestHeader
+from ferrymq.wire.bodies import (
+    ClusterInfo,
+    ConsumeStats,
+    ConsumeStatsEntry,
+    TopicList,
+    TopicOffsetEntry,
+    TopicRouteData,
+    TopicStatsTable,
+    decode_body,
+)
+from ferrymq.wire.broker import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    QueryMessageRequestHeader,
+    SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
+)
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
+from ferrymq.wire.msgid import decode_offset_msg_id
 from ferrymq.wire.namesrv import DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader
+from ferrymq.wire.records import unpack_host
 
 __all__ = ["AdminClient"]
 
@@ -156,3 +178,103 @@ class AdminClient:
                 RemotingCommand(code=RequestCode.DELETE_TOPIC_IN_NAMESRV, ext_fields=dict(names)),
                 self._timeout,
             )
+
+    async def _topic_masters(self, topic: str) -> dict[str, str]:
+        route = await self.route(topic)
+        if route is None:
+            raise FerryError(f"no route for topic {topic!r}")
+        return {b.broker_name: b.broker_addrs[0] for b in route.broker_datas if 0 in b.broker_addrs}
+
+    async def topic_status(self, topic: str) -> list[TopicOffsetEntry]:
+        """Every queue's min and max offsets and last store time (GET_TOPIC_STATS_INFO)."""
+        header = to_ext_fields(GetTopicStatsInfoRequestHeader(topic=topic))
+        entries: list[TopicOffsetEntry] = []
+        for _, address in sorted((await self._topic_masters(topic)).items()):
+            request = RemotingCommand(
+                code=RequestCode.GET_TOPIC_STATS_INFO, ext_fields=dict(header)
+            )
+            response = await self._broker_call(address, request)
+            entries += decode_body(response.body, TopicStatsTable).offset_table
+        return entries
+
+    async def consumer_progress(
+        self, group: str, topic: str | None = None
+    ) -> list[ConsumeStatsEntry]:
+        """A group's committed offsets against each queue's end, on every master."""
+        validate_group(group)
+        header = to_ext_fields(GetConsumeStatsRequestHeader(consumer_group=group, topic=topic))
+        info = await self.cluster_info()
+        entries: list[ConsumeStatsEntry] = []
+        for name in sorted(info.broker_addr_table):
+            address = info.broker_addr_table[name].broker_addrs.get(0)
+            if address is None:
+                continue
+            request = RemotingCommand(code=RequestCode.GET_CONSUME_STATS, ext_fields=dict(header))
+            response = await self._broker_call(address, request)
+            entries += decode_body(response.body, ConsumeStats).offset_table
+        return entries
+
+    async def reset_offsets(
+        self, group: str, topic: str, *, timestamp_ms: int | None = None, to_latest: bool = False
+    ) -> dict[tuple[str, int], int]:
+        """Move a group's committed offsets in a topic to the earliest, latest, or a time.
+
+        Consumers running in the group keep their own positions until they restart or lose
+        the queue in a rebalance; stop them first for the reset to take effect at once.
+        """
+        validate_group(group)
+        moved: dict[tuple[str, int], int] = {}
+        for entry in await self.topic_status(topic):
+            address = (await self._topic_masters(topic))[entry.broker_name]
+            if timestamp_ms is not None:
+                search = SearchOffsetRequestHeader(
+                    topic=topic, queue_id=entry.queue_id, timestamp=timestamp_ms
+                )
+                request = RemotingCommand(
+                    code=RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext_fields=to_ext_fields(search)
+                )
+                offset = int((await self._broker_call(address, request)).ext_fields["offset"])
+            else:
+                offset = entry.max_offset if to_latest else entry.min_offset
+            update = UpdateConsumerOffsetRequestHeader(
+                consumer_group=group, topic=topic, queue_id=entry.queue_id, commit_offset=offset
+            )
+            await self._broker_call(
+                address,
+                RemotingCommand(
+                    code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=to_ext_fields(update)
+                ),
+            )
+            moved[entry.broker_name, entry.queue_id] = offset
+        return moved
+
+    async def messages_by_key(
+        self, topic: str, key: str, *, max_count: int = 32, begin_ms: int = 0, end_ms: int = 2**62
+    ) -> list[Message]:
+        """Messages of a topic whose keys (or unique key) include `key`, from every master."""
+        header = QueryMessageRequestHeader(
+            topic=topic, key=key, max_num=max_count, begin_timestamp=begin_ms, end_timestamp=end_ms
+        )
+        found: list[Message] = []
+        for broker_name, address in sorted((await self._topic_masters(topic)).items()):
+            response = await self._rpc.call(
+                address,
+                RemotingCommand(code=RequestCode.QUERY_MESSAGE, ext_fields=to_ext_fields(header)),
+                self._timeout,
+            )
+            if response.code == ResponseCode.SUCCESS:
+                found += decode_messages(response.body, broker_name)
+            elif response.code != ResponseCode.QUERY_NOT_FOUND:
+                raise RemoteError(response.code, response.remark)
+        return found
+
+    async def message_by_id(self, offset_msg_id: str) -> Message:
+        """The message with an offset message id (it names the broker and the log offset)."""
+        store_host, log_offset = decode_offset_msg_id(offset_msg_id)
+        address = format_address(*unpack_host(store_host))
+        header = to_ext_fields(ViewMessageRequestHeader(offset=log_offset))
+        response = await self._broker_call(
+            address, RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields=header)
+        )
+        (message,) = decode_messages(response.body, "")
+        return message

@@ -19,10 +19,14 @@ from rich.console import Console
 from rich.table import Table
 
 from ferrymq import __version__
+from ferrymq.cli.admin import admin_group
+from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
+from ferrymq.cli.stream import consume_command, produce_command
 from ferrymq.cmd.bench_broker import BrokerBenchConfig, run_broker_bench
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
 from ferrymq.cmd.demo import run_demo
 from ferrymq.cmd.servers import broker_command, namesrv_command
+from ferrymq.errors import FerryError
 
 __all__ = ["main"]
 
@@ -35,6 +39,9 @@ def cli() -> None:
 
 cli.add_command(namesrv_command)
 cli.add_command(broker_command)
+cli.add_command(admin_group)
+cli.add_command(produce_command)
+cli.add_command(consume_command)
 
 
 @cli.command("demo")
@@ -58,6 +65,11 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
 @cli.group()
 def bench() -> None:
     """Measure ferrymq side by side with a baseline; prints a JSON summary with --json."""
+
+
+bench.add_command(bench_produce)
+bench.add_command(bench_consume)
+bench.add_command(bench_e2e)
 
 
 def _parse_ints(value: str, name: str) -> tuple[int, ...]:
@@ -244,11 +256,24 @@ def _print_table(results: list[CaseResult]) -> None:
 
 
 def main() -> None:
-    """Run the `ferry` command."""
+    """Run the `ferry` command; any error is one line on stderr, never a traceback."""
     try:
-        cli.main(standalone_mode=True)
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"ferry: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except FerryError as exc:
+        click.echo(f"ferry: error: {exc}", err=True)
+        sys.exit(1)
+    except OSError as exc:
+        click.echo(f"ferry: error: {exc.strerror or exc}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,317 @@
+"""`ferry admin`: topics, clusters, routes, consumer progress, offsets and messages.
+
+JSON output (`--json`) uses RocketMQ's body shapes where RocketMQ has one (TopicRouteData,
+ClusterInfo, ConsumeStats, TopicStatsTable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+
+from ferrymq.cli.output import emit_json, emit_table
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.message import Message
+
+__all__ = ["DEFAULT_NAMESRV", "admin_group"]
+
+T = TypeVar("T")
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+def _run(namesrv: str, work: Callable[[AdminClient], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with AdminClient(namesrv) as admin:
+            return await work(admin)
+
+    return asyncio.run(main())
+
+
+def _namesrv(ctx: click.Context) -> str:
+    return str(ctx.obj["namesrv"])
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@click.group("admin")
+@click.option(
+    "--namesrv",
+    envvar="FERRY_NAMESRV",
+    default=DEFAULT_NAMESRV,
+    show_default=True,
+    help="NameServer address(es), `;`-separated (env FERRY_NAMESRV).",
+)
+@click.pass_context
+def admin_group(ctx: click.Context, namesrv: str) -> None:
+    """Administer a ferrymq cluster (RocketMQ mqadmin)."""
+    ctx.ensure_object(dict)
+    ctx.obj["namesrv"] = namesrv
+
+
+@admin_group.group("topic")
+def topic_group() -> None:
+    """Create, delete and inspect topics."""
+
+
+@topic_group.command("create")
+@click.argument("name")
+@click.option("--queues", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--broker-name", help="Only on this broker group.")
+@click.option("--cluster", help="On every group of this cluster (default: every group).")
+@click.option("--order", is_flag=True, help="An ordered topic.")
+@click.pass_context
+def topic_create(
+    ctx: click.Context,
+    name: str,
+    queues: int,
+    broker_name: str | None,
+    cluster: str | None,
+    order: bool,
+) -> None:
+    """Create (or change) a topic."""
+    masters = _run(
+        _namesrv(ctx),
+        lambda a: a.create_topic(
+            name, queues, cluster=cluster, broker_name=broker_name, order=order
+        ),
+    )
+    click.echo(f"topic {name}: {queues} queues on {', '.join(masters)}")
+
+
+@topic_group.command("delete")
+@click.argument("name")
+@click.option("--cluster")
+@click.pass_context
+def topic_delete(ctx: click.Context, name: str, cluster: str | None) -> None:
+    """Delete a topic from the brokers and the NameServers."""
+    _run(_namesrv(ctx), lambda a: a.delete_topic(name, cluster=cluster))
+    click.echo(f"topic {name} deleted")
+
+
+@topic_group.command("route")
+@click.argument("name")
+@json_option
+@click.pass_context
+def topic_route(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show a topic's route (TopicRouteData)."""
+    route = _run(_namesrv(ctx), lambda a: a.route(name))
+    if route is None:
+        raise click.ClickException(f"no route for topic {name}")
+    if as_json:
+        emit_json(route)
+        return
+    addrs = {b.broker_name: b.broker_addrs for b in route.broker_datas}
+    emit_table(
+        f"route of {name}",
+        ["broker", "read queues", "write queues", "perm", "addresses"],
+        [
+            (
+                q.broker_name,
+                q.read_queue_nums,
+                q.write_queue_nums,
+                q.perm,
+                ", ".join(f"{i}={a}" for i, a in sorted(addrs.get(q.broker_name, {}).items())),
+            )
+            for q in route.queue_datas
+        ],
+    )
+
+
+@topic_group.command("status")
+@click.argument("name")
+@json_option
+@click.pass_context
+def topic_status(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Every queue's offsets (TopicStatsTable)."""
+    entries = _run(_namesrv(ctx), lambda a: a.topic_status(name))
+    if as_json:
+        emit_json({"offsetTable": entries})
+        return
+    emit_table(
+        f"status of {name}",
+        ["broker", "queue", "min offset", "max offset", "last stored (ms)"],
+        [
+            (e.broker_name, e.queue_id, e.min_offset, e.max_offset, e.last_update_timestamp)
+            for e in entries
+        ],
+    )
+
+
+@topic_group.command("list")
+@json_option
+@click.pass_context
+def topic_list(ctx: click.Context, as_json: bool) -> None:
+    """Every topic the NameServer routes."""
+    topics = _run(_namesrv(ctx), lambda a: a.topics())
+    if as_json:
+        emit_json({"topicList": topics})
+    else:
+        for topic in topics:
+            click.echo(topic)
+
+
+@admin_group.group("cluster")
+def cluster_group() -> None:
+    """Inspect clusters."""
+
+
+@cluster_group.command("list")
+@json_option
+@click.pass_context
+def cluster_list(ctx: click.Context, as_json: bool) -> None:
+    """Every cluster and broker group (ClusterInfo)."""
+    info = _run(_namesrv(ctx), lambda a: a.cluster_info())
+    if as_json:
+        emit_json(info)
+        return
+    rows: list[tuple[str, str, int, str]] = []
+    for cluster, names in sorted(info.cluster_addr_table.items()):
+        for name in names:
+            brokers = info.broker_addr_table.get(name)
+            addrs = brokers.broker_addrs if brokers else {}
+            rows.extend(
+                (cluster, name, broker_id, addr) for broker_id, addr in sorted(addrs.items())
+            )
+    emit_table("clusters", ["cluster", "broker", "id", "address"], rows)
+
+
+@admin_group.group("consumer")
+def consumer_group() -> None:
+    """Inspect consumer groups."""
+
+
+@consumer_group.command("progress")
+@click.argument("group")
+@click.option("--topic")
+@json_option
+@click.pass_context
+def consumer_progress(ctx: click.Context, group: str, topic: str | None, as_json: bool) -> None:
+    """A group's committed offsets against every queue's end (ConsumeStats)."""
+    entries = _run(_namesrv(ctx), lambda a: a.consumer_progress(group, topic))
+    if as_json:
+        emit_json({"offsetTable": entries, "consumeTps": 0.0})
+        return
+    emit_table(
+        f"progress of {group}",
+        ["topic", "broker", "queue", "broker offset", "consumer offset", "lag"],
+        [
+            (
+                e.topic,
+                e.broker_name,
+                e.queue_id,
+                e.broker_offset,
+                e.consumer_offset,
+                e.broker_offset - e.consumer_offset,
+            )
+            for e in entries
+        ],
+    )
+
+
+@admin_group.group("offset")
+def offset_group() -> None:
+    """Change consumer offsets."""
+
+
+@offset_group.command("reset")
+@click.option("--group", required=True)
+@click.option("--topic", required=True)
+@click.option("--to", "target", type=click.Choice(["earliest", "latest"]), help="Where to move.")
+@click.option(
+    "--timestamp", type=int, help="Move to the first message stored at or after (epoch ms)."
+)
+@json_option
+@click.pass_context
+def offset_reset(
+    ctx: click.Context,
+    group: str,
+    topic: str,
+    target: str | None,
+    timestamp: int | None,
+    as_json: bool,
+) -> None:
+    """Move a group's committed offsets (stop its consumers first)."""
+    if (target is None) == (timestamp is None):
+        raise click.UsageError("give exactly one of --to and --timestamp")
+    moved = _run(
+        _namesrv(ctx),
+        lambda a: a.reset_offsets(
+            group, topic, timestamp_ms=timestamp, to_latest=target == "latest"
+        ),
+    )
+    rows = sorted((b, q, o) for (b, q), o in moved.items())
+    if as_json:
+        emit_json([{"brokerName": b, "queueId": q, "offset": o} for b, q, o in rows])
+    else:
+        emit_table(f"{group} on {topic}", ["broker", "queue", "offset"], rows)
+
+
+@admin_group.group("message")
+def message_group() -> None:
+    """Find messages."""
+
+
+def _message_json(message: Message) -> dict[str, Any]:
+    return {
+        "topic": message.topic,
+        "brokerName": message.broker_name,
+        "queueId": message.queue_id,
+        "queueOffset": message.queue_offset,
+        "msgId": message.msg_id,
+        "offsetMsgId": message.offset_msg_id,
+        "tags": message.tags,
+        "keys": message.keys,
+        "properties": message.properties,
+        "storeTimestamp": message.store_timestamp_ms,
+        "bornTimestamp": message.born_timestamp_ms,
+        "reconsumeTimes": message.reconsume_times,
+        "body": message.body.decode(errors="replace"),
+    }
+
+
+def _show_messages(messages: list[Message], as_json: bool) -> None:
+    if as_json:
+        emit_json([_message_json(m) for m in messages])
+        return
+    emit_table(
+        "messages",
+        ["topic", "broker", "queue", "offset", "msgId", "keys", "body"],
+        [
+            (
+                m.topic,
+                m.broker_name,
+                m.queue_id,
+                m.queue_offset,
+                m.msg_id,
+                " ".join(m.keys),
+                m.body[:60].decode(errors="replace"),
+            )
+            for m in messages
+        ],
+    )
+
+
+@message_group.command("by-key")
+@click.argument("topic")
+@click.argument("key")
+@click.option("--max", "max_count", type=click.IntRange(1, 64), default=32, show_default=True)
+@json_option
+@click.pass_context
+def message_by_key(ctx: click.Context, topic: str, key: str, max_count: int, as_json: bool) -> None:
+    """Messages whose keys (or unique key) include KEY."""
+    _show_messages(
+        _run(_namesrv(ctx), lambda a: a.messages_by_key(topic, key, max_count=max_count)), as_json
+    )
+
+
+@message_group.command("by-id")
+@click.argument("offset_msg_id")
+@json_option
+@click.pass_context
+def message_by_id(ctx: click.Context, offset_msg_id: str, as_json: bool) -> None:
+    """The message with an offset message id (as a send returns it)."""
+    _show_messages([_run(_namesrv(ctx), lambda a: a.message_by_id(offset_msg_id))], as_json)

@@ -1,0 +1,169 @@
+"""`ferry produce` (stdin lines to a topic) and `ferry consume` (a topic to stdout), kcat-style."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import click
+
+from ferrymq.cli.admin import DEFAULT_NAMESRV
+from ferrymq.client.consumer import PullConsumer, PullStatus
+from ferrymq.client.message import Message
+from ferrymq.client.producer import Producer
+from ferrymq.model import MessageQueue
+
+__all__ = ["consume_command", "produce_command"]
+
+namesrv_option = click.option(
+    "--namesrv",
+    envvar="FERRY_NAMESRV",
+    default=DEFAULT_NAMESRV,
+    show_default=True,
+    help="NameServer address(es) (env FERRY_NAMESRV).",
+)
+
+
+@click.command("produce")
+@click.argument("topic")
+@namesrv_option
+@click.option("--tag", help="Tag every message.")
+@click.option("--key", help="Key every message.")
+@click.option("--group", default="ferry-cli-producer", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON result per message.")
+def produce_command(
+    topic: str, namesrv: str, tag: str | None, key: str | None, group: str, as_json: bool
+) -> None:
+    """Send each line of stdin as one message."""
+
+    async def main() -> int:
+        sent = 0
+        async with Producer(namesrv, group) as producer:
+            for line in sys.stdin:
+                body = line.rstrip("\n").encode()
+                result = await producer.send(topic, body, tags=tag, keys=[key] if key else None)
+                sent += 1
+                if as_json:
+                    click.echo(
+                        json.dumps(
+                            {
+                                "msgId": result.msg_id,
+                                "offsetMsgId": result.offset_msg_id,
+                                "brokerName": result.queue.broker_name,
+                                "queueId": result.queue.queue_id,
+                                "queueOffset": result.queue_offset,
+                            }
+                        )
+                    )
+        return sent
+
+    sent = asyncio.run(main())
+    if not as_json:
+        click.echo(f"sent {sent} message(s) to {topic}", err=True)
+
+
+@click.command("consume")
+@click.argument("topic")
+@namesrv_option
+@click.option("--group", required=True, help="Consumer group (offsets are committed for it).")
+@click.option(
+    "--from",
+    "start",
+    type=click.Choice(["earliest", "latest"]),
+    default="latest",
+    show_default=True,
+    help="Where queues with no committed offset start.",
+)
+@click.option(
+    "--max", "max_messages", type=click.IntRange(min=1), help="Exit after this many messages."
+)
+@click.option(
+    "--idle-exit",
+    type=click.FloatRange(min=0.1),
+    help="Exit after this many seconds without a message.",
+)
+@click.option(
+    "--expression", default="*", show_default=True, help="Tag expression, e.g. 'TagA || TagB'."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per message.")
+def consume_command(
+    topic: str,
+    namesrv: str,
+    group: str,
+    start: str,
+    max_messages: int | None,
+    idle_exit: float | None,
+    expression: str,
+    as_json: bool,
+) -> None:
+    """Print a topic's messages, committing the group's offsets as it goes and on exit."""
+
+    async def main() -> int:
+        printed = 0
+        async with PullConsumer(namesrv, group) as consumer:
+            queues = await consumer.queues(topic)
+            offsets: dict[MessageQueue, int] = {}
+            for queue in queues:
+                committed = await consumer.committed(queue)
+                if committed is None:
+                    committed = await (
+                        consumer.min_offset(queue)
+                        if start == "earliest"
+                        else consumer.max_offset(queue)
+                    )
+                offsets[queue] = committed
+            last_message = time.monotonic()
+            wait = 0.2 if len(queues) == 1 else 0.0
+            try:
+                while max_messages is None or printed < max_messages:
+                    got = 0
+                    for queue in queues:
+                        result = await consumer.pull(
+                            queue, offsets[queue], expression=expression, wait=wait
+                        )
+                        if result.status in (PullStatus.OFFSET_ILLEGAL, PullStatus.NO_MATCHED_MSG):
+                            offsets[queue] = result.next_offset
+                        for message in result.messages[
+                            : None if max_messages is None else max_messages - printed
+                        ]:
+                            _print(message, as_json)
+                            printed += 1
+                            got += 1
+                            offsets[queue] = message.queue_offset + 1
+                    if got:
+                        last_message = time.monotonic()
+                    elif idle_exit is not None and time.monotonic() - last_message > idle_exit:
+                        break
+                    elif wait == 0.0:
+                        await asyncio.sleep(0.1)
+            finally:
+                for queue, offset in offsets.items():
+                    await consumer.commit(queue, offset)
+        return printed
+
+    printed = asyncio.run(main())
+    if not as_json:
+        click.echo(f"consumed {printed} message(s) from {topic}", err=True)
+
+
+def _print(message: Message, as_json: bool) -> None:
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "topic": message.topic,
+                    "brokerName": message.broker_name,
+                    "queueId": message.queue_id,
+                    "queueOffset": message.queue_offset,
+                    "msgId": message.msg_id,
+                    "tags": message.tags,
+                    "keys": message.keys,
+                    "body": message.body.decode(errors="replace"),
+                },
+                ensure_ascii=False,
+            )
+        )
+    else:
+        click.echo(message.body.decode(errors="replace"))

@@ -1,0 +1,193 @@
+"""The `ferry` command against real server processes: admin, produce, consume, bench, bad usage."""
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .procs import Server, start
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
+    workdir = tmp_path_factory.mktemp("cli")
+    namesrv = start(["namesrv", "--listen", "127.0.0.1:0"], workdir, "namesrv")
+    broker = start(
+        [
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+            "--namesrv",
+            namesrv.addr,
+            "--store-dir",
+            str(workdir / "store"),
+        ],
+        workdir,
+        "broker",
+    )
+    yield namesrv, broker
+    broker.stop()
+    namesrv.stop()
+
+
+def ferry(
+    *args: str, stdin: str = "", namesrv: Server | None = None
+) -> subprocess.CompletedProcess[str]:
+    env_args = ["--namesrv", namesrv.addr] if namesrv else []
+    command = [sys.executable, "-m", "ferrymq.cmd.ferry", *args]
+    if env_args and args[0] == "admin":
+        command = [sys.executable, "-m", "ferrymq.cmd.ferry", "admin", *env_args, *args[1:]]
+    elif env_args:
+        command += env_args
+    return subprocess.run(
+        command, input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_admin_produce_consume_and_lookups(servers: tuple[Server, Server]) -> None:
+    namesrv, _ = servers
+    created = ferry("admin", "topic", "create", "CliTopic", "--queues", "2", namesrv=namesrv)
+    assert created.returncode == 0, created.stderr
+    for _ in range(50):
+        route = ferry("admin", "topic", "route", "CliTopic", "--json", namesrv=namesrv)
+        if route.returncode == 0:
+            break
+    body = json.loads(route.stdout)
+    assert [q["writeQueueNums"] for q in body["queueDatas"]] == [2]
+    assert "0" in body["brokerDatas"][0]["brokerAddrs"]
+    assert (
+        "CliTopic"
+        in json.loads(ferry("admin", "topic", "list", "--json", namesrv=namesrv).stdout)[
+            "topicList"
+        ]
+    )
+    clusters = json.loads(ferry("admin", "cluster", "list", "--json", namesrv=namesrv).stdout)
+    assert clusters["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
+
+    produced = ferry(
+        "produce",
+        "CliTopic",
+        "--key",
+        "k1",
+        "--tag",
+        "T",
+        "--json",
+        stdin="one\ntwo\nthree\n",
+        namesrv=namesrv,
+    )
+    assert produced.returncode == 0, produced.stderr
+    results = [json.loads(line) for line in produced.stdout.splitlines()]
+    assert len(results) == 3
+    consumed = ferry(
+        "consume",
+        "CliTopic",
+        "--group",
+        "cli",
+        "--from",
+        "earliest",
+        "--max",
+        "3",
+        "--json",
+        namesrv=namesrv,
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    assert sorted(json.loads(line)["body"] for line in consumed.stdout.splitlines()) == [
+        "one",
+        "three",
+        "two",
+    ]
+    again = ferry("consume", "CliTopic", "--group", "cli", "--idle-exit", "0.5", namesrv=namesrv)
+    assert again.stdout == ""  # the group's offsets were committed on exit
+    progress = json.loads(
+        ferry("admin", "consumer", "progress", "cli", "--json", namesrv=namesrv).stdout
+    )
+    assert sum(e["consumerOffset"] for e in progress["offsetTable"]) == 3
+    reset = ferry(
+        "admin",
+        "offset",
+        "reset",
+        "--group",
+        "cli",
+        "--topic",
+        "CliTopic",
+        "--to",
+        "earliest",
+        namesrv=namesrv,
+    )
+    assert reset.returncode == 0, reset.stderr
+    replay = ferry("consume", "CliTopic", "--group", "cli", "--max", "3", namesrv=namesrv)
+    assert sorted(replay.stdout.split()) == ["one", "three", "two"]
+    by_key = json.loads(
+        ferry("admin", "message", "by-key", "CliTopic", "k1", "--json", namesrv=namesrv).stdout
+    )
+    assert sorted(m["body"] for m in by_key) == ["one", "three", "two"]
+    by_id = json.loads(
+        ferry(
+            "admin", "message", "by-id", results[1]["offsetMsgId"], "--json", namesrv=namesrv
+        ).stdout
+    )
+    assert by_id[0]["body"] == "two"
+    status = json.loads(
+        ferry("admin", "topic", "status", "CliTopic", "--json", namesrv=namesrv).stdout
+    )
+    assert sum(e["maxOffset"] for e in status["offsetTable"]) == 3
+
+
+def test_bench_commands_print_a_json_summary_last(servers: tuple[Server, Server]) -> None:
+    namesrv, _ = servers
+    ferry("admin", "topic", "create", "BenchCli", "--queues", "2", namesrv=namesrv)
+    for mode, extra in (
+        ("produce", ["--window", "8"]),
+        ("consume", []),
+        ("e2e", ["--window", "8"]),
+    ):
+        done = ferry(
+            "bench",
+            mode,
+            "--topic",
+            "BenchCli",
+            "--count",
+            "200",
+            "--size",
+            "100",
+            "--json",
+            *extra,
+            namesrv=namesrv,
+        )
+        assert done.returncode == 0, done.stderr
+        summary = json.loads(done.stdout.splitlines()[-1])
+        assert summary["messages"] == 200, summary
+        assert summary["errors"] == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("admin", "topic", "create"),
+        ("consume", "T"),
+        ("nosuch",),
+        ("admin", "--namesrv", "127.0.0.1:1", "topic", "list"),
+        ("admin", "topic", "create", "bad topic!"),
+        ("bench", "produce", "--topic", "T", "--size", "0"),
+        ("broker", "--listen-port", "notaport"),
+        ("admin", "offset", "reset", "--group", "g", "--topic", "t"),
+    ],
+)
+def test_bad_usage_is_one_line_and_nonzero(args: tuple[str, ...], tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ferrymq.cmd.ferry", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("ferry: error: ")
+    assert "Traceback" not in done.stderr
