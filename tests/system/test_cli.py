@@ -53,10 +53,11 @@ def test_admin_produce_consume_and_lookups(servers: tuple[Server, Server]) -> No
     namesrv, _ = servers
     created = ferry("admin", "topic", "create", "CliTopic", "--queues", "2", namesrv=namesrv)
     assert created.returncode == 0, created.stderr
+    route = ferry("admin", "topic", "route", "CliTopic", "--json", namesrv=namesrv)
     for _ in range(50):
-        route = ferry("admin", "topic", "route", "CliTopic", "--json", namesrv=namesrv)
         if route.returncode == 0:
             break
+        route = ferry("admin", "topic", "route", "CliTopic", "--json", namesrv=namesrv)
     body = json.loads(route.stdout)
     assert [q["writeQueueNums"] for q in body["queueDatas"]] == [2]
     assert "0" in body["brokerDatas"][0]["brokerAddrs"]
