@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ferrymq.broker.metadata import retry_topic
+from ferrymq.broker.send import topic_for_send
 from ferrymq.broker.state import BrokerState
 from ferrymq.errors import FerryError, RequestError
 from ferrymq.model import MessageQueue
@@ -85,7 +87,15 @@ async def heartbeat(
     for producer in data.producer_data_set:
         state.clients.register_producer(data.client_id, conn, producer.group_name, now)
     for consumer in data.consumer_data_set:
-        state.group_config(consumer.group_name)
+        group_config = state.group_config(consumer.group_name)
+        # RocketMQ creates the retry topic here, so a consumer's route lookup for it succeeds
+        # before its first failed message and the retry arrives without a route refresh.
+        topic_for_send(
+            state,
+            retry_topic(consumer.group_name),
+            1,
+            retry_queue_nums=group_config.retry_queue_nums,
+        )
         if state.clients.register_consumer(data.client_id, conn, consumer, now):
             log.info("consumer %s joined group %s", data.client_id, consumer.group_name)
             notify_group_changed(state, consumer.group_name)

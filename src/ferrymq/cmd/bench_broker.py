@@ -269,7 +269,7 @@ async def _raw_rows(
 
 def _cpp_row(namesrv: str, topic: str, size: int, seconds: float, pids: list[int]) -> Row | None:
     try:
-        from rocketmq.client import Message  # type: ignore[import-untyped]
+        from rocketmq.client import Message
         from rocketmq.client import Producer as CppProducer
     except (ImportError, OSError):
         return None
