@@ -25,7 +25,9 @@ from ferrymq.cli.stream import consume_command, produce_command
 from ferrymq.cmd.bench_broker import BrokerBenchConfig, run_broker_bench
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
 from ferrymq.cmd.demo import run_demo
-from ferrymq.cmd.servers import broker_command, namesrv_command
+from ferrymq.cmd.local import Child
+from ferrymq.cmd.servers import broker_command, namesrv_command, run_until_signal
+from ferrymq.cmd.up import ReadyInfo, UpConfig, run_up
 from ferrymq.errors import FerryError
 
 __all__ = ["main"]
@@ -60,6 +62,90 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
     report = asyncio.run(run_demo(messages, data_dir, console))
     if not report.ok:
         sys.exit(1)
+
+
+@cli.command("up")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the servers keep stores and logs; reuse it to restart with the same data "
+    "(default: a new temporary directory).",
+)
+@click.option(
+    "--groups",
+    type=click.IntRange(min=1, max=26),
+    default=1,
+    show_default=True,
+    help="Broker groups (broker-a, broker-b, ...).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port-base",
+    type=click.IntRange(min=0, max=65000),
+    default=0,
+    show_default=True,
+    help="NameServer port; brokers take the ports after it. 0: free ports.",
+)
+@click.option(
+    "--flush-disk-type",
+    type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"], case_sensitive=False),
+    default="ASYNC_FLUSH",
+    show_default=True,
+)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the cluster as JSON here once it serves.",
+)
+def up_command(
+    data_dir: Path | None,
+    groups: int,
+    host: str,
+    port_base: int,
+    flush_disk_type: str,
+    ready_file: Path | None,
+) -> None:
+    """Run a local cluster (NameServer and brokers) until Ctrl-C or SIGTERM."""
+    config = UpConfig(
+        data_dir=data_dir or Path(tempfile.mkdtemp(prefix="ferrymq-up-")),
+        groups=groups,
+        host=host,
+        port_base=port_base,
+        flush_disk_type=flush_disk_type.upper(),
+        ready_file=ready_file,
+    )
+    console = Console(stderr=True)
+    status = 0
+
+    def ready(info: ReadyInfo) -> None:
+        table = Table("server", "address", "pid", "data", title=f"ferrymq up ({config.data_dir})")
+        table.add_row("namesrv", info["namesrv"], str(info["namesrv_pid"]), "")
+        for broker in info["brokers"]:
+            table.add_row(
+                f"{broker['broker_name']} ({broker['role']})",
+                broker["addr"],
+                str(broker["pid"]),
+                broker["store_dir"],
+            )
+        console.print(table)
+        console.print(f"export NAMESRV_ADDR={info['namesrv']}   (Ctrl-C stops everything)")
+
+    def died(child: Child) -> None:
+        console.print(
+            f"[red]{child.name} (pid {child.pid}) exited with {child.process.returncode}; "
+            f"stopping the cluster; its log: {child.log_path}[/red]"
+        )
+
+    async def main(stop: asyncio.Event) -> None:
+        nonlocal status
+        status = await run_up(config, stop, ready, died)
+
+    try:
+        run_until_signal(main)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(status)
 
 
 @cli.group()

@@ -213,7 +213,16 @@ def broker_command(
         async with Broker(config) as broker:
             await broker.register()
             _write_ready(
-                ready_file, {"addr": broker.address, "store_dir": str(config.store_path_root_dir)}
+                ready_file,
+                {
+                    "addr": broker.address,
+                    "cluster": config.broker_cluster_name,
+                    "broker_name": config.broker_name,
+                    "broker_id": config.broker_id,
+                    "role": config.broker_role.value,
+                    "ha_addr": None,  # no HA listener until replication lands
+                    "store_dir": str(config.store_path_root_dir),
+                },
             )
             await stop.wait()
 

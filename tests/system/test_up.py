@@ -1,0 +1,106 @@
+"""`ferry up`: one command runs a local cluster, reports it, and stops every child it started."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer, PullStatus
+from ferrymq.client.producer import Producer
+
+from .procs import FERRY
+
+pytestmark = pytest.mark.system
+
+
+def _up(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
+    ready = tmp_path / "cluster.json"
+    with (tmp_path / "up.log").open("ab") as log:
+        process = subprocess.Popen(
+            [*FERRY, "up", "--data-dir", str(tmp_path / "data"), "--ready-file", str(ready), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert process.poll() is None, (tmp_path / "up.log").read_text()
+        assert time.monotonic() < deadline, "ferry up never became ready"
+        time.sleep(0.05)
+    info: dict[str, object] = json.loads(ready.read_text())
+    return process, info
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _pids(info: dict[str, object]) -> list[int]:
+    brokers = info["brokers"]
+    assert isinstance(brokers, list)
+    return [int(str(info["namesrv_pid"])), *(int(b["pid"]) for b in brokers)]
+
+
+async def test_up_serves_every_group_and_sigterm_stops_every_child(tmp_path: Path) -> None:
+    process, info = _up(tmp_path, "--groups", "2")
+    try:
+        brokers = info["brokers"]
+        assert isinstance(brokers, list)
+        assert [(b["broker_name"], b["broker_id"], b["role"]) for b in brokers] == [
+            ("broker-a", 0, "ASYNC_MASTER"),
+            ("broker-b", 0, "ASYNC_MASTER"),
+        ]
+        assert info["controllers"] == []
+        dirs = [Path(b["store_dir"]) for b in brokers]
+        assert all(await asyncio.gather(*(asyncio.to_thread(d.is_dir) for d in dirs)))
+        namesrv = str(info["namesrv"])
+        async with AdminClient(namesrv) as admin:
+            await admin.create_topic("UpTopic", queues=2)
+            deadline = time.monotonic() + 30
+            while True:
+                route = await admin.route("UpTopic")
+                if route is not None and len(route.queue_datas) == 2:
+                    break
+                assert time.monotonic() < deadline, "both groups never served the topic"
+                await asyncio.sleep(0.05)
+        sent: set[str] = set()
+        async with Producer(namesrv) as producer:
+            for i in range(40):
+                result = await producer.send("UpTopic", f"m{i}".encode())
+                sent.add(f"{result.queue.broker_name}:m{i}")
+        assert {s.split(":")[0] for s in sent} == {"broker-a", "broker-b"}
+        received: set[str] = set()
+        async with PullConsumer(namesrv, "UpCheck") as consumer:
+            for queue in await consumer.queues("UpTopic"):
+                pulled = await consumer.pull(queue, 0, max_messages=100)
+                assert pulled.status is PullStatus.FOUND
+                received |= {f"{queue.broker_name}:{m.body.decode()}" for m in pulled.messages}
+        assert received == sent
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    assert not [pid for pid in _pids(info) if _alive(pid)], "a child outlived ferry up"
+
+
+def test_up_stops_the_cluster_and_fails_when_a_child_dies(tmp_path: Path) -> None:
+    process, info = _up(tmp_path)
+    try:
+        brokers = info["brokers"]
+        assert isinstance(brokers, list)
+        os.kill(int(brokers[0]["pid"]), signal.SIGKILL)
+        assert process.wait(30) == 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert not [pid for pid in _pids(info) if _alive(pid)]
+    assert "broker-a" in (tmp_path / "up.log").read_text()
