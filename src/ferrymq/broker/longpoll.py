@@ -9,6 +9,8 @@ import asyncio
 import contextlib
 from typing import Final
 
+from ferrymq.rpc.deadline import wait_future
+
 __all__ = ["LongPoll"]
 
 _MAX_WAITERS: Final = 100_000
@@ -35,8 +37,7 @@ class LongPoll:
         self._waiters.setdefault(key, []).append(entry)
         self._count += 1
         try:
-            async with asyncio.timeout(timeout):
-                await future
+            await wait_future(future, timeout)
             return True
         except TimeoutError:
             return False

@@ -15,6 +15,8 @@ Behaviour (RocketMQ `SendMessageProcessor`, `AbstractSendMessageProcessor.msgChe
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import random
 
 from ferrymq.broker.metadata import (
@@ -31,6 +33,7 @@ from ferrymq.broker.state import BrokerState
 from ferrymq.errors import CorruptRecordError, InvalidNameError, MessageTooLargeError, RequestError
 from ferrymq.model import validate_topic
 from ferrymq.rpc.connection import Connection
+from ferrymq.rpc.deadline import wait_future
 from ferrymq.store.config import FlushDiskType
 from ferrymq.store.store import PutResult
 from ferrymq.wire import properties as props
@@ -128,12 +131,36 @@ async def put_messages(
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     state.schedule_dispatch()
     if wait_flush and state.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+        flushed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        _bridge(state.store.wait_flushed(result.end_log_offset), flushed)
         try:
-            async with asyncio.timeout(state.config.sync_flush_timeout / 1000):
-                await asyncio.wrap_future(state.store.wait_flushed(result.end_log_offset))
+            await wait_future(flushed, state.config.sync_flush_timeout / 1000)
         except TimeoutError:
             return result, False
     return result, True
+
+
+def _bridge(source: concurrent.futures.Future[int], target: asyncio.Future[int]) -> None:
+    """Resolve `target` from the flusher thread's `source`, unless it timed out first.
+
+    Not `asyncio.wrap_future`: its timeout would cancel `source` under the flusher.
+    """
+    loop = target.get_loop()
+
+    def copy(done: concurrent.futures.Future[int]) -> None:
+        if target.done():
+            return
+        error = done.exception()
+        if error is None:
+            target.set_result(done.result())
+        else:
+            target.set_exception(error)
+
+    def hand_over(done: concurrent.futures.Future[int]) -> None:  # on the flusher thread
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(copy, done)
+
+    source.add_done_callback(hand_over)
 
 
 def _send_header(request: RemotingCommand) -> SendMessageRequestHeader:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import resource
 import shutil
@@ -45,7 +46,9 @@ from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 
-__all__ = ["BrokerBenchConfig", "Row", "run_broker_bench"]
+__all__ = ["BrokerBenchConfig", "Row", "ratios_to_nats", "run_broker_bench"]
+
+log = logging.getLogger(__name__)
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -81,6 +84,28 @@ class Row:
     def as_json(self) -> dict[str, Any]:
         """JSON-ready, rounded."""
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def ratios_to_nats(rows: list[Row]) -> list[dict[str, Any]]:
+    """Ferrymq over NATS for every row both measured (same mode and size), throughput and p99."""
+    nats = {(r.mode, r.size): r for r in rows if r.system != "ferrymq"}
+    paired = []
+    for row in rows:
+        peer = nats.get((row.mode, row.size))
+        if row.system != "ferrymq" or peer is None or not peer.msgs_per_s:
+            continue
+        p99_ratio = None
+        if row.p99_ms and peer.p99_ms:
+            p99_ratio = round(peer.p99_ms / row.p99_ms, 2)  # > 1: ferrymq's p99 is lower
+        paired.append(
+            {
+                "mode": row.mode,
+                "size": row.size,
+                "throughput_ratio": round(row.msgs_per_s / peer.msgs_per_s, 2),
+                "p99_ratio": p99_ratio,
+            }
+        )
+    return paired
 
 
 def _process_cpu(pid: int) -> float:
@@ -278,31 +303,48 @@ def _cpp_row(namesrv: str, topic: str, size: int, seconds: float, pids: list[int
     producer.start()
     payload = os.urandom(size)
     latencies: list[float] = []
+    failures: list[str] = []
     lock = threading.Lock()
-    deadline = time.perf_counter() + seconds
+
+    def one() -> None:
+        message = Message(topic)
+        message.set_body(payload)
+        producer.send_sync(message)
 
     def worker() -> None:
         while time.perf_counter() < deadline:
-            message = Message(topic)
-            message.set_body(payload)
             started = time.perf_counter()
-            producer.send_sync(message)
+            try:
+                one()
+            except Exception as exc:  # noqa: BLE001 - the C++ core raises its own exception types
+                with lock:
+                    failures.append(str(exc))
+                return
             with lock:
                 latencies.append(time.perf_counter() - started)
 
     try:
+        one()  # the C++ core races on its first route lookup when threads start together
         meter = _Meter(pids)
+        deadline = time.perf_counter() + seconds
         threads = [threading.Thread(target=worker) for _ in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+        if failures:
+            raise RuntimeError(f"the C++ client failed {len(failures)} sends: {failures[0]}")
         return meter.row("ferrymq", "cpp client sync x4", size, len(latencies), latencies)
     finally:
         producer.shutdown()
 
 
 # ---------------------------------------------------------------------- NATS
+
+
+async def _quiet(exc: Exception) -> None:
+    """The NATS client's error hook: refused connections while nats-server starts are expected."""
+    log.debug("nats client: %s", exc)
 
 
 def _free_port() -> int:
@@ -341,7 +383,12 @@ async def _nats_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
         connection = None
         while connection is None:
             try:
-                connection = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=1)
+                connection = await nats.connect(
+                    f"nats://127.0.0.1:{port}",
+                    connect_timeout=1,
+                    allow_reconnect=False,
+                    error_cb=_quiet,
+                )
             except Exception:
                 if time.monotonic() > deadline:
                     raise

@@ -22,7 +22,7 @@ from ferrymq import __version__
 from ferrymq.cli.admin import admin_group
 from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
 from ferrymq.cli.stream import consume_command, produce_command
-from ferrymq.cmd.bench_broker import BrokerBenchConfig, run_broker_bench
+from ferrymq.cmd.bench_broker import BrokerBenchConfig, ratios_to_nats, run_broker_bench
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
 from ferrymq.cmd.demo import run_demo
 from ferrymq.cmd.local import Child
@@ -256,6 +256,7 @@ def bench_broker(
                     "window": window,
                     "seconds": seconds,
                     "rows": [r.as_json() for r in rows],
+                    "ratios_to_nats": ratios_to_nats(rows),
                 }
             )
         )
@@ -285,7 +286,18 @@ def bench_broker(
             f"{r.client_cpu_pct:.0f}",
             f"{r.server_cpu_pct:.0f}",
         )
-    Console().print(table)
+    _wide_console().print(table)
+    for ratio in ratios_to_nats(rows):
+        click.echo(
+            f"{ratio['mode']} {ratio['size']} B: ferrymq/NATS throughput "
+            f"{ratio['throughput_ratio']}x, p99 NATS/ferrymq {ratio['p99_ratio']}"
+        )
+
+
+def _wide_console() -> Console:
+    """Tables too wide for 80 columns stay one line per row when piped to a file."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
 
 
 def _machine() -> dict[str, object]:
@@ -338,7 +350,7 @@ def _print_table(results: list[CaseResult]) -> None:
             f"{r.replay.msg_per_s:,.0f}/s",
             f"{r.read.msg_per_s:,.0f}/s",
         )
-    Console().print(table)
+    _wide_console().print(table)
 
 
 def main() -> None:

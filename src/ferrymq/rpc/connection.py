@@ -1,8 +1,11 @@
 """One remoting connection: the asyncio edge between a socket and the sans-IO frame codec.
 
 Both ends use the same class. Incoming responses resolve the caller waiting on their opaque;
-incoming requests go to the connection's request handler, each in its own task. A server pushes
-requests to clients the same way (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE).
+incoming requests go to the connection's request handler, started eagerly: a handler that finishes
+without waiting (an ASYNC_FLUSH send, an offset query) answers inside `data_received`, and only one
+that waits becomes a task (`rpc.eager`). Responses made while one read is processed are written
+together. A server pushes requests to clients the same way (NOTIFY_CONSUMER_IDS_CHANGED,
+CHECK_TRANSACTION_STATE).
 
 Rules:
 1. Bytes that do not decode close this connection (logged with the peer and the reason); the
@@ -12,6 +15,8 @@ Rules:
    mark (`pause_writing`).
 3. When the connection is lost every waiting caller fails with `ConnectionClosedError`: its
    request was sent, so its outcome is unknown.
+4. A handler's first step runs outside any task, so it bounds waits with `rpc.deadline`, not
+   `asyncio.timeout` (which needs a current task).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from ferrymq.errors import ConnectionClosedError, ProtocolError, RequestTimeoutError
+from ferrymq.rpc.deadline import wait_future
+from ferrymq.rpc.eager import start_eagerly
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -74,6 +81,7 @@ class Connection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._reading_paused = False
+        self._corked: list[bytes] | None = None
         self.closed = asyncio.Event()
         self.peer = "?"
         self.attributes: dict[str, object] = {}
@@ -96,13 +104,19 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection from %s: %s", self.peer, exc)
             self.close()
             return
-        for command in commands:
-            if command.is_response:
-                future = self._pending.pop(command.opaque, None)
-                if future is not None and not future.done():
-                    future.set_result(command)
-            else:
-                self._start_request(command)
+        self._corked = []
+        try:
+            for command in commands:
+                if command.is_response:
+                    future = self._pending.pop(command.opaque, None)
+                    if future is not None and not future.done():
+                        future.set_result(command)
+                else:
+                    self._start_request(command)
+        finally:
+            corked, self._corked = self._corked, None
+            if corked and self._transport is not None and not self._transport.is_closing():
+                self._transport.writelines(corked)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Fail every waiting caller and tell the owner."""
@@ -134,9 +148,10 @@ class Connection(asyncio.Protocol):
                 if self._transport is not None:
                     self._transport.pause_reading()
             return
-        task = asyncio.get_running_loop().create_task(self._serve(request))
-        self._tasks.add(task)
-        task.add_done_callback(self._request_done)
+        task = start_eagerly(self._serve(request))
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._request_done)
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -177,7 +192,11 @@ class Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         head, body = encode_frame_parts(command)
-        if body:
+        if self._corked is not None:  # inside data_received: written together at its end
+            self._corked.append(head)
+            if body:
+                self._corked.append(body)
+        elif body:
             transport.writelines((head, body))
         else:
             transport.write(head)
@@ -202,8 +221,7 @@ class Connection(asyncio.Protocol):
         self._pending[request.opaque] = future
         try:
             await self.send(request)
-            async with asyncio.timeout(timeout):
-                return await future
+            return await wait_future(future, timeout)
         except TimeoutError:
             raise RequestTimeoutError(self.peer, request.code, timeout) from None
         finally:

@@ -107,6 +107,8 @@ class Flusher:
                 ready.append(heapq.heappop(self._waiters)[2])
             result = self._flushed
         for future in ready:
+            if not future.set_running_or_notify_cancel():
+                continue  # its waiter gave up and cancelled it
             if error is None:
                 future.set_result(result)
             else:
