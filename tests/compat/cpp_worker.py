@@ -29,9 +29,11 @@ class StatusPushConsumer(PushConsumer):  # type: ignore[misc]
     """A PushConsumer whose listener returns the consume status the C++ core acts on.
 
     The 0.4.4 wrapper's `subscribe` re-raises a listener's exception in a `finally` after choosing
-    RECONSUME_LATER, so ctypes drops the exception and returns 0 (CONSUME_SUCCESS): through it a
-    failed message is never retried. This registers the callback through the same C API calls,
-    returning RECONSUME_LATER as every other binding of the C++ core does.
+    RECONSUME_LATER, so the exception escapes the ctypes callback: ctypes prints "Exception ignored"
+    and hands the C++ core whatever its return buffer held, not a status the listener chose. (In
+    practice that buffer is usually non-zero and the message is retried, but nothing guarantees
+    it.) This registers the callback through the same C API calls and returns the status
+    explicitly, as every other binding of the C++ core does.
     """
 
     def subscribe_with_status(
