@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -80,6 +81,7 @@ class Row:
     p99_ms: float | None
     client_cpu_pct: float
     server_cpu_pct: float
+    failed: int = 0  # sends that raised (counted apart from msg/s)
 
     def as_json(self) -> dict[str, Any]:
         """JSON-ready, rounded."""
@@ -298,45 +300,53 @@ def _cpp_row(namesrv: str, topic: str, size: int, seconds: float, pids: list[int
         from rocketmq.client import Producer as CppProducer
     except (ImportError, OSError):
         return None
-    producer = CppProducer("bench-cpp")
-    producer.set_namesrv_addr(namesrv)
-    producer.start()
+    # One producer per thread: the C++ core's transport table mutex times out under four
+    # threads sharing one producer, failing sends with "No route info" (client-side, logged).
+    producers = []
+    for i in range(4):
+        producer = CppProducer(f"bench-cpp-{i}")
+        producer.set_namesrv_addr(namesrv)
+        producer.start()
+        producers.append(producer)
     payload = os.urandom(size)
     latencies: list[float] = []
     failures: list[str] = []
     lock = threading.Lock()
 
-    def one() -> None:
+    def one(producer: Any) -> None:
         message = Message(topic)
         message.set_body(payload)
         producer.send_sync(message)
 
-    def worker() -> None:
+    def worker(producer: Any) -> None:
         while time.perf_counter() < deadline:
             started = time.perf_counter()
             try:
-                one()
+                one(producer)
             except Exception as exc:  # noqa: BLE001 - the C++ core raises its own exception types
                 with lock:
                     failures.append(str(exc))
-                return
+                continue
             with lock:
                 latencies.append(time.perf_counter() - started)
 
     try:
-        one()  # the C++ core races on its first route lookup when threads start together
+        for producer in producers:
+            one(producer)  # route lookup and connection before the clock starts
         meter = _Meter(pids)
         deadline = time.perf_counter() + seconds
-        threads = [threading.Thread(target=worker) for _ in range(4)]
+        threads = [threading.Thread(target=worker, args=(p,)) for p in producers]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         if failures:
-            raise RuntimeError(f"the C++ client failed {len(failures)} sends: {failures[0]}")
-        return meter.row("ferrymq", "cpp client sync x4", size, len(latencies), latencies)
+            log.warning("the C++ client failed %d sends: %s", len(failures), failures[0])
+        row = meter.row("ferrymq", "cpp client sync x4", size, len(latencies), latencies)
+        return dataclasses.replace(row, failed=len(failures))
     finally:
-        producer.shutdown()
+        for producer in producers:
+            producer.shutdown()
 
 
 # ---------------------------------------------------------------------- NATS

@@ -272,6 +272,7 @@ def bench_broker(
         "p99 ms",
         "client CPU %",
         "server CPU %",
+        "failed",
     ):
         table.add_column(column, justify="right")
     for r in rows:
@@ -285,6 +286,7 @@ def bench_broker(
             "-" if r.p99_ms is None else f"{r.p99_ms:.2f}",
             f"{r.client_cpu_pct:.0f}",
             f"{r.server_cpu_pct:.0f}",
+            str(r.failed),
         )
     _wide_console().print(table)
     for ratio in ratios_to_nats(rows):
