@@ -58,6 +58,9 @@ class StoreConfig:
     ferrymq always writes; turn off only to open a store written without it."""
     store_host: bytes = DEFAULT_STORE_HOST
     """This broker's packed address, stored in every record and in offset message ids."""
+    confirm_gated: bool = False
+    """Index (and so serve) records only below the confirm offset, the replication high
+    watermark: on for sync-replicated masters and slaves; off, everything appended is served."""
 
     @property
     def commitlog_path(self) -> Path:

@@ -15,6 +15,11 @@ Rules:
 3. The abort file exists from open until a clean close, so a crash at any point, recovery
    included, makes the next open recover as after a crash.
 4. A record whose CRC fails is never served: `get` raises `CorruptRecordError` instead.
+5. With `confirm_gated`, records are indexed only once they end at or below the confirm offset
+   (the replication high watermark, kept in the checkpoint), so no reader sees a byte above it;
+   records above it wait in `_held`, in log order.
+6. Truncation is crash-safe: the target offset is written to `truncating` before any byte is cut
+   and removed after; an open that finds the file finishes the cut first.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from ferrymq.errors import (
     StoreClosedError,
     StoreLockedError,
 )
-from ferrymq.store.atomic import fsync_dir, write_atomic
+from ferrymq.store.atomic import fsync_dir, read_file, write_atomic
 from ferrymq.store.checkpoint import Checkpoint
 from ferrymq.store.commitlog import CommitLog
 from ferrymq.store.config import FlushDiskType, StoreConfig
@@ -182,12 +187,15 @@ class Store:
         self.index = KeyIndex(root / "index", config.index_slot_count, config.index_max_entries)
         self._checkpoint_path = root / "checkpoint"
         self._abort_path = root / "abort"
+        self._truncating_path = root / "truncating"
         self._lock_fd = -1
         self._closed = False
         self._dispatched_log_offset = 0
         self._last_store_timestamp_ms = 0
         self._dirty: dict[ConsumeQueue, int] = {}
         self._pending: list[_PendingPut] = []
+        self._held: list[RecordInfo] = []
+        self._confirm_limit: int | None = None
         self._dirty_lock = threading.Lock()
         self._checkpoint = Checkpoint()
         self.recovery: RecoveryReport | None = None
@@ -222,6 +230,11 @@ class Store:
         )
         store._flusher = flusher
         flusher.start()
+        unfinished = read_file(store._truncating_path)
+        if unfinished is not None:
+            target = int(unfinished.decode())
+            log.warning("finishing a truncation to log offset %d cut short by a crash", target)
+            store.truncate(target)
         return store
 
     def _lock(self) -> None:
@@ -291,6 +304,8 @@ class Store:
         write_atomic(self._abort_path, str(os.getpid()).encode())
         checkpoint = Checkpoint.load(self._checkpoint_path)
         self._checkpoint = checkpoint or Checkpoint()
+        if self.config.confirm_gated:
+            self._confirm_limit = self._checkpoint.confirm_log_offset
         self.commitlog.load()
         self.queues.load()
         self.index.load()
@@ -315,7 +330,7 @@ class Store:
             for queue in self.queues:
                 queue.truncate_log(scan_from, functools.partial(self._indexes_a_record, queue))
         result = self.commitlog.scan(
-            scan_from, self._dispatch, require_record_crc=self.config.require_record_crc
+            scan_from, self._dispatch_confirmed, require_record_crc=self.config.require_record_crc
         )
         end = result.end_log_offset
         quarantined = self._quarantine_after(end) if self._has_data_after(end) else []
@@ -359,7 +374,10 @@ class Store:
         quarantined: list[Path],
     ) -> None:
         self.commitlog.write_offset = end
-        self._dispatched_log_offset = end
+        self._held = [info for info in self._held if info.log_offset + info.size <= end]
+        self._dispatched_log_offset = self._held[0].log_offset if self._held else end
+        if self._confirm_limit is not None:
+            self._confirm_limit = min(self._confirm_limit, end)
         report = RecoveryReport(after_crash, scan_from, end, records, reason, quarantined)
         self.recovery = report
         if reason is not None:
@@ -547,15 +565,15 @@ class Store:
         return PutResult(log_offsets, sizes, first_queue_offset, now_ms)
 
     def dispatch(self) -> None:
-        """Index every appended record not yet indexed: consume queues and key index.
+        """Index every appended record not yet indexed (below the confirm offset when gated).
 
         `put` only appends to the commit log (RocketMQ's append path); records become readable
         by queue offset once dispatched. Every read dispatches first; a server calls this once per
         loop turn so that one write per queue covers all the puts of that turn.
         """
         pending, self._pending = self._pending, []
+        infos: list[RecordInfo] = []
         for put in pending:
-            infos: list[RecordInfo] = []
             at = put.log_offset
             queue_offset = put.first_queue_offset
             for item, size in zip(put.items, put.sizes, strict=True):
@@ -577,7 +595,42 @@ class Store:
                 )
                 at += size
                 queue_offset += put.assign
+        if infos or self._held:
+            self._dispatch_confirmed(infos)
+
+    def _dispatch_confirmed(self, infos: list[RecordInfo]) -> None:
+        """Dispatch what the confirm offset allows, in log order; hold the rest."""
+        limit = self._confirm_limit
+        if limit is None and not self._held:
             self._dispatch(infos)
+            return
+        queue = self._held + infos if self._held else infos
+        if limit is None:
+            ready, self._held = queue, []
+        else:
+            cut = 0
+            while cut < len(queue) and queue[cut].log_offset + queue[cut].size <= limit:
+                cut += 1
+            ready, self._held = queue[:cut], queue[cut:]
+        self._dispatch(ready)
+
+    @property
+    def confirm_offset(self) -> int:
+        """The replication high watermark: records ending at or below it are committed."""
+        if self._confirm_limit is None:
+            return self.commitlog.write_offset
+        return self._confirm_limit
+
+    def set_confirm_offset(self, log_offset: int | None) -> None:
+        """Move the watermark (None: everything appended counts) and index what it now allows.
+
+        Clamped to the end of the local log (a slave may hear of a master's higher watermark).
+        """
+        self._check_open()
+        if log_offset is not None:
+            log_offset = min(log_offset, self.commitlog.write_offset)
+        self._confirm_limit = log_offset
+        self.dispatch()
 
     def wait_flushed(self, log_offset: int) -> Future[int]:
         """A future resolved once every byte below `log_offset` is on disk (group commit)."""
@@ -606,7 +659,7 @@ class Store:
             return log_offset
         self.commitlog.append_raw(log_offset, data[:complete])
         result = self.commitlog.scan(
-            log_offset, self._dispatch, require_record_crc=self.config.require_record_crc
+            log_offset, self._dispatch_confirmed, require_record_crc=self.config.require_record_crc
         )
         if result.corruption is not None or result.end_log_offset < log_offset + complete:
             self.commitlog.truncate(log_offset)
@@ -616,10 +669,15 @@ class Store:
         return log_offset + complete
 
     def truncate(self, log_offset: int) -> None:
-        """Cut the commit log and everything derived from it at `log_offset` (slave truncation)."""
+        """Cut the commit log and everything derived from it at `log_offset` (slave truncation).
+
+        Crash-safe: `truncating` names the target before anything is cut, so an open after a
+        crash mid-way finishes the cut instead of trusting bytes that were meant to go.
+        """
         self._check_open()
         self.dispatch()
         assert self._flusher is not None
+        write_atomic(self._truncating_path, str(log_offset).encode())
         with self._flusher.paused():
             self.commitlog.truncate(log_offset)
             for queue in self.queues:
@@ -629,10 +687,20 @@ class Store:
                 self.commitlog.scan(
                     replay_from, self._index_only, require_record_crc=self.config.require_record_crc
                 )
+            self._held = [i for i in self._held if i.log_offset + i.size <= log_offset]
+            if self._confirm_limit is not None:
+                self._confirm_limit = min(self._confirm_limit, log_offset)
             self._dispatched_log_offset = min(self._dispatched_log_offset, log_offset)
             self._flusher.reset(min(self._flusher.flushed_log_offset, log_offset))
             safe = min(log_offset, self._checkpoint.safe_log_offset)
-            self._save_checkpoint(dataclasses.replace(self._checkpoint, safe_log_offset=safe))
+            confirm = min(log_offset, self._checkpoint.confirm_log_offset)
+            self._save_checkpoint(
+                dataclasses.replace(
+                    self._checkpoint, safe_log_offset=safe, confirm_log_offset=confirm
+                )
+            )
+        self._truncating_path.unlink()
+        fsync_dir(self.config.root_dir)
 
     def _save_checkpoint(self, checkpoint: Checkpoint) -> None:
         checkpoint.save(self._checkpoint_path)
@@ -673,6 +741,7 @@ class Store:
                 logics_msg_timestamp_ms=store_ts,
                 index_msg_timestamp_ms=store_ts,
                 safe_log_offset=min(dispatched, log_flushed),
+                confirm_log_offset=min(self.confirm_offset, log_flushed),
                 index_file_stamp=index_stamp,
                 index_begin_log_offset=index_begin,
             )
