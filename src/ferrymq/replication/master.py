@@ -1,0 +1,352 @@
+"""The master side of HA replication: the HA listener, one sender per slave, commit waiters.
+
+Spec: reference/rocketmq-controller-spec.md sections 4.2-4.3 (master read and write threads),
+4.6 (one batch within one epoch), 4.7-4.8 (confirm offset, sync replication); ARCHITECTURE.md
+section 6 items 1-3. One asyncio loop (the broker's) owns all of it:
+
+- per slave: read the handshake, answer with the whole epoch history and the log end, then stream
+  the commit log from the offset of the slave's first ack; each packet's bytes belong to one epoch
+  and carry that epoch's own entry (RocketMQ labels an epoch's last chunk with the next epoch);
+- acks feed `SyncState`; the confirm offset it computes gates what the store serves and resolves
+  the sends waiting to be committed; a changed confirm offset goes to every slave at once;
+- a slave that sends nothing for `housekeeping_interval` is dropped; idle slaves get heartbeats;
+- bad packets close that slave's connection with a logged reason; nothing else is affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from ferrymq.errors import FerryError, ProtocolError
+from ferrymq.replication.syncstate import SyncState, SyncStateChange
+from ferrymq.store.epochs import EpochFile
+from ferrymq.store.store import Store
+from ferrymq.wire.ha import (
+    MasterHandshake,
+    SlaveAck,
+    SlaveHandshake,
+    SlavePacketDecoder,
+    encode_master_handshake,
+    encode_transfer_header,
+)
+
+__all__ = ["HAConfig", "ReplicationMaster"]
+
+log = logging.getLogger(__name__)
+
+_READ_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HAConfig:
+    """Replication settings (RocketMQ keys in parentheses)."""
+
+    sync: bool = False
+    """Sends are acknowledged only once committed (`brokerRole=SYNC_MASTER`)."""
+    heartbeat_interval: float = 5.0
+    """`haSendHeartbeatInterval`."""
+    housekeeping_interval: float = 20.0
+    """`haHousekeepingInterval`: silence after which a connection is dropped."""
+    transfer_batch_bytes: int = 32 * 1024
+    """`haTransferBatchSize`."""
+    max_lag_seconds: float = 15.0
+    """`haMaxTimeSlaveNotCatchup`: a member this long behind leaves the SyncStateSet."""
+    min_in_sync_replicas: int = 1
+    """`minInSyncReplicas`."""
+    commit_timeout: float = 3.0
+    """`slaveTimeout`: how long a sync send waits to be committed."""
+
+
+class ReplicationMaster:
+    """Serves slaves of this master and tracks what is committed."""
+
+    def __init__(
+        self,
+        store: Store,
+        epochs: EpochFile,
+        config: HAConfig,
+        *,
+        master_id: int = 0,
+        members: frozenset[int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[SyncStateChange], bool] | None = None,
+    ) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.config = config
+        self.clock = clock
+        self.state = SyncState(
+            master_id,
+            members,
+            confirm_offset=store.confirm_offset,
+            max_lag_seconds=config.max_lag_seconds,
+            min_in_sync_replicas=config.min_in_sync_replicas,
+        )
+        self._on_change = on_change
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._grew: asyncio.Future[None] | None = None
+        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
+        self._sequence = itertools.count()
+        self.port = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def become_master(self) -> int:
+        """Start a new epoch at the end of the log, on disk before any write; returns it."""
+        epoch = self.epochs.history.last_epoch + 1
+        self.epochs.assign(epoch, self.store.max_log_offset)
+        self._apply_confirm()
+        log.info("master epoch %d starts at log offset %d", epoch, self.store.max_log_offset)
+        return epoch
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen for slaves."""
+        self._server = await asyncio.start_server(self._serve, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._spawn(self._lag_loop())
+
+    async def close(self) -> None:
+        """Stop listening, drop every slave, fail every commit waiter."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+        for _, _, future in self._waiters:
+            if not future.done():
+                future.set_result(False)
+        self._waiters.clear()
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ writes
+
+    @property
+    def writable(self) -> bool:
+        """Whether the SyncStateSet is large enough to take writes."""
+        return not self.config.sync or self.state.writable
+
+    def appended(self) -> None:
+        """The log grew: wake the senders (and, alone in the set, commit it)."""
+        grew, self._grew = self._grew, None
+        if grew is not None and not grew.done():
+            grew.set_result(None)
+        self._apply_confirm()
+
+    async def wait_committed(self, end_offset: int) -> bool:
+        """Wait until the confirm offset reaches `end_offset`; False after `commit_timeout`."""
+        if self.state.confirm_offset >= end_offset:
+            return True
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (end_offset, next(self._sequence), future))
+        handle = future.get_loop().call_later(self.config.commit_timeout, _expire, future)
+        try:
+            return await future
+        finally:
+            handle.cancel()
+
+    def _apply_confirm(self) -> None:
+        end = self.store.max_log_offset
+        confirm = self.state.update_confirm(end)
+        if self.config.sync:
+            self.store.set_confirm_offset(confirm if confirm < end else None)
+        while self._waiters and self._waiters[0][0] <= confirm:
+            _, _, future = heapq.heappop(self._waiters)
+            if not future.done():
+                future.set_result(True)
+
+    def _change(self, change: SyncStateChange | None) -> None:
+        if change is None:
+            return
+        if self._on_change is not None and not self._on_change(change):
+            return
+        log.info(
+            "SyncStateSet %s -> %s: %s",
+            sorted(self.state.members),
+            sorted(change.members),
+            change.reason,
+        )
+        self.state.apply(change, self.store.max_log_offset, self.clock())
+        self._apply_confirm()
+
+    async def _lag_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.config.max_lag_seconds / 4))
+            self._change(self.state.check_lag(self.store.max_log_offset, self.clock()))
+
+    # ------------------------------------------------------------------ one slave
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        peer = writer.get_extra_info("peername")
+        slave: _SlaveLink | None = None
+        try:
+            slave = _SlaveLink(self, reader, writer, f"{peer[0]}:{peer[1]}" if peer else "?")
+            await slave.run()
+        except (ProtocolError, FerryError) as exc:
+            log.warning("closing HA connection from %s: %s", slave.peer if slave else peer, exc)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            log.info("HA connection from %s ended: %s", slave.peer if slave else peer, exc)
+        finally:
+            if slave is not None and slave.broker_id is not None:
+                self.state.disconnected(slave.broker_id)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self._tasks.discard(task)
+
+    async def _wait_for_growth(self, timeout: float) -> None:
+        if self._grew is None:
+            self._grew = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._grew), timeout)
+
+
+def _expire(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
+class _SlaveLink:
+    """One slave's connection: a reader for its acks and a sender of the log."""
+
+    def __init__(
+        self,
+        master: ReplicationMaster,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: str,
+    ) -> None:
+        self.master = master
+        self.reader = reader
+        self.writer = writer
+        self.peer = peer
+        self.decoder = SlavePacketDecoder()
+        self.broker_id: int | None = None
+        self.request_offset: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.sent_confirm = -1
+
+    async def _read_packets(self) -> list[SlaveHandshake | SlaveAck]:
+        data = await asyncio.wait_for(
+            self.reader.read(_READ_BYTES), self.master.config.housekeeping_interval
+        )
+        if not data:
+            raise ConnectionError("the slave closed the connection")
+        return self.decoder.feed(data)
+
+    async def run(self) -> None:
+        master = self.master
+        packets: list[SlaveHandshake | SlaveAck] = []
+        while not packets:
+            packets = await self._read_packets()
+        first = packets.pop(0)
+        if not isinstance(first, SlaveHandshake):
+            raise ProtocolError("expected a HANDSHAKE first, got an ACK")
+        if first.slave_broker_id == master.state.master_id:
+            raise ProtocolError(f"a slave claims the master's broker id {first.slave_broker_id}")
+        self.broker_id = first.slave_broker_id
+        master.state.connected(self.broker_id, master.clock())
+        history = master.epochs.history
+        self.writer.write(
+            encode_master_handshake(
+                MasterHandshake(master.store.max_log_offset, history.last_epoch, history.entries)
+            )
+        )
+        await self.writer.drain()
+        log.info("slave %d at %s connected", self.broker_id, self.peer)
+        sender = asyncio.get_running_loop().create_task(self._send())
+        try:
+            self._handle(packets)
+            while not sender.done():
+                self._handle(await self._read_packets())
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+
+    def _handle(self, packets: list[SlaveHandshake | SlaveAck]) -> None:
+        master = self.master
+        assert self.broker_id is not None
+        for packet in packets:
+            if isinstance(packet, SlaveHandshake):
+                raise ProtocolError("a second HANDSHAKE on one connection")
+            end = master.store.max_log_offset
+            if packet.ack_offset > end:
+                raise ProtocolError(
+                    f"slave {self.broker_id} acks log offset {packet.ack_offset} beyond the "
+                    f"master's end {end}: it did not truncate"
+                )
+            if not self.request_offset.done():
+                self.request_offset.set_result(packet.ack_offset)
+            master._change(
+                master.state.on_ack(self.broker_id, packet.ack_offset, end, master.clock())
+            )
+            master._apply_confirm()
+
+    async def _send(self) -> None:
+        master = self.master
+        store = master.store
+        position = await self.request_offset
+        if position < store.min_log_offset:
+            if position != 0:
+                raise ProtocolError(
+                    f"slave {self.broker_id} asks for log offset {position}, below the master's "
+                    f"first byte {store.min_log_offset}"
+                )
+            position = store.min_log_offset
+        last_sent = time.monotonic()
+        while True:
+            end = store.max_log_offset
+            confirm = master.state.confirm_offset
+            found = master.epochs.history.find(position, end) if position < end else None
+            if found is not None:
+                entry, epoch_end = found
+                size = min(epoch_end, end, position + master.config.transfer_batch_bytes) - position
+                body = store.commitlog.read(position, size)
+                if not body:
+                    raise ProtocolError(f"the master cannot read its own log at {position}")
+                self.writer.write(
+                    encode_transfer_header(
+                        position, entry.epoch, entry.start_offset, confirm, len(body)
+                    )
+                )
+                self.writer.write(body)
+                await self.writer.drain()
+                position += len(body)
+                self.sent_confirm = confirm
+                last_sent = time.monotonic()
+                continue
+            if position < end:
+                raise ProtocolError(f"no epoch covers log offset {position}")
+            idle = time.monotonic() - last_sent
+            if confirm != self.sent_confirm or idle >= master.config.heartbeat_interval:
+                last = master.epochs.history.last
+                epoch, start = (last.epoch, last.start_offset) if last else (0, 0)
+                self.writer.write(encode_transfer_header(position, epoch, start, confirm, 0))
+                await self.writer.drain()
+                self.sent_confirm = confirm
+                last_sent = time.monotonic()
+                continue
+            await master._wait_for_growth(
+                min(master.config.heartbeat_interval - idle, master.config.heartbeat_interval)
+            )

@@ -1,0 +1,189 @@
+"""The slave side of HA replication: connect, handshake, truncate, replay, ack.
+
+Spec: reference/rocketmq-controller-spec.md sections 4.2-4.3 (slave states), 4.5 (`doTruncate`)
+and section 9 items 4, 5 and 12, which ferrymq follows:
+
+- the truncation point comes from `handshake.consistent_point`; a slave without an epoch history
+  or without a common epoch is wiped and resynced, never trusted;
+- the epoch history is cut with the log (the store writes its intent first, so a crash mid-way
+  finishes the cut at the next open);
+- the first ack goes out right after the handshake, then after every packet that grew the log
+  and every `heartbeat_interval`;
+- transfers must continue the log exactly where it ends; a record split across two packets is
+  held until the rest arrives; anything else closes the connection with a logged reason, and the
+  slave reconnects after a back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ferrymq.errors import FerryError, ProtocolError
+from ferrymq.model import parse_address
+from ferrymq.replication.handshake import consistent_point
+from ferrymq.store.epochs import EpochFile, EpochHistory
+from ferrymq.store.store import Store
+from ferrymq.wire.ha import (
+    MasterHandshake,
+    MasterPacketDecoder,
+    SlaveHandshake,
+    Transfer,
+    encode_slave_ack,
+    encode_slave_handshake,
+)
+
+__all__ = ["ReplicationSlave", "SlaveConfig"]
+
+log = logging.getLogger(__name__)
+
+_READ_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SlaveConfig:
+    """Slave settings (RocketMQ keys in parentheses)."""
+
+    broker_id: int
+    heartbeat_interval: float = 5.0
+    """`haSendHeartbeatInterval`: acks go out at least this often."""
+    housekeeping_interval: float = 20.0
+    """`haHousekeepingInterval`: a master silent this long is dropped and reconnected."""
+    retry_interval: float = 1.0
+    """Back-off before reconnecting (RocketMQ: 5 s)."""
+
+
+class ReplicationSlave:
+    """Keeps this store a copy of its master's log."""
+
+    def __init__(
+        self,
+        store: Store,
+        epochs: EpochFile,
+        config: SlaveConfig,
+        master_address: Callable[[], Awaitable[str | None]],
+    ) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.config = config
+        self._master_address = master_address
+        self.connected = asyncio.Event()
+        self.master_confirm_offset = 0
+        self._tail = b""
+
+    async def run(self) -> None:
+        """Replicate until cancelled, reconnecting after any failure."""
+        while True:
+            address = await self._master_address()
+            if not address:
+                await asyncio.sleep(self.config.retry_interval)
+                continue
+            try:
+                await self._replicate(address)
+            except (ProtocolError, FerryError) as exc:
+                log.warning("replication from %s stopped: %s", address, exc)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                log.info("replication from %s interrupted: %s", address, exc)
+            finally:
+                self.connected.clear()
+                self._tail = b""
+            await asyncio.sleep(self.config.retry_interval)
+
+    async def _replicate(self, address: str) -> None:
+        host, port = parse_address(address)
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port), self.config.housekeeping_interval
+        )
+        try:
+            await self._session(reader, writer)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = MasterPacketDecoder()
+        writer.write(encode_slave_handshake(SlaveHandshake(self.config.broker_id)))
+        await writer.drain()
+        packets: list[MasterHandshake | Transfer] = []
+        while not packets:
+            packets += decoder.feed(await self._read(reader))
+        handshake = packets.pop(0)
+        if not isinstance(handshake, MasterHandshake):
+            raise ProtocolError("the master sent a TRANSFER before its HANDSHAKE")
+        self._truncate_to_master(handshake)
+        reported = self.store.max_log_offset
+        writer.write(encode_slave_ack(reported))  # at once, not after 5 s (RocketMQ)
+        await writer.drain()
+        self.connected.set()
+        last_ack = last_read = time.monotonic()
+        while True:
+            for packet in packets:
+                if isinstance(packet, MasterHandshake):
+                    raise ProtocolError("a second HANDSHAKE on one connection")
+                self._apply(packet)
+            end = self.store.max_log_offset
+            if end > reported or time.monotonic() - last_ack >= self.config.heartbeat_interval:
+                writer.write(encode_slave_ack(end))
+                await writer.drain()
+                reported, last_ack = end, time.monotonic()
+            try:
+                data = await asyncio.wait_for(
+                    reader.read(_READ_BYTES), self.config.heartbeat_interval
+                )
+            except TimeoutError:
+                if time.monotonic() - last_read >= self.config.housekeeping_interval:
+                    raise TimeoutError("the master sent nothing for too long") from None
+                packets = []
+                continue
+            if not data:
+                raise ConnectionError("the master closed the connection")
+            last_read = time.monotonic()
+            packets = decoder.feed(data)
+
+    async def _read(self, reader: asyncio.StreamReader) -> bytes:
+        data = await asyncio.wait_for(reader.read(_READ_BYTES), self.config.housekeeping_interval)
+        if not data:
+            raise ConnectionError("the master closed the connection")
+        return data
+
+    def _truncate_to_master(self, handshake: MasterHandshake) -> None:
+        store, epochs = self.store, self.epochs
+        local_end = store.max_log_offset
+        point = consistent_point(
+            epochs.history,
+            local_end,
+            EpochHistory(list(handshake.epochs)),
+            handshake.max_log_offset,
+        )
+        if point < local_end:
+            if not epochs.history.entries:
+                log.warning("log without an epoch history: wiping %d bytes to resync", local_end)
+            log.warning(
+                "truncating the log from %d to %d, where it stops matching the master's",
+                local_end,
+                point,
+            )
+            store.truncate(point)
+        epochs.truncate_from_offset(point)
+
+    def _apply(self, packet: Transfer) -> None:
+        store = self.store
+        expected = store.max_log_offset + len(self._tail)
+        if packet.log_offset != expected:
+            raise ProtocolError(
+                f"transfer at log offset {packet.log_offset}, but this log continues at {expected}"
+            )
+        if packet.epoch != self.epochs.history.last_epoch:
+            self.epochs.assign(packet.epoch, packet.epoch_start_offset)
+        if packet.body:
+            data = self._tail + packet.body
+            base = packet.log_offset - len(self._tail)
+            written = store.append_replica(base, data)
+            self._tail = data[written - base :]
+        self.master_confirm_offset = packet.confirm_offset
+        store.set_confirm_offset(packet.confirm_offset)

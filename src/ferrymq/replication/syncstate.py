@@ -1,0 +1,119 @@
+"""The master's view of its replica group: the SyncStateSet, slave acks and the confirm offset.
+
+Spec: reference/rocketmq-controller-spec.md sections 3.4 (shrink and expand), 4.7 (confirmOffset)
+and 4.8 (sync replication); ARCHITECTURE.md section 6 items 1-2, where ferrymq has one mode:
+
+- confirm offset = min over the SyncStateSet of what each member holds (the master holds its
+  whole log); while any member other than the master has not acked since it joined or
+  reconnected, the confirm offset stays where it was (RocketMQ #6662). It never goes down.
+- a send is committed when the confirm offset passes its end; writes are refused while the set
+  has fewer than `min_in_sync_replicas` members.
+- shrink: a member that has not been caught up (acked the master's end) for
+  `max_lag_seconds` leaves the set; expand: a slave whose ack reaches the confirm offset joins.
+
+Pure: times are passed in (monotonic seconds), changes are returned for the caller to apply or to
+propose to the controller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SyncState", "SyncStateChange"]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncStateChange:
+    """A new SyncStateSet and why."""
+
+    members: frozenset[int]
+    reason: str
+
+
+class SyncState:
+    """SyncStateSet bookkeeping for one master."""
+
+    def __init__(
+        self,
+        master_id: int,
+        members: frozenset[int] | None = None,
+        *,
+        confirm_offset: int = 0,
+        max_lag_seconds: float = 15.0,
+        min_in_sync_replicas: int = 1,
+    ) -> None:
+        self.master_id = master_id
+        self.members = frozenset(members or ()) | {master_id}
+        self.confirm_offset = confirm_offset
+        self.max_lag_seconds = max_lag_seconds
+        self.min_in_sync_replicas = min_in_sync_replicas
+        self._acks: dict[int, int] = {}
+        self._caught_up_at: dict[int, float] = {}
+
+    @property
+    def writable(self) -> bool:
+        """Whether the set is big enough to accept writes (`minInSyncReplicas`)."""
+        return len(self.members) >= self.min_in_sync_replicas
+
+    def ack_of(self, broker_id: int) -> int | None:
+        """What a connected slave last said it holds."""
+        return self._acks.get(broker_id)
+
+    def connected(self, broker_id: int, now: float) -> None:
+        """A slave (re)connected: its old ack no longer counts until it sends a new one."""
+        self._acks.pop(broker_id, None)
+        self._caught_up_at.setdefault(broker_id, now)
+
+    def disconnected(self, broker_id: int) -> None:
+        """A slave's connection ended; as a member it holds the confirm offset until shrunk."""
+        self._acks.pop(broker_id, None)
+
+    def on_ack(
+        self, broker_id: int, ack_offset: int, master_end: int, now: float
+    ) -> SyncStateChange | None:
+        """Record an ack; returns an expansion when this slave just qualified."""
+        self._acks[broker_id] = ack_offset
+        if ack_offset >= master_end:
+            self._caught_up_at[broker_id] = now
+        self.update_confirm(master_end)
+        if broker_id not in self.members and ack_offset >= self.confirm_offset:
+            return SyncStateChange(
+                self.members | {broker_id},
+                f"broker {broker_id} caught up to the confirm offset {self.confirm_offset}",
+            )
+        return None
+
+    def check_lag(self, master_end: int, now: float) -> SyncStateChange | None:
+        """A shrink when members have lagged too long (call it periodically)."""
+        lagging = []
+        for broker_id in sorted(self.members - {self.master_id}):
+            if self._acks.get(broker_id, -1) >= master_end:
+                self._caught_up_at[broker_id] = now
+            elif now - self._caught_up_at.get(broker_id, now) > self.max_lag_seconds:
+                lagging.append(broker_id)
+        if not lagging:
+            return None
+        return SyncStateChange(
+            self.members - set(lagging),
+            f"brokers {lagging} not caught up for over {self.max_lag_seconds:g} s",
+        )
+
+    def apply(self, change: SyncStateChange, master_end: int, now: float) -> None:
+        """Adopt a new set (after the controller, or static mode, accepted it)."""
+        for joined in change.members - self.members:
+            self._caught_up_at[joined] = now
+        self.members = change.members | {self.master_id}
+        self.update_confirm(master_end)
+
+    def update_confirm(self, master_end: int) -> int:
+        """Recompute the confirm offset from the members' acks; returns it."""
+        lowest = master_end
+        for broker_id in self.members:
+            if broker_id == self.master_id:
+                continue
+            ack = self._acks.get(broker_id)
+            if ack is None:
+                return self.confirm_offset  # a member we have not heard from holds it
+            lowest = min(lowest, ack)
+        self.confirm_offset = max(self.confirm_offset, lowest)
+        return self.confirm_offset

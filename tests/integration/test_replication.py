@@ -1,0 +1,201 @@
+"""HA replication between stores over real sockets: streaming, commits, truncation, bad input."""
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from ferrymq.replication.master import HAConfig, ReplicationMaster
+from ferrymq.replication.slave import ReplicationSlave, SlaveConfig
+from ferrymq.store.config import StoreConfig
+from ferrymq.store.epochs import EpochFile
+from ferrymq.store.store import Store
+from ferrymq.wire.records import BatchItem, decode_record, pack_host
+
+BORN = pack_host("127.0.0.1", 40000)
+SEGMENT = 4096
+
+
+def _config(root: Path, gated: bool) -> StoreConfig:
+    return StoreConfig(
+        root_dir=root,
+        commitlog_segment_bytes=SEGMENT,
+        consume_queue_entries=64,
+        index_slot_count=64,
+        index_max_entries=500,
+        confirm_gated=gated,
+    )
+
+
+def _log_bytes(store: Store) -> bytes:
+    data = b""
+    position = store.min_log_offset
+    while position < store.max_log_offset:
+        chunk = store.commitlog.read(position, 1 << 20)
+        assert chunk
+        data += chunk
+        position += len(chunk)
+    return data
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+class Group:
+    """A master store with its HA listener and any number of slave stores replicating from it."""
+
+    def __init__(self, root: Path, config: HAConfig) -> None:
+        self.root = root
+        self.config = config
+        self.master_store = Store.open(_config(root / "master", config.sync))
+        self.master = ReplicationMaster(
+            self.master_store, EpochFile.open(root / "master"), config, members=None
+        )
+        self.slaves: dict[int, tuple[Store, ReplicationSlave, asyncio.Task[None]]] = {}
+
+    async def start(self) -> None:
+        self.master.become_master()
+        await self.master.start("127.0.0.1", 0)
+
+    async def add_slave(self, broker_id: int) -> Store:
+        root = self.root / f"slave{broker_id}"
+        store = Store.open(_config(root, True))
+        address = f"127.0.0.1:{self.master.port}"
+
+        async def master_address() -> str:
+            return address
+
+        slave = ReplicationSlave(
+            store,
+            EpochFile.open(root),
+            SlaveConfig(broker_id, heartbeat_interval=0.2, retry_interval=0.1),
+            master_address,
+        )
+        task = asyncio.get_running_loop().create_task(slave.run())
+        self.slaves[broker_id] = (store, slave, task)
+        return store
+
+    async def stop_slave(self, broker_id: int) -> None:
+        store, _, task = self.slaves.pop(broker_id)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        store.close()
+
+    def put(self, *bodies: bytes, queue_id: int = 0) -> int:
+        items = [BatchItem.of(body, {"KEYS": body.decode()}) for body in bodies]
+        result = self.master_store.put("T", queue_id, items, born_host=BORN, born_timestamp_ms=1)
+        self.master.appended()
+        return result.end_log_offset
+
+    async def close(self) -> None:
+        for broker_id in list(self.slaves):
+            await self.stop_slave(broker_id)
+        await self.master.close()
+        self.master_store.close()
+
+
+@pytest.fixture
+async def group(tmp_path: Path) -> AsyncIterator[Callable[..., Group]]:
+    made: list[Group] = []
+
+    def make(**config: object) -> Group:
+        made.append(Group(tmp_path, HAConfig(**config)))  # type: ignore[arg-type]
+        return made[-1]
+
+    yield make
+    for g in made:
+        await g.close()
+
+
+async def test_slaves_receive_the_log_byte_for_byte_across_segment_rolls(
+    group: Callable[..., Group],
+) -> None:
+    g = group(transfer_batch_bytes=700, heartbeat_interval=0.2)
+    await g.start()
+    slave = await g.add_slave(1)
+    for i in range(120):  # ~40 KiB: ten 4 KiB segments, records split across 700-byte batches
+        g.put(f"m{i:04d}".encode() * 40)
+    await _until(lambda: slave.max_log_offset == g.master_store.max_log_offset)
+    assert _log_bytes(slave) == _log_bytes(g.master_store)
+    await _until(lambda: slave.confirm_offset == g.master_store.max_log_offset)
+    result = slave.get("T", 0, 0, 200, max_bytes=1 << 30)
+    assert [decode_record(r).body[:5] for r in result.records] == [
+        f"m{i:04d}".encode() for i in range(120)
+    ]
+    assert slave.query_by_key("T", "m0007" * 40)  # the key index is rebuilt too
+
+
+async def test_a_sync_send_is_committed_only_when_every_member_has_it(
+    group: Callable[..., Group],
+) -> None:
+    g = group(sync=True, commit_timeout=0.5, heartbeat_interval=0.2)
+    await g.start()
+    end = g.put(b"alone")
+    assert await g.master.wait_committed(end), "a master alone in its set commits at once"
+    slave = await g.add_slave(1)
+    await _until(lambda: g.master.state.members == frozenset({0, 1}))
+    end = g.put(b"both")
+    assert await g.master.wait_committed(end)
+    assert slave.max_log_offset >= end
+    master_view = g.master_store.get("T", 0, 0, 10)
+    assert len(master_view.records) == 2
+    await g.stop_slave(1)
+    end = g.put(b"nobody acks this")
+    assert not await g.master.wait_committed(end), "a member holds it: not committed in time"
+    assert len(g.master_store.get("T", 0, 0, 10).records) == 2, "consumers never see above it"
+
+
+async def test_a_slave_that_diverged_is_truncated_to_the_master(
+    group: Callable[..., Group], tmp_path: Path
+) -> None:
+    g = group(heartbeat_interval=0.2)
+    await g.start()
+    slave = await g.add_slave(1)
+    common = g.put(b"common-1", b"common-2")
+    await _until(lambda: slave.max_log_offset == common)
+    await g.stop_slave(1)
+    # the slave's own divergent tail, from an epoch the master never had
+    diverged = Store.open(_config(tmp_path / "slave1", True))
+    epochs = EpochFile.open(tmp_path / "slave1")
+    epochs.assign(epochs.history.last_epoch + 5, diverged.max_log_offset)
+    diverged.put("T", 0, [BatchItem.of(b"divergent")], born_host=BORN, born_timestamp_ms=1)
+    assert diverged.max_log_offset > common
+    diverged.close()
+    g.put(b"after")
+    slave = await g.add_slave(1)
+    await _until(lambda: slave.max_log_offset == g.master_store.max_log_offset)
+    assert _log_bytes(slave) == _log_bytes(g.master_store)
+    assert b"divergent" not in _log_bytes(slave)
+
+
+async def test_garbage_on_the_ha_port_closes_that_connection_only(
+    group: Callable[..., Group],
+) -> None:
+    g = group(heartbeat_interval=0.2)
+    await g.start()
+    slave = await g.add_slave(1)
+    attempts = [
+        b"\x00" * 16,  # state 0
+        struct.pack(">iq", 2, 0),  # an ack before any handshake
+        struct.pack(">ihhq", 1, 7, 0, 3),  # bad flags
+        struct.pack(">ihhq", 1, 0, 0, 0),  # a slave claiming the master's id
+        struct.pack(">ihhq", 1, 0, 0, 9) + struct.pack(">iq", 2, 10**9),  # acks beyond the end
+    ]
+    for garbage in attempts:
+        reader, writer = await asyncio.open_connection("127.0.0.1", g.master.port)
+        writer.write(garbage)
+        await writer.drain()
+        rest = await asyncio.wait_for(reader.read(), 5)  # the master closes it
+        assert reader.at_eof()
+        writer.close()
+        assert len(rest) < 10_000
+    end = g.put(b"still replicating")
+    await _until(lambda: slave.max_log_offset == end)

@@ -1,0 +1,63 @@
+"""SyncStateSet bookkeeping: confirm offset, shrink, expand, minInSyncReplicas."""
+
+from ferrymq.replication.syncstate import SyncState
+
+
+def test_alone_the_master_confirms_its_whole_log() -> None:
+    state = SyncState(0)
+    assert state.update_confirm(500) == 500
+    assert state.writable
+
+
+def test_every_member_must_hold_a_byte_before_it_is_confirmed() -> None:
+    state = SyncState(0, frozenset({0, 1, 2}), confirm_offset=100)
+    state.connected(1, now=0.0)
+    state.connected(2, now=0.0)
+    assert state.on_ack(1, 400, master_end=500, now=1.0) is None
+    assert state.confirm_offset == 100, "member 2 has not acked: the watermark waits"
+    state.on_ack(2, 300, master_end=500, now=1.0)
+    assert state.confirm_offset == 300
+    state.on_ack(2, 500, master_end=500, now=1.0)
+    assert state.confirm_offset == 400
+    state.disconnected(1)
+    state.on_ack(2, 600, master_end=600, now=2.0)
+    assert state.confirm_offset == 400, "a member that went away holds it until it is shrunk"
+    assert state.update_confirm(600) == 400
+
+
+def test_the_watermark_never_goes_down() -> None:
+    state = SyncState(0, frozenset({0, 1}), confirm_offset=0)
+    state.on_ack(1, 300, master_end=300, now=0.0)
+    state.connected(1, now=1.0)  # reconnect, e.g. after a restart
+    state.on_ack(1, 200, master_end=300, now=1.0)
+    assert state.confirm_offset == 300
+
+
+def test_a_slave_that_lags_too_long_is_shrunk_out_and_one_that_catches_up_expands_in() -> None:
+    state = SyncState(0, frozenset({0, 1}), max_lag_seconds=15.0, min_in_sync_replicas=2)
+    state.connected(1, now=0.0)
+    state.on_ack(1, 100, master_end=100, now=0.0)
+    assert state.check_lag(master_end=200, now=10.0) is None
+    state.on_ack(1, 150, master_end=200, now=12.0)  # progress, but never caught up
+    change = state.check_lag(master_end=200, now=16.0)
+    assert change is not None
+    assert change.members == frozenset({0})
+    state.apply(change, master_end=200, now=16.0)
+    assert not state.writable, "below minInSyncReplicas: writes are refused"
+    assert state.update_confirm(200) == 200
+    assert state.on_ack(1, 199, master_end=200, now=17.0) is None
+    expand = state.on_ack(1, 200, master_end=200, now=18.0)
+    assert expand is not None
+    assert expand.members == frozenset({0, 1})
+    state.apply(expand, master_end=250, now=18.0)
+    assert state.writable
+    assert state.confirm_offset == 200, "the new member holds 200 of 250"
+    assert state.check_lag(master_end=250, now=30.0) is None, "lag counts from joining"
+
+
+def test_a_member_that_keeps_up_is_never_shrunk() -> None:
+    state = SyncState(0, frozenset({0, 1}), max_lag_seconds=1.0)
+    state.connected(1, now=0.0)
+    for second in range(1, 100):
+        state.on_ack(1, second * 10, master_end=second * 10, now=float(second))
+        assert state.check_lag(master_end=second * 10, now=second + 0.5) is None
