@@ -241,7 +241,15 @@ async def get_runtime_info(
         "topicCount": str(len(state.topics.configs)),
         "consumerGroupCount": str(len(state.clients.consumers)),
         "brokerRole": state.config.broker_role.value,
+        "confirmOffset": str(store.confirm_offset),
     }
+    replication = state.replication
+    if replication is not None:
+        table["syncStateSet"] = ",".join(str(m) for m in sorted(replication.state.members))
+        table["masterEpoch"] = str(replication.epochs.history.last_epoch)
+        for broker_id in sorted(replication.state.members - {replication.state.master_id}):
+            ack = replication.state.ack_of(broker_id)
+            table[f"slaveAckOffset.{broker_id}"] = "" if ack is None else str(ack)
     return _ok(request, encode_body(KVTable(table)))
 
 

@@ -7,7 +7,10 @@ Background tasks (one `TaskGroup`, stopped by `close`):
 - silent clients expired, and their groups told to rebalance;
 - expired commit-log segments deleted at `deleteWhen` hours, or whenever the disk is too full;
 - delayed messages delivered on time (`schedule.py`); unresolved transactions checked
-  (`transactions.py`).
+  (`transactions.py`);
+- replication (`replication/`): a master serves its slaves on the HA port and, as SYNC_MASTER,
+  acknowledges sends once its SyncStateSet has them; a slave follows the master the NameServer
+  names for its broker name (or `haMasterAddress`).
 
 Servers are libraries: `async with Broker(config) as broker:`.
 """
@@ -29,7 +32,7 @@ import msgspec
 
 from ferrymq.broker import admin, consumer, pull, query, send
 from ferrymq.broker.clients import ClientTable, QueueLocks
-from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.config import BrokerConfig, BrokerRole
 from ferrymq.broker.longpoll import LongPoll
 from ferrymq.broker.metadata import DelayOffsetTable, GroupTable, OffsetTable, TopicTable
 from ferrymq.broker.schedule import ScheduleService
@@ -37,16 +40,23 @@ from ferrymq.broker.state import BrokerState
 from ferrymq.broker.transactions import TransactionService, end_transaction
 from ferrymq.errors import FerryError, RequestError
 from ferrymq.model import format_address
+from ferrymq.replication.master import HAConfig, ReplicationMaster
+from ferrymq.replication.slave import ReplicationSlave, SlaveConfig
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.store.atomic import write_atomic
+from ferrymq.store.epochs import EpochFile
 from ferrymq.store.store import Store
 from ferrymq.wire.bodies import RegisterBrokerBody, encode_register_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
-from ferrymq.wire.headers import to_ext_fields
-from ferrymq.wire.namesrv import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
+from ferrymq.wire.headers import from_ext_fields, to_ext_fields
+from ferrymq.wire.namesrv import (
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnregisterBrokerRequestHeader,
+)
 
 __all__ = ["Broker"]
 
@@ -117,6 +127,9 @@ class Broker:
         self._register_now = asyncio.Event()
         self.schedule: ScheduleService | None = None
         self.transactions: TransactionService | None = None
+        self.replication: ReplicationMaster | None = None
+        self.slave: ReplicationSlave | None = None
+        self._master_ha_address: str | None = None
 
     @property
     def state(self) -> BrokerState:
@@ -186,6 +199,7 @@ class Broker:
         )
         self.schedule = ScheduleService(self._state)
         self.transactions = TransactionService(self._state)
+        await self._start_replication(store)
         for work in (
             self._register_loop(),
             self._offsets_loop(),
@@ -203,6 +217,52 @@ class Broker:
             self.address,
         )
 
+    async def _start_replication(self, store: Store) -> None:
+        config = self.config
+        epochs = EpochFile.open(config.store_path_root_dir)
+        if config.broker_role is BrokerRole.SLAVE:
+            self.slave = ReplicationSlave(
+                store,
+                epochs,
+                SlaveConfig(
+                    config.broker_id,
+                    heartbeat_interval=config.ha_send_heartbeat_interval / 1000,
+                    housekeeping_interval=config.ha_housekeeping_interval / 1000,
+                ),
+                self._master_ha,
+            )
+            self._spawn(self.slave.run())
+            return
+        master = ReplicationMaster(
+            store,
+            epochs,
+            HAConfig(
+                sync=config.broker_role is BrokerRole.SYNC_MASTER,
+                heartbeat_interval=config.ha_send_heartbeat_interval / 1000,
+                housekeeping_interval=config.ha_housekeeping_interval / 1000,
+                transfer_batch_bytes=config.ha_transfer_batch_size,
+                max_lag_seconds=config.ha_max_time_slave_not_catchup / 1000,
+                min_in_sync_replicas=config.min_in_sync_replicas,
+                commit_timeout=config.slave_timeout / 1000,
+            ),
+            master_id=config.broker_id,
+        )
+        master.become_master()
+        await master.start(config.listen_host, config.ha_port)
+        self.replication = master
+        self.state.replication = master
+
+    async def _master_ha(self) -> str | None:
+        """Where a slave's master takes HA connections."""
+        return self.config.ha_master_address or self._master_ha_address
+
+    @property
+    def ha_address(self) -> str | None:
+        """`brokerIP1:port` of this master's HA listener (None on a slave)."""
+        if self.replication is None:
+            return None
+        return format_address(self.config.broker_ip1, self.replication.port)
+
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(work))
 
@@ -217,6 +277,9 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.replication is not None:
+            await self.replication.close()
+            self.replication = None
         if state is not None:
             state.longpoll.wake_all()
         await self._server.close()
@@ -248,7 +311,7 @@ class Broker:
             broker_name=config.broker_name,
             broker_addr=self.address,
             cluster_name=config.broker_cluster_name,
-            ha_server_addr=format_address(config.broker_ip1, config.ha_port),
+            ha_server_addr=self.ha_address or "",
             broker_id=config.broker_id if not state.is_master else 0,
             heartbeat_timeout_millis=config.broker_timeout_millis,
         )
@@ -278,6 +341,9 @@ class Broker:
                 continue
             if response.code == ResponseCode.SUCCESS:
                 accepted += 1
+                result = from_ext_fields(RegisterBrokerResponseHeader, response.ext_fields)
+                if result.ha_server_addr:
+                    self._master_ha_address = result.ha_server_addr
             else:
                 log.warning("NameServer %s refused the registration: %s", address, response.remark)
         return accepted

@@ -85,6 +85,16 @@ class BrokerConfig:
     rebalance_lock_max_live_time: int = 60_000
     max_reconsume_times: int = 16
     """Default `retryMaxTimes` of a subscription group."""
+    ha_master_address: str = ""
+    """A slave's master HA address; empty: the one the NameServer names for this broker name."""
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_max_time_slave_not_catchup: int = 15_000
+    min_in_sync_replicas: int = 1
+    slave_timeout: int = 3000
+    """Milliseconds a SYNC_MASTER send waits to be committed before answering not-committed."""
+    slave_read_enable: bool = False
 
     def __post_init__(self) -> None:
         for key, value in (("listenPort", self.listen_port), ("haListenPort", self.ha_listen_port)):
@@ -96,6 +106,12 @@ class BrokerConfig:
             ("defaultTopicQueueNums", self.default_topic_queue_nums),
             ("maxMessageSize", self.max_message_size),
             ("registerNameServerPeriod", self.register_name_server_period),
+            ("haSendHeartbeatInterval", self.ha_send_heartbeat_interval),
+            ("haHousekeepingInterval", self.ha_housekeeping_interval),
+            ("haTransferBatchSize", self.ha_transfer_batch_size),
+            ("haMaxTimeSlaveNotCatchup", self.ha_max_time_slave_not_catchup),
+            ("minInSyncReplicas", self.min_in_sync_replicas),
+            ("slaveTimeout", self.slave_timeout),
         ):
             if number <= 0:
                 raise ConfigError(key, f"must be positive, not {number}")
@@ -117,6 +133,11 @@ class BrokerConfig:
                 parse_address(address)
             except ValueError as exc:
                 raise ConfigError("namesrvAddr", str(exc)) from None
+        if self.ha_master_address:
+            try:
+                parse_address(self.ha_master_address)
+            except ValueError as exc:
+                raise ConfigError("haMasterAddress", str(exc)) from None
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -130,8 +151,15 @@ class BrokerConfig:
 
     @property
     def ha_port(self) -> int:
-        """The HA listen port."""
-        return self.ha_listen_port or self.listen_port + 1
+        """The HA listen port: `haListenPort`, else listen port + 1 (any free port for port 0)."""
+        if self.ha_listen_port:
+            return self.ha_listen_port
+        return self.listen_port + 1 if self.listen_port else 0
+
+    @property
+    def replicated(self) -> bool:
+        """Whether consumers may only see what the replication watermark covers."""
+        return self.broker_role in (BrokerRole.SYNC_MASTER, BrokerRole.SLAVE)
 
     @property
     def delay_levels_ms(self) -> list[int]:
@@ -160,4 +188,5 @@ class BrokerConfig:
             file_reserved_hours=self.file_reserved_time,
             disk_max_used_ratio=self.disk_max_used_space_ratio / 100,
             store_host=pack_host(self.broker_ip1, advertised_port or self.listen_port),
+            confirm_gated=self.replicated,
         )

@@ -112,8 +112,24 @@ async def put_messages(
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
     wait_flush: bool = True,
-) -> tuple[PutResult, bool]:
-    """Store messages and index them this loop turn; returns (result, flushed in time)."""
+) -> tuple[PutResult, ResponseCode]:
+    """Store messages, index them this loop turn, wait as the flush and replication modes say.
+
+    Returns the result and the response code the send gets: SUCCESS, FLUSH_DISK_TIMEOUT, or
+    FLUSH_SLAVE_TIMEOUT when a SYNC_MASTER's SyncStateSet did not all get it in `slaveTimeout`
+    (the message is stored but not committed: consumers will not see it until it is).
+
+    Raises:
+        RequestError: SYSTEM_ERROR "in-sync replicas not enough" before anything is stored when
+            the SyncStateSet is below `minInSyncReplicas`.
+    """
+    replication = state.replication
+    if replication is not None and not replication.writable:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            f"in-sync replicas not enough: SyncStateSet {sorted(replication.state.members)}, "
+            f"minInSyncReplicas {state.config.min_in_sync_replicas}",
+        )
     try:
         result = state.store.put(
             topic,
@@ -129,6 +145,8 @@ async def put_messages(
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
     except InvalidNameError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    if replication is not None:
+        replication.appended()
     state.schedule_dispatch()
     if wait_flush and state.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
         flushed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -136,8 +154,15 @@ async def put_messages(
         try:
             await wait_future(flushed, state.config.sync_flush_timeout / 1000)
         except TimeoutError:
-            return result, False
-    return result, True
+            return result, ResponseCode.FLUSH_DISK_TIMEOUT
+    if (
+        wait_flush
+        and replication is not None
+        and replication.config.sync
+        and not await replication.wait_committed(result.end_log_offset)
+    ):
+        return result, ResponseCode.FLUSH_SLAVE_TIMEOUT
+    return result, ResponseCode.SUCCESS
 
 
 def _bridge(source: concurrent.futures.Future[int], target: asyncio.Future[int]) -> None:
@@ -221,7 +246,7 @@ async def send_message(
         )
     if stored_topic == TRANS_HALF_TOPIC:
         sys_flag &= ~SYSFLAG_TRANSACTION_ROLLBACK  # half messages are plain messages of their topic
-    result, flushed = await put_messages(
+    result, code = await put_messages(
         state,
         stored_topic,
         stored_queue,
@@ -241,8 +266,14 @@ async def send_message(
     )
     if transaction_type(header.sys_flag) == SYSFLAG_TRANSACTION_PREPARED:
         response.transaction_id = items[0].property_map.get(props.UNIQ_KEY)
-    code = ResponseCode.SUCCESS if flushed else ResponseCode.FLUSH_DISK_TIMEOUT
-    return request.make_response(code, ext_fields=to_ext_fields(response))
+    remark = _NOT_COMMITTED if code == ResponseCode.FLUSH_SLAVE_TIMEOUT else None
+    return request.make_response(code, remark=remark, ext_fields=to_ext_fields(response))
+
+
+_NOT_COMMITTED = (
+    "not committed: the SyncStateSet did not all store it within slaveTimeout; the master holds "
+    "it and consumers will see it only once it is committed, so a retry may duplicate it"
+)
 
 
 def _wants_wait(item: BatchItem) -> bool:
@@ -341,7 +372,7 @@ async def consumer_send_back(
         properties[props.REAL_QUEUE_ID] = str(queue_id)
         properties[props.DELAY_TIME_LEVEL] = str(level)
         topic, queue_id = SCHEDULE_TOPIC, level - 1
-    _, flushed = await put_messages(
+    _, code = await put_messages(
         state,
         topic,
         queue_id,
@@ -351,5 +382,5 @@ async def consumer_send_back(
         sys_flag=record.sys_flag,
         reconsume_times=reconsume_times,
     )
-    code = ResponseCode.SUCCESS if flushed else ResponseCode.FLUSH_DISK_TIMEOUT
-    return request.make_response(code)
+    remark = _NOT_COMMITTED if code == ResponseCode.FLUSH_SLAVE_TIMEOUT else None
+    return request.make_response(code, remark=remark)

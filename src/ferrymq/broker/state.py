@@ -26,6 +26,7 @@ from ferrymq.broker.metadata import (
 )
 from ferrymq.errors import RequestError
 from ferrymq.model import parse_address
+from ferrymq.replication.master import ReplicationMaster
 from ferrymq.rpc.connection import Connection
 from ferrymq.store.store import Store
 from ferrymq.wire.bodies import Perm
@@ -59,6 +60,8 @@ class BrokerState:
     on_topics_changed: Callable[[], None] = lambda: None
     """Called when topic configs change, so NameServers hear of it at once."""
     perm: int = Perm.READ | Perm.WRITE
+    replication: ReplicationMaster | None = None
+    """This master's HA side (None on a slave)."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
 
     @property

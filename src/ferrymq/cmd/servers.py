@@ -220,7 +220,7 @@ def broker_command(
                     "broker_name": config.broker_name,
                     "broker_id": config.broker_id,
                     "role": config.broker_role.value,
-                    "ha_addr": None,  # no HA listener until replication lands
+                    "ha_addr": broker.ha_address,  # None on a slave
                     "store_dir": str(config.store_path_root_dir),
                 },
             )

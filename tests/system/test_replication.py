@@ -1,0 +1,130 @@
+"""A 3-replica group under sync replication, as processes: kill -9 a slave mid-transfer, restart
+it, and the slaves' commit logs end up byte-identical to the master's up to the confirm offset."""
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire.bodies import KVTable, decode_body
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+
+from ..integration.remoting import send
+from .procs import Server, start
+
+pytestmark = pytest.mark.system
+
+SEGMENT = 64 * 1024
+
+
+def _broker(tmp_path: Path, namesrv: Server, name: str, role: str, broker_id: int) -> Server:
+    return start(
+        [
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+            "--namesrv",
+            namesrv.addr,
+            "--store-dir",
+            str(tmp_path / name),
+            "--role",
+            role,
+            "--broker-id",
+            str(broker_id),
+            "--mapped-file-size-commit-log",
+            str(SEGMENT),
+            "--ha-send-heartbeat-interval",
+            "300",
+            "--ha-max-time-slave-not-catchup",
+            "3000",
+            "--slave-timeout",
+            "1000",
+            "--register-name-server-period",
+            "1000",
+        ],
+        tmp_path,
+        name,
+    )
+
+
+async def _runtime(client: RpcClient, address: str) -> dict[str, str]:
+    response = await client.call(
+        address, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), 5
+    )
+    assert response.code == ResponseCode.SUCCESS
+    return decode_body(response.body, KVTable).table
+
+
+def _log_bytes(store_dir: Path, end: int) -> bytes:
+    data = b""
+    for segment in sorted((store_dir / "commitlog").iterdir()):
+        data += segment.read_bytes()
+    return data[:end]
+
+
+async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path: Path) -> None:
+    namesrv = start(["namesrv", "--listen", "127.0.0.1:0"], tmp_path, "namesrv")
+    master = _broker(tmp_path, namesrv, "master", "SYNC_MASTER", 0)
+    slaves = {
+        1: _broker(tmp_path, namesrv, "slave1", "SLAVE", 1),
+        2: _broker(tmp_path, namesrv, "slave2", "SLAVE", 2),
+    }
+    acked: list[bytes] = []
+    refused = 0
+    try:
+        async with RpcClient() as client:
+            async with AdminClient(namesrv.addr) as admin:
+                await admin.create_topic("R3", queues=2)
+            deadline = time.monotonic() + 30
+            while (await _runtime(client, master.addr)).get("syncStateSet") != "0,1,2":
+                assert time.monotonic() < deadline, "the slaves never joined the SyncStateSet"
+                await asyncio.sleep(0.1)
+
+            async def produce(count: int, tag: str) -> None:
+                nonlocal refused
+                for i in range(count):
+                    body = f"{tag}-{i:05d}-".encode() * 20
+                    response = await send(client, master.addr, "R3", body, queue_id=i % 2)
+                    if response.code == ResponseCode.SUCCESS:
+                        acked.append(body)
+                    else:
+                        assert response.code in (
+                            ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                            ResponseCode.SYSTEM_ERROR,
+                        ), response.remark
+                        refused += 1
+
+            await produce(300, "before")
+            slaves[1].kill()  # mid-stream: the master keeps sending to slave 2
+            await produce(300, "during")
+            slaves[1] = _broker(tmp_path, namesrv, "slave1", "SLAVE", 1)
+            await produce(300, "after")
+            deadline = time.monotonic() + 30
+            while True:
+                info = await _runtime(client, master.addr)
+                end = int(info["commitLogMaxOffset"])
+                caught_up = [
+                    int((await _runtime(client, s.addr))["commitLogMaxOffset"]) == end
+                    for s in slaves.values()
+                ]
+                if all(caught_up) and int(info["confirmOffset"]) == end:
+                    break
+                assert time.monotonic() < deadline, f"slaves never caught up: {info}"
+                await asyncio.sleep(0.1)
+            assert info["syncStateSet"] == "0,1,2", "the restarted slave expanded back in"
+    finally:
+        for server in (*slaves.values(), master):
+            server.stop()
+        namesrv.stop()
+    assert len(acked) >= 600, f"only {len(acked)} sends committed ({refused} refused)"
+    master_log = _log_bytes(tmp_path / "master", end)
+    assert len(master_log) == end
+    assert end > 2 * SEGMENT, "the log rolled segments during the test"
+    for name in ("slave1", "slave2"):
+        assert _log_bytes(tmp_path / name, end) == master_log, f"{name} differs from the master"
+    for body in acked:
+        assert body in master_log
