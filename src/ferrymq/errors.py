@@ -180,3 +180,16 @@ class SendOutcomeUnknownError(FerryError):
     def __init__(self, message: str, msg_id: str) -> None:
         super().__init__(f"{message} (message {msg_id}: outcome unknown)")
         self.msg_id = msg_id
+
+
+class NotCommittedError(SendOutcomeUnknownError):
+    """The broker stored the message but could not make it durable as asked in time.
+
+    FLUSH_SLAVE_TIMEOUT (its SyncStateSet did not all get it), FLUSH_DISK_TIMEOUT (the fsync
+    did not finish) or SLAVE_NOT_AVAILABLE: consumers see it once it is committed, and a
+    failover before that may lose it; sending it again may duplicate it.
+    """
+
+    def __init__(self, message: str, msg_id: str, status: str) -> None:
+        super().__init__(message, msg_id)
+        self.status = status

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.client.producer import Producer
+from ferrymq.errors import NotCommittedError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
@@ -100,6 +102,11 @@ async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path
 
             await produce(300, "before")
             slaves[1].kill()  # mid-stream: the master keeps sending to slave 2
+            async with Producer(namesrv.addr) as producer:
+                # slave 1 is still in the SyncStateSet (for 3 s): an explicit not-committed
+                with pytest.raises(NotCommittedError) as refused_by_sdk:
+                    await producer.send("R3", b"while a member is down")
+                assert refused_by_sdk.value.status == "FLUSH_SLAVE_TIMEOUT"
             await produce(300, "during")
             slaves[1] = _broker(tmp_path, namesrv, "slave1", "SLAVE", 1)
             await produce(300, "after")
@@ -121,6 +128,7 @@ async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path
             server.stop()
         namesrv.stop()
     assert len(acked) >= 600, f"only {len(acked)} sends committed ({refused} refused)"
+    assert refused > 0, "the killed member held commits until it was shrunk out"
     master_log = _log_bytes(tmp_path / "master", end)
     assert len(master_log) == end
     assert end > 2 * SEGMENT, "the log rolled segments during the test"

@@ -19,7 +19,13 @@ from typing import Final, Self
 
 from ferrymq.client.message import SendResult
 from ferrymq.client.routing import Routes
-from ferrymq.errors import ConnectError, RpcError, SendFailedError, SendOutcomeUnknownError
+from ferrymq.errors import (
+    ConnectError,
+    NotCommittedError,
+    RpcError,
+    SendFailedError,
+    SendOutcomeUnknownError,
+)
 from ferrymq.model import MessageQueue, validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire import properties as props
@@ -46,12 +52,12 @@ _RETRY_CODES: Final = frozenset(
 )
 """Refusals that mean "not here": another queue or a fresh route may take the message."""
 
-_STORED_CODES: Final[dict[int, str]] = {
-    ResponseCode.SUCCESS: "SEND_OK",
+_NOT_COMMITTED_CODES: Final[dict[int, str]] = {
     ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
     ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
     ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
 }
+"""Stored, but not as durable as asked: `NotCommittedError`, never a success."""
 
 
 def _client_ip() -> bytes:
@@ -145,6 +151,8 @@ class Producer:
         Raises:
             SendFailedError: the message was surely not stored.
             SendOutcomeUnknownError: the request left but no answer came.
+            NotCommittedError: stored, but not replicated or flushed in time (a
+                `SendOutcomeUnknownError`: it may appear later, or be lost in a failover).
             TopicNotFoundError: the topic has no route.
         """
         validate_topic(topic)
@@ -221,8 +229,16 @@ class Producer:
             except RpcError as exc:
                 self.routes.mark_failed(target.broker_name)
                 raise SendOutcomeUnknownError(str(exc), msg_id) from exc
-            status = _STORED_CODES.get(response.code)
+            status = _NOT_COMMITTED_CODES.get(response.code)
             if status is not None:
+                raise NotCommittedError(
+                    f"{address} stored it as {target} offset "
+                    f"{response.ext_fields.get('queueOffset', '?')} but answered {status}: "
+                    f"{response.remark}",
+                    msg_id,
+                    status,
+                )
+            if response.code == ResponseCode.SUCCESS:
                 return SendResult(
                     msg_id=msg_id,
                     offset_msg_id=response.ext_fields.get("msgId", ""),
