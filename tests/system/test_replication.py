@@ -12,10 +12,11 @@ from ferrymq.client.producer import Producer
 from ferrymq.errors import NotCommittedError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
+from ferrymq.wire.broker import QueryConsumerOffsetRequestHeader, UpdateConsumerOffsetRequestHeader
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 
-from ..integration.remoting import send
+from ..integration.remoting import command, pull, send
 from .procs import Server, start
 
 pytestmark = pytest.mark.system
@@ -59,6 +60,10 @@ async def _runtime(client: RpcClient, address: str) -> dict[str, str]:
     )
     assert response.code == ResponseCode.SUCCESS
     return decode_body(response.body, KVTable).table
+
+
+def _queue_of(body: bytes) -> int:
+    return int(body.split(b"-")[1]) % 2
 
 
 def _log_bytes(store_dir: Path, end: int) -> bytes:
@@ -110,6 +115,13 @@ async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path
             await produce(300, "during")
             slaves[1] = _broker(tmp_path, namesrv, "slave1", "SLAVE", 1)
             await produce(300, "after")
+            update = UpdateConsumerOffsetRequestHeader(
+                consumer_group="G", topic="R3", queue_id=1, commit_offset=123
+            )
+            response = await client.call(
+                master.addr, command(RequestCode.UPDATE_CONSUMER_OFFSET, update), 5
+            )
+            assert response.code == ResponseCode.SUCCESS
             deadline = time.monotonic() + 30
             while True:
                 info = await _runtime(client, master.addr)
@@ -123,6 +135,28 @@ async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path
                 assert time.monotonic() < deadline, f"slaves never caught up: {info}"
                 await asyncio.sleep(0.1)
             assert info["syncStateSet"] == "0,1,2", "the restarted slave expanded back in"
+            # a slave serves everything committed, in queue order, and the master's metadata
+            for queue_id in (0, 1):
+                expected = [b for i, b in enumerate(acked) if _queue_of(b) == queue_id]
+                served: list[bytes] = []
+                while True:
+                    response, records = await pull(
+                        client, slaves[2].addr, "R3", queue_id, len(served), max_msgs=32
+                    )
+                    if response.code != ResponseCode.SUCCESS:
+                        break
+                    served += [r.body for r in records]
+                assert [b for b in served if b in set(expected)] == expected
+            query = QueryConsumerOffsetRequestHeader(consumer_group="G", topic="R3", queue_id=1)
+            deadline = time.monotonic() + 10
+            while True:
+                response = await client.call(
+                    slaves[1].addr, command(RequestCode.QUERY_CONSUMER_OFFSET, query), 5
+                )
+                if response.ext_fields.get("offset") == "123":
+                    break
+                assert time.monotonic() < deadline, "the offset commit never reached the slave"
+                await asyncio.sleep(0.1)
     finally:
         for server in (*slaves.values(), master):
             server.stop()

@@ -35,6 +35,7 @@ from ferrymq.broker.clients import ClientTable, QueueLocks
 from ferrymq.broker.config import BrokerConfig, BrokerRole
 from ferrymq.broker.longpoll import LongPoll
 from ferrymq.broker.metadata import DelayOffsetTable, GroupTable, OffsetTable, TopicTable
+from ferrymq.broker.metalog import MetadataFollower, MetadataLog
 from ferrymq.broker.schedule import ScheduleService
 from ferrymq.broker.state import BrokerState
 from ferrymq.broker.transactions import TransactionService, end_transaction
@@ -232,6 +233,7 @@ class Broker:
                 self._master_ha,
             )
             self._spawn(self.slave.run())
+            self._spawn(MetadataFollower(self.state).run())
             return
         master = ReplicationMaster(
             store,
@@ -251,6 +253,9 @@ class Broker:
         await master.start(config.listen_host, config.ha_port)
         self.replication = master
         self.state.replication = master
+        metalog = MetadataLog(self.state)
+        metalog.snapshot()
+        self._spawn(metalog.run())
 
     async def _master_ha(self) -> str | None:
         """Where a slave's master takes HA connections."""

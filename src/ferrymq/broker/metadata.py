@@ -6,6 +6,10 @@
 - `OffsetTable` (`consumerOffset.json`): committed queue offsets per `topic@group`.
 - `DelayOffsetTable` (`delayOffset.json`): how far each delay level has been delivered.
 
+Every change also goes to `listener` when one is set: a master's `metalog.MetadataLog` writes it
+into the replicated commit log, so slaves hold the same tables (ARCHITECTURE.md section 6
+item 5).
+
 The JSON shapes are RocketMQ's. Every save replaces the file atomically (temp file, fsync,
 rename, directory fsync): a crash leaves the old or the new table, never a torn one. Tables are
 saved when changed (topics, groups) or at most every flush interval (offsets).
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -34,6 +39,7 @@ from ferrymq.wire.bodies import (
 __all__ = [
     "DEFAULT_TOPIC",
     "DLQ_GROUP_PREFIX",
+    "METADATA_TOPIC",
     "RETRY_GROUP_PREFIX",
     "SCHEDULE_TOPIC",
     "TRANS_HALF_TOPIC",
@@ -55,6 +61,8 @@ DEFAULT_TOPIC: Final = "TBW102"
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+METADATA_TOPIC: Final = "rmq_sys_ferry_metadata"
+"""Topic, group and offset changes, replicated through the commit log (one queue)."""
 RETRY_GROUP_PREFIX: Final = "%RETRY%"
 DLQ_GROUP_PREFIX: Final = "%DLQ%"
 
@@ -90,6 +98,8 @@ class TopicTable:
         self.path = path
         self.configs: dict[str, TopicConfig] = {}
         self.data_version = DataVersion(timestamp=int(time.time() * 1000))
+        self.listener: Callable[[str, TopicConfig | None], None] | None = None
+        """Hears (topic, config) on every put and (topic, None) on every delete."""
 
     def load(self, *, default_topic_queue_nums: int, auto_create: bool, delay_levels: int) -> None:
         """Read the file and make sure the system topics exist."""
@@ -105,6 +115,7 @@ class TopicTable:
             ),
             TopicConfig(topic_name=TRANS_HALF_TOPIC, read_queue_nums=1, write_queue_nums=1),
             TopicConfig(topic_name=TRANS_OP_HALF_TOPIC, read_queue_nums=1, write_queue_nums=1),
+            TopicConfig(topic_name=METADATA_TOPIC, read_queue_nums=1, write_queue_nums=1),
         ]
         if auto_create:
             system.append(
@@ -135,6 +146,8 @@ class TopicTable:
             return False
         self.configs[config.topic_name] = config
         self._bump()
+        if self.listener is not None:
+            self.listener(config.topic_name, config)
         return True
 
     def delete(self, topic: str) -> bool:
@@ -142,7 +155,15 @@ class TopicTable:
         if self.configs.pop(topic, None) is None:
             return False
         self._bump()
+        if self.listener is not None:
+            self.listener(topic, None)
         return True
+
+    def replace_all(self, configs: dict[str, TopicConfig]) -> None:
+        """Adopt a replicated snapshot of the whole table (a slave)."""
+        if configs != self.configs:
+            self.configs = dict(configs)
+            self._bump()
 
     def set_state_version(self, state_version: int) -> None:
         """Carry the master epoch in registrations (controller mode fences stale masters)."""
@@ -194,6 +215,8 @@ class GroupTable:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.configs: dict[str, GroupConfig] = {}
+        self.listener: Callable[[str, GroupConfig | None], None] | None = None
+        """Hears (group, config) on every put and (group, None) on every delete."""
 
     def load(self) -> None:
         """Read the file."""
@@ -209,13 +232,23 @@ class GroupTable:
         """Create or replace a group."""
         self.configs[config.group_name] = config
         self.save()
+        if self.listener is not None:
+            self.listener(config.group_name, config)
 
     def delete(self, group: str) -> bool:
         """Forget a group."""
         if self.configs.pop(group, None) is None:
             return False
         self.save()
+        if self.listener is not None:
+            self.listener(group, None)
         return True
+
+    def replace_all(self, configs: dict[str, GroupConfig]) -> None:
+        """Adopt a replicated snapshot of the whole table (a slave)."""
+        if configs != self.configs:
+            self.configs = dict(configs)
+            self.save()
 
     def save(self) -> None:
         """Replace the file atomically."""
@@ -234,6 +267,8 @@ class OffsetTable:
         self.path = path
         self.offsets: dict[str, dict[int, int]] = {}
         self.dirty = False
+        self.listener: Callable[[str, int, int], None] | None = None
+        """Hears (`topic@group` key, queue id, offset) on every change; offset -1: deleted."""
 
     def load(self) -> None:
         """Read the file."""
@@ -248,10 +283,13 @@ class OffsetTable:
 
     def commit(self, topic: str, group: str, queue_id: int, queue_offset: int) -> None:
         """Record a group's position in a queue."""
-        queues = self.offsets.setdefault(self.key(topic, group), {})
+        key = self.key(topic, group)
+        queues = self.offsets.setdefault(key, {})
         if queues.get(queue_id) != queue_offset:
             queues[queue_id] = queue_offset
             self.dirty = True
+            if self.listener is not None:
+                self.listener(key, queue_id, queue_offset)
 
     def query(self, topic: str, group: str, queue_id: int) -> int | None:
         """A group's committed position, or None."""
@@ -270,7 +308,27 @@ class OffsetTable:
     def delete_topic(self, topic: str) -> None:
         """Forget every group's offsets in a topic."""
         for key in [k for k in self.offsets if k.startswith(topic + "@")]:
-            del self.offsets[key]
+            for queue_id in self.offsets.pop(key):
+                if self.listener is not None:
+                    self.listener(key, queue_id, -1)
+            self.dirty = True
+
+    def apply(self, key: str, queue_id: int, queue_offset: int) -> None:
+        """Adopt one replicated change (offset -1 deletes)."""
+        if queue_offset < 0:
+            queues = self.offsets.get(key)
+            if queues is not None and queues.pop(queue_id, None) is not None:
+                if not queues:
+                    del self.offsets[key]
+                self.dirty = True
+        elif self.offsets.setdefault(key, {}).get(queue_id) != queue_offset:
+            self.offsets[key][queue_id] = queue_offset
+            self.dirty = True
+
+    def replace_all(self, offsets: dict[str, dict[int, int]]) -> None:
+        """Adopt a replicated snapshot of the whole table (a slave)."""
+        if offsets != self.offsets:
+            self.offsets = {key: dict(queues) for key, queues in offsets.items()}
             self.dirty = True
 
     def snapshot(self) -> bytes | None:
@@ -299,6 +357,8 @@ class DelayOffsetTable:
         self.path = path
         self.offsets: dict[int, int] = {}
         self.dirty = False
+        self.listener: Callable[[int, int], None] | None = None
+        """Hears (level, offset) on every change."""
 
     def load(self) -> None:
         """Read the file."""
@@ -310,6 +370,14 @@ class DelayOffsetTable:
         """Record that level `level` is delivered up to `queue_offset`."""
         if self.offsets.get(level) != queue_offset:
             self.offsets[level] = queue_offset
+            self.dirty = True
+            if self.listener is not None:
+                self.listener(level, queue_offset)
+
+    def replace_all(self, offsets: dict[int, int]) -> None:
+        """Adopt a replicated snapshot of the whole table (a slave)."""
+        if offsets != self.offsets:
+            self.offsets = dict(offsets)
             self.dirty = True
 
     def snapshot(self) -> bytes | None:
