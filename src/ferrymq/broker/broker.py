@@ -248,6 +248,7 @@ class Broker:
                 commit_timeout=config.slave_timeout / 1000,
             ),
             master_id=config.broker_id,
+            on_confirm=self.state.schedule_dispatch,
         )
         master.become_master()
         await master.start(config.listen_host, config.ha_port)

@@ -25,15 +25,12 @@ import dataclasses
 import functools
 import logging
 import os
-import resource
 import shutil
-import socket
-import statistics
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +38,7 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.producer import Producer
 from ferrymq.cmd.local import Child, spawn
+from ferrymq.cmd.measure import Meter, Row, free_port, quiet_nats_errors, timed_window
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.broker import SendMessageRequestHeader, SendMessageRequestHeaderV2
 from ferrymq.wire.codes import RequestCode
@@ -50,8 +48,6 @@ from ferrymq.wire.headers import to_ext_fields
 __all__ = ["BrokerBenchConfig", "Row", "ratios_to_nats", "run_broker_bench"]
 
 log = logging.getLogger(__name__)
-
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,28 +60,6 @@ class BrokerBenchConfig:
     nats: bool = True
     cpp: bool = True
     workdir: Path | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One measurement."""
-
-    system: str
-    mode: str
-    size: int
-    messages: int
-    seconds: float
-    msgs_per_s: float
-    mb_per_s: float
-    p50_ms: float | None
-    p99_ms: float | None
-    client_cpu_pct: float
-    server_cpu_pct: float
-    failed: int = 0  # sends that raised (counted apart from msg/s)
-
-    def as_json(self) -> dict[str, Any]:
-        """JSON-ready, rounded."""
-        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
 def ratios_to_nats(rows: list[Row]) -> list[dict[str, Any]]:
@@ -108,75 +82,6 @@ def ratios_to_nats(rows: list[Row]) -> list[dict[str, Any]]:
             }
         )
     return paired
-
-
-def _process_cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def _self_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-class _Meter:
-    """CPU of this process and of the server processes over one measurement."""
-
-    def __init__(self, server_pids: list[int]) -> None:
-        self._pids = server_pids
-        self._client = _self_cpu()
-        self._servers = sum(_process_cpu(p) for p in server_pids)
-        self._start = time.perf_counter()
-
-    def row(self, system: str, mode: str, size: int, messages: int, latencies: list[float]) -> Row:
-        elapsed = time.perf_counter() - self._start
-        client = (_self_cpu() - self._client) / elapsed * 100
-        servers = (sum(_process_cpu(p) for p in self._pids) - self._servers) / elapsed * 100
-        ordered = sorted(latencies)
-        return Row(
-            system=system,
-            mode=mode,
-            size=size,
-            messages=messages,
-            seconds=elapsed,
-            msgs_per_s=messages / elapsed,
-            mb_per_s=messages * size / elapsed / 1e6,
-            p50_ms=statistics.median(ordered) * 1000 if ordered else None,
-            p99_ms=ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
-            if ordered
-            else None,
-            client_cpu_pct=client,
-            server_cpu_pct=servers,
-        )
-
-
-async def _timed_window(
-    send: Callable[[], Awaitable[object]], seconds: float, window: int
-) -> tuple[int, list[float]]:
-    """Keep `window` sends in flight for `seconds`; return count and per-send latencies."""
-    latencies: list[float] = []
-    deadline = time.perf_counter() + seconds
-    slots = asyncio.Semaphore(window)
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def one() -> None:
-        started = time.perf_counter()
-        try:
-            await send()
-            latencies.append(time.perf_counter() - started)
-        finally:
-            slots.release()
-
-    while time.perf_counter() < deadline:
-        await slots.acquire()
-        task = asyncio.get_running_loop().create_task(one())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.gather(*tasks)
-    return len(latencies), latencies
 
 
 # ---------------------------------------------------------------------- ferrymq
@@ -224,7 +129,7 @@ async def _ferrymq_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
         async with Producer(namesrv, "bench-producer", send_timeout=10) as producer:
             for size in config.sizes:
                 topic, payload = f"Bench{size}", os.urandom(size)
-                meter = _Meter(pids)
+                meter = Meter(pids)
                 latencies: list[float] = []
                 end = time.perf_counter() + config.seconds
                 while time.perf_counter() < end:
@@ -232,8 +137,8 @@ async def _ferrymq_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
                     await producer.send(topic, payload)
                     latencies.append(time.perf_counter() - started)
                 rows.append(meter.row("ferrymq", "sync", size, len(latencies), latencies))
-                meter = _Meter(pids)
-                count, window_latencies = await _timed_window(
+                meter = Meter(pids)
+                count, window_latencies = await timed_window(
                     functools.partial(producer.send, topic, payload), config.seconds, config.window
                 )
                 rows.append(
@@ -251,7 +156,7 @@ async def _ferrymq_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
                     rows.append(row)
         async with PullConsumer(namesrv, "bench-consumer") as consumer:
             for size in config.sizes:
-                meter = _Meter(pids)
+                meter = Meter(pids)
                 total = 0
                 for queue in await consumer.queues(f"Bench{size}"):
                     offset = 0
@@ -282,7 +187,7 @@ async def _raw_rows(
     fields = to_ext_fields(SendMessageRequestHeaderV2.from_v1(header))
     async with RpcClient(max_in_flight=config.window * 2) as rpc:
         conn = await rpc.connection(address)
-        meter = _Meter(pids)
+        meter = Meter(pids)
 
         async def send() -> RemotingCommand:
             request = RemotingCommand(
@@ -290,7 +195,7 @@ async def _raw_rows(
             )
             return await conn.call(request, 10)
 
-        count, latencies = await _timed_window(send, config.seconds, config.window)
+        count, latencies = await timed_window(send, config.seconds, config.window)
         return meter.row("ferrymq", f"raw window {config.window}", size, count, latencies)
 
 
@@ -333,7 +238,7 @@ def _cpp_row(namesrv: str, topic: str, size: int, seconds: float, pids: list[int
     try:
         for producer in producers:
             one(producer)  # route lookup and connection before the clock starts
-        meter = _Meter(pids)
+        meter = Meter(pids)
         deadline = time.perf_counter() + seconds
         threads = [threading.Thread(target=worker, args=(p,)) for p in producers]
         for thread in threads:
@@ -352,17 +257,6 @@ def _cpp_row(namesrv: str, topic: str, size: int, seconds: float, pids: list[int
 # ---------------------------------------------------------------------- NATS
 
 
-async def _quiet(exc: Exception) -> None:
-    """The NATS client's error hook: refused connections while nats-server starts are expected."""
-    log.debug("nats client: %s", exc)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def _nats_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
     binary = shutil.which("nats-server")
     if binary is None:
@@ -370,7 +264,7 @@ async def _nats_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
     import nats
     from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
-    port = _free_port()
+    port = free_port()
     store = workdir / "nats-store"
     store.mkdir(parents=True, exist_ok=True)
     log = (workdir / "nats.log").open("ab")
@@ -397,7 +291,7 @@ async def _nats_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
                     f"nats://127.0.0.1:{port}",
                     connect_timeout=1,
                     allow_reconnect=False,
-                    error_cb=_quiet,
+                    error_cb=quiet_nats_errors,
                 )
             except Exception:
                 if time.monotonic() > deadline:
@@ -416,7 +310,7 @@ async def _nats_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
                 )
             )
             payload = os.urandom(size)
-            meter = _Meter(pids)
+            meter = Meter(pids)
             latencies: list[float] = []
             end = time.perf_counter() + config.seconds
             while time.perf_counter() < end:
@@ -424,8 +318,8 @@ async def _nats_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
                 await js.publish(subject, payload, timeout=10)
                 latencies.append(time.perf_counter() - started)
             rows.append(meter.row("nats-jetstream-r1", "sync", size, len(latencies), latencies))
-            meter = _Meter(pids)
-            count, window_latencies = await _timed_window(
+            meter = Meter(pids)
+            count, window_latencies = await timed_window(
                 functools.partial(js.publish, subject, payload, timeout=10),
                 config.seconds,
                 config.window,
@@ -435,7 +329,7 @@ async def _nats_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
                     "nats-jetstream-r1", f"window {config.window}", size, count, window_latencies
                 )
             )
-            meter = _Meter(pids)
+            meter = Meter(pids)
             subscription = await js.pull_subscribe(
                 subject, durable=f"bench{size}", config=ConsumerConfig(ack_policy=AckPolicy.NONE)
             )

@@ -23,9 +23,12 @@ from ferrymq.cli.admin import admin_group
 from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
 from ferrymq.cli.stream import consume_command, produce_command
 from ferrymq.cmd.bench_broker import BrokerBenchConfig, ratios_to_nats, run_broker_bench
+from ferrymq.cmd.bench_replication import ReplicationBenchConfig, run_replication_bench
+from ferrymq.cmd.bench_replication import ratios as replication_ratios
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
 from ferrymq.cmd.demo import run_demo
 from ferrymq.cmd.local import Child
+from ferrymq.cmd.measure import Row
 from ferrymq.cmd.servers import broker_command, namesrv_command, run_until_signal
 from ferrymq.cmd.up import ReadyInfo, UpConfig, run_up
 from ferrymq.errors import FerryError
@@ -79,13 +82,20 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
     show_default=True,
     help="Broker groups (broker-a, broker-b, ...).",
 )
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1, max=9),
+    default=1,
+    show_default=True,
+    help="Brokers per group: a master and replicas-1 slaves (sync replication when > 1).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port-base",
     type=click.IntRange(min=0, max=65000),
     default=0,
     show_default=True,
-    help="NameServer port; brokers take the ports after it. 0: free ports.",
+    help="NameServer port; brokers take the ports after it, two each. 0: free ports.",
 )
 @click.option(
     "--flush-disk-type",
@@ -101,6 +111,7 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
 def up_command(
     data_dir: Path | None,
     groups: int,
+    replicas: int,
     host: str,
     port_base: int,
     flush_disk_type: str,
@@ -110,6 +121,7 @@ def up_command(
     config = UpConfig(
         data_dir=data_dir or Path(tempfile.mkdtemp(prefix="ferrymq-up-")),
         groups=groups,
+        replicas=replicas,
         host=host,
         port_base=port_base,
         flush_disk_type=flush_disk_type.upper(),
@@ -261,7 +273,16 @@ def bench_broker(
             )
         )
         return
-    table = Table(title="ferry bench broker")
+    _print_rows("ferry bench broker", rows)
+    for ratio in ratios_to_nats(rows):
+        click.echo(
+            f"{ratio['mode']} {ratio['size']} B: ferrymq/NATS throughput "
+            f"{ratio['throughput_ratio']}x, p99 NATS/ferrymq {ratio['p99_ratio']}"
+        )
+
+
+def _print_rows(title: str, rows: list[Row]) -> None:
+    table = Table(title=title)
     for column in (
         "system",
         "mode",
@@ -289,17 +310,66 @@ def bench_broker(
             str(r.failed),
         )
     _wide_console().print(table)
-    for ratio in ratios_to_nats(rows):
-        click.echo(
-            f"{ratio['mode']} {ratio['size']} B: ferrymq/NATS throughput "
-            f"{ratio['throughput_ratio']}x, p99 NATS/ferrymq {ratio['p99_ratio']}"
-        )
 
 
 def _wide_console() -> Console:
     """Tables too wide for 80 columns stay one line per row when piped to a file."""
     console = Console()
     return console if console.is_terminal else Console(width=200)
+
+
+@bench.command("replication")
+@click.option("--sizes", default="100,1024", show_default=True, help="Payload sizes in bytes.")
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.2),
+    default=5.0,
+    show_default=True,
+    help="Length of each measurement.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=1, max=10_000),
+    default=256,
+    show_default=True,
+    help="Sends in flight in the windowed rows.",
+)
+@click.option("--no-nats", is_flag=True, help="Skip the NATS JetStream R3 rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def bench_replication(
+    sizes: str, seconds: float, window: int, no_nats: bool, as_json: bool
+) -> None:
+    """Three replicas with sync replication beside one replica and beside NATS JetStream R3."""
+    config = ReplicationBenchConfig(
+        sizes=_parse_ints(sizes, "--sizes"), seconds=seconds, window=window, nats=not no_nats
+    )
+    console = Console(stderr=True)
+    with console.status("measuring") as status:
+        rows = asyncio.run(
+            run_replication_bench(config, lambda name: status.update(f"measuring {name}"))
+        )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "benchmark": "replication",
+                    "machine": _machine(),
+                    "window": window,
+                    "seconds": seconds,
+                    "rows": [r.as_json() for r in rows],
+                    "ratios": replication_ratios(rows),
+                }
+            )
+        )
+        return
+    _print_rows("ferry bench replication", rows)
+    for ratio in replication_ratios(rows):
+        r1, nats = ratio["r3_over_r1"], ratio["r3_over_nats_r3"]
+        click.echo(
+            f"{ratio['mode']} {ratio['size']} B: ferrymq R3/R1 "
+            f"{'-' if r1 is None else f'{r1}x'}, ferrymq R3 / NATS R3 "
+            f"{'-' if nats is None else f'{nats}x'}"
+        )
 
 
 def _machine() -> dict[str, object]:

@@ -48,6 +48,9 @@ class UpConfig:
 
     data_dir: Path
     groups: int = 1
+    replicas: int = 1
+    """Brokers per group: a master, plus replicas - 1 slaves; with slaves the master is a
+    SYNC_MASTER (a send is acknowledged once every in-sync replica has it)."""
     host: str = "127.0.0.1"
     port_base: int = 0  # 0: every server on a free port; else NameServer on it, brokers above
     cluster: str = "DefaultCluster"
@@ -59,8 +62,10 @@ class UpConfig:
         return f"broker-{string.ascii_lowercase[index]}"
 
     def port(self, index: int) -> int:
-        """Listen port of server `index` (0 = NameServer, 1.. = brokers)."""
-        return self.port_base + index if self.port_base else 0
+        """Listen port of server `index` (0 = NameServer, 1.. = brokers, two ports each)."""
+        if not self.port_base:
+            return 0
+        return self.port_base if index == 0 else self.port_base + 2 * index - 1
 
 
 def cluster_info(namesrv: Child, brokers: list[Child]) -> ReadyInfo:
@@ -119,29 +124,37 @@ async def run_up(
         brokers: list[Child] = []
         for index in range(config.groups):
             name = config.broker_name(index)
-            broker = await spawn(
-                name,
-                [
-                    "broker",
-                    "--cluster",
-                    config.cluster,
-                    "--broker-name",
-                    name,
-                    "--broker-id",
-                    "0",
-                    "--listen",
-                    f"{config.host}:{config.port(1 + index)}",
-                    "--namesrv",
-                    namesrv.addr,
-                    "--store-dir",
-                    str(config.data_dir / name),
-                    "--flush-disk-type",
-                    config.flush_disk_type,
-                ],
-                config.data_dir,
-            )
-            children.append(broker)
-            brokers.append(broker)
+            for broker_id in range(config.replicas):
+                if broker_id == 0:
+                    role = "SYNC_MASTER" if config.replicas > 1 else "ASYNC_MASTER"
+                else:
+                    role = "SLAVE"
+                child_name = name if broker_id == 0 else f"{name}-s{broker_id}"
+                broker = await spawn(
+                    child_name,
+                    [
+                        "broker",
+                        "--cluster",
+                        config.cluster,
+                        "--broker-name",
+                        name,
+                        "--broker-id",
+                        str(broker_id),
+                        "--role",
+                        role,
+                        "--listen",
+                        f"{config.host}:{config.port(1 + len(brokers))}",
+                        "--namesrv",
+                        namesrv.addr,
+                        "--store-dir",
+                        str(config.data_dir / child_name),
+                        "--flush-disk-type",
+                        config.flush_disk_type,
+                    ],
+                    config.data_dir,
+                )
+                children.append(broker)
+                brokers.append(broker)
         info = cluster_info(namesrv, brokers)
         if config.ready_file is not None:
             await asyncio.to_thread(write_atomic, config.ready_file, json.dumps(info).encode())

@@ -43,6 +43,8 @@ __all__ = ["HAConfig", "ReplicationMaster"]
 log = logging.getLogger(__name__)
 
 _READ_BYTES = 64 * 1024
+_CONFIRM_DELAY = 0.005
+"""A confirm-offset change waits this long for a transfer to carry it before a heartbeat does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,7 @@ class ReplicationMaster:
         members: frozenset[int] | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[SyncStateChange], bool] | None = None,
+        on_confirm: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.epochs = epochs
@@ -91,9 +94,11 @@ class ReplicationMaster:
             min_in_sync_replicas=config.min_in_sync_replicas,
         )
         self._on_change = on_change
+        self._on_confirm = on_confirm
+        """Schedules the store's dispatch after the watermark moved (None: dispatch at once)."""
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._grew: asyncio.Future[None] | None = None
+        self._links: set[_SlaveLink] = set()
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
         self._sequence = itertools.count()
         self.port = 0
@@ -146,9 +151,8 @@ class ReplicationMaster:
 
     def appended(self) -> None:
         """The log grew: wake the senders (and, alone in the set, commit it)."""
-        grew, self._grew = self._grew, None
-        if grew is not None and not grew.done():
-            grew.set_result(None)
+        for link in self._links:
+            link.wake()
         self._apply_confirm()
 
     async def wait_committed(self, end_offset: int) -> bool:
@@ -165,13 +169,23 @@ class ReplicationMaster:
 
     def _apply_confirm(self) -> None:
         end = self.store.max_log_offset
+        before = self.state.confirm_offset
         confirm = self.state.update_confirm(end)
         if self.config.sync:
-            self.store.set_confirm_offset(confirm if confirm < end else None)
+            limit = confirm if confirm < end else None
+            if self._on_confirm is None:
+                self.store.set_confirm_offset(limit)
+            else:
+                self.store.set_confirm_offset(limit, dispatch=False)
+                if confirm != before:
+                    self._on_confirm()
         while self._waiters and self._waiters[0][0] <= confirm:
             _, _, future = heapq.heappop(self._waiters)
             if not future.done():
                 future.set_result(True)
+        if confirm != before:
+            for link in self._links:
+                link.wake()
 
     def _change(self, change: SyncStateChange | None) -> None:
         if change is None:
@@ -215,16 +229,15 @@ class ReplicationMaster:
                 await writer.wait_closed()
             self._tasks.discard(task)
 
-    async def _wait_for_growth(self, timeout: float) -> None:
-        if self._grew is None:
-            self._grew = asyncio.get_running_loop().create_future()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._grew), timeout)
-
 
 def _expire(future: asyncio.Future[bool]) -> None:
     if not future.done():
         future.set_result(False)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class _SlaveLink:
@@ -245,17 +258,54 @@ class _SlaveLink:
         self.broker_id: int | None = None
         self.request_offset: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.sent_confirm = -1
+        self.last_read = time.monotonic()
+        self._woken: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        """New bytes or a new confirm offset: the sender goes on."""
+        if self._woken is not None:
+            _wake(self._woken)
+
+    async def _sleep(self, timeout: float) -> None:
+        """Until `wake` or `timeout` seconds, with no task and no timeout context."""
+        future = asyncio.get_running_loop().create_future()
+        self._woken = future
+        handle = future.get_loop().call_later(max(timeout, 0.0), _wake, future)
+        try:
+            await future
+        finally:
+            handle.cancel()
+            self._woken = None
 
     async def _read_packets(self) -> list[SlaveHandshake | SlaveAck]:
-        data = await asyncio.wait_for(
-            self.reader.read(_READ_BYTES), self.master.config.housekeeping_interval
-        )
+        data = await self.reader.read(_READ_BYTES)
         if not data:
             raise ConnectionError("the slave closed the connection")
+        self.last_read = time.monotonic()
         return self.decoder.feed(data)
+
+    async def _housekeeping(self) -> None:
+        """Drop a slave that sent nothing for `housekeeping_interval` (it acks every heartbeat)."""
+        interval = self.master.config.housekeeping_interval
+        while True:
+            await asyncio.sleep(min(interval / 4, 1.0))
+            if time.monotonic() - self.last_read > interval:
+                log.warning(
+                    "slave %s at %s silent for %g s: dropped", self.broker_id, self.peer, interval
+                )
+                self.writer.transport.abort()
+                return
 
     async def run(self) -> None:
         master = self.master
+        housekeeping = asyncio.get_running_loop().create_task(self._housekeeping())
+        try:
+            await self._run(master)
+        finally:
+            housekeeping.cancel()
+            master._links.discard(self)
+
+    async def _run(self, master: ReplicationMaster) -> None:
         packets: list[SlaveHandshake | SlaveAck] = []
         while not packets:
             packets = await self._read_packets()
@@ -274,6 +324,7 @@ class _SlaveLink:
         )
         await self.writer.drain()
         log.info("slave %d at %s connected", self.broker_id, self.peer)
+        master._links.add(self)
         sender = asyncio.get_running_loop().create_task(self._send())
         try:
             self._handle(packets)
@@ -339,6 +390,10 @@ class _SlaveLink:
             if position < end:
                 raise ProtocolError(f"no epoch covers log offset {position}")
             idle = time.monotonic() - last_sent
+            if confirm != self.sent_confirm and idle < _CONFIRM_DELAY:
+                # the next transfer will carry it; tell idle slaves after a moment
+                await self._sleep(_CONFIRM_DELAY - idle)
+                continue
             if confirm != self.sent_confirm or idle >= master.config.heartbeat_interval:
                 last = master.epochs.history.last
                 epoch, start = (last.epoch, last.start_offset) if last else (0, 0)
@@ -347,6 +402,4 @@ class _SlaveLink:
                 self.sent_confirm = confirm
                 last_sent = time.monotonic()
                 continue
-            await master._wait_for_growth(
-                min(master.config.heartbeat_interval - idle, master.config.heartbeat_interval)
-            )
+            await self._sleep(master.config.heartbeat_interval - idle)

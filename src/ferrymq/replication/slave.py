@@ -74,6 +74,9 @@ class ReplicationSlave:
         self.connected = asyncio.Event()
         self.master_confirm_offset = 0
         self._tail = b""
+        self._reported = 0
+        self._last_ack = 0.0
+        self._last_read = 0.0
 
     async def run(self) -> None:
         """Replicate until cancelled, reconnecting after any failure."""
@@ -111,44 +114,55 @@ class ReplicationSlave:
         await writer.drain()
         packets: list[MasterHandshake | Transfer] = []
         while not packets:
-            packets += decoder.feed(await self._read(reader))
+            packets += decoder.feed(
+                await asyncio.wait_for(self._read(reader), self.config.housekeeping_interval)
+            )
         handshake = packets.pop(0)
         if not isinstance(handshake, MasterHandshake):
             raise ProtocolError("the master sent a TRANSFER before its HANDSHAKE")
         self._truncate_to_master(handshake)
-        reported = self.store.max_log_offset
-        writer.write(encode_slave_ack(reported))  # at once, not after 5 s (RocketMQ)
+        self._reported = self.store.max_log_offset
+        writer.write(encode_slave_ack(self._reported))  # at once, not after 5 s (RocketMQ)
         await writer.drain()
         self.connected.set()
-        last_ack = last_read = time.monotonic()
+        self._last_read = time.monotonic()
+        ticker = asyncio.get_running_loop().create_task(self._tick(writer))
+        try:
+            while True:
+                for packet in packets:
+                    if isinstance(packet, MasterHandshake):
+                        raise ProtocolError("a second HANDSHAKE on one connection")
+                    self._apply(packet)
+                end = self.store.max_log_offset
+                if end > self._reported:
+                    writer.write(encode_slave_ack(end))
+                    self._reported, self._last_ack = end, time.monotonic()
+                    await writer.drain()
+                packets = decoder.feed(await self._read(reader))
+        finally:
+            ticker.cancel()
+
+    async def _tick(self, writer: asyncio.StreamWriter) -> None:
+        """Ack every `heartbeat_interval`; drop a master silent for `housekeeping_interval`."""
+        config = self.config
         while True:
-            for packet in packets:
-                if isinstance(packet, MasterHandshake):
-                    raise ProtocolError("a second HANDSHAKE on one connection")
-                self._apply(packet)
-            end = self.store.max_log_offset
-            if end > reported or time.monotonic() - last_ack >= self.config.heartbeat_interval:
-                writer.write(encode_slave_ack(end))
-                await writer.drain()
-                reported, last_ack = end, time.monotonic()
-            try:
-                data = await asyncio.wait_for(
-                    reader.read(_READ_BYTES), self.config.heartbeat_interval
+            await asyncio.sleep(min(config.heartbeat_interval, config.housekeeping_interval) / 2)
+            now = time.monotonic()
+            if now - self._last_read >= config.housekeeping_interval:
+                log.warning(
+                    "the master sent nothing for %g s: reconnecting", config.housekeeping_interval
                 )
-            except TimeoutError:
-                if time.monotonic() - last_read >= self.config.housekeeping_interval:
-                    raise TimeoutError("the master sent nothing for too long") from None
-                packets = []
-                continue
-            if not data:
-                raise ConnectionError("the master closed the connection")
-            last_read = time.monotonic()
-            packets = decoder.feed(data)
+                writer.transport.abort()
+                return
+            if now - self._last_ack >= config.heartbeat_interval:
+                writer.write(encode_slave_ack(self.store.max_log_offset))
+                self._last_ack = now
 
     async def _read(self, reader: asyncio.StreamReader) -> bytes:
-        data = await asyncio.wait_for(reader.read(_READ_BYTES), self.config.housekeeping_interval)
+        data = await reader.read(_READ_BYTES)
         if not data:
             raise ConnectionError("the master closed the connection")
+        self._last_read = time.monotonic()
         return data
 
     def _truncate_to_master(self, handshake: MasterHandshake) -> None:

@@ -128,16 +128,18 @@ class CommitLog:
         *,
         check_crc: bool = True,
         require_record_crc: bool = True,
+        until: int | None = None,
     ) -> ScanResult:
         """Validate and visit every record from `from_offset` to the end of the stored data.
 
-        Stops at the first zero header (a clean end) or the first invalid byte (corruption).
+        Stops at the first zero header (a clean end), the first invalid byte (corruption), or at
+        `until` when given (a caller that knows where the bytes it wrote end).
         Records are handed to `on_records` in log order, a chunk at a time. The write offset is
         not changed; the caller truncates at `end_log_offset`.
         """
         batch: list[RecordInfo] = []
         try:
-            return self._scan(from_offset, batch, on_records, check_crc, require_record_crc)
+            return self._scan(from_offset, batch, on_records, check_crc, require_record_crc, until)
         finally:
             on_records(batch)
 
@@ -148,16 +150,19 @@ class CommitLog:
         on_records: Callable[[list[RecordInfo]], None],
         check_crc: bool,
         require_record_crc: bool,
+        until: int | None,
     ) -> ScanResult:
         pos = from_offset
         records = 0
         want = _SCAN_CHUNK
         while True:
+            if until is not None and pos >= until:
+                return ScanResult(pos, None, records)
             segment = self.chain.find(pos)
             if segment is None:
                 return ScanResult(pos, None, records)
             base = pos - segment.start_offset
-            chunk = segment.read(base, want)
+            chunk = segment.read(base, want if until is None else min(want, until - pos))
             want = _SCAN_CHUNK
             i = 0
             while base + i < segment.size:

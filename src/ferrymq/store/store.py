@@ -621,16 +621,19 @@ class Store:
             return self.commitlog.write_offset
         return self._confirm_limit
 
-    def set_confirm_offset(self, log_offset: int | None) -> None:
+    def set_confirm_offset(self, log_offset: int | None, *, dispatch: bool = True) -> None:
         """Move the watermark (None: everything appended counts) and index what it now allows.
 
         Clamped to the end of the local log (a slave may hear of a master's higher watermark).
+        With `dispatch=False` the indexing waits for the caller's next `dispatch` (once per
+        loop turn in a server).
         """
         self._check_open()
         if log_offset is not None:
             log_offset = min(log_offset, self.commitlog.write_offset)
         self._confirm_limit = log_offset
-        self.dispatch()
+        if dispatch:
+            self.dispatch()
 
     def wait_flushed(self, log_offset: int) -> Future[int]:
         """A future resolved once every byte below `log_offset` is on disk (group commit)."""
@@ -659,7 +662,10 @@ class Store:
             return log_offset
         self.commitlog.append_raw(log_offset, data[:complete])
         result = self.commitlog.scan(
-            log_offset, self._dispatch_confirmed, require_record_crc=self.config.require_record_crc
+            log_offset,
+            self._dispatch_confirmed,
+            require_record_crc=self.config.require_record_crc,
+            until=log_offset + complete,
         )
         if result.corruption is not None or result.end_log_offset < log_offset + complete:
             self.commitlog.truncate(log_offset)

@@ -1,0 +1,275 @@
+"""`ferry bench replication`: three replicas with sync replication beside one, and beside NATS R3.
+
+One run measures ferrymq with one replica, ferrymq with three, and a 3-node NATS JetStream
+cluster with an R3 stream.
+
+Every ferrymq broker runs as its own process (`ferry broker`): R1 is a SYNC_MASTER alone in its
+SyncStateSet, R3 a SYNC_MASTER with two SLAVEs, so a send is acknowledged only once all three
+hold it. NATS is three `nats-server` processes in one cluster, file storage, the client connected
+to the stream leader's node. Rows: sync sends (one in flight) and windowed sends (`window` in
+flight), per payload size, with p50/p99 latency and the CPU of the client and of all servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.producer import Producer
+from ferrymq.cmd.local import Child, spawn
+from ferrymq.cmd.measure import Meter, Row, free_port, quiet_nats_errors, timed_window
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire.bodies import KVTable, decode_body
+from ferrymq.wire.codes import RequestCode
+from ferrymq.wire.frame import RemotingCommand
+
+__all__ = ["ReplicationBenchConfig", "ratios", "run_replication_bench"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationBenchConfig:
+    """What to run."""
+
+    sizes: tuple[int, ...] = (100, 1024)
+    seconds: float = 5.0
+    window: int = 256
+    nats: bool = True
+    workdir: Path | None = None
+
+
+def ratios(rows: list[Row]) -> list[dict[str, Any]]:
+    """R3/R1 for ferrymq and ferrymq R3 / NATS R3, per mode and size."""
+    index = {(r.system, r.mode, r.size): r for r in rows}
+    out = []
+    for (system, mode, size), row in index.items():
+        if system != "ferrymq-r3":
+            continue
+        r1 = index.get(("ferrymq-r1", mode, size))
+        nats = index.get(("nats-jetstream-r3", mode, size))
+        out.append(
+            {
+                "mode": mode,
+                "size": size,
+                "r3_over_r1": round(row.msgs_per_s / r1.msgs_per_s, 2) if r1 else None,
+                "r3_over_nats_r3": round(row.msgs_per_s / nats.msgs_per_s, 2) if nats else None,
+            }
+        )
+    return out
+
+
+async def _send_rows(
+    producer_send: Callable[[bytes], Any],
+    system: str,
+    size: int,
+    config: ReplicationBenchConfig,
+    pids: list[int],
+) -> list[Row]:
+    payload = os.urandom(size)
+    meter = Meter(pids)
+    latencies: list[float] = []
+    end = time.perf_counter() + config.seconds
+    while time.perf_counter() < end:
+        started = time.perf_counter()
+        await producer_send(payload)
+        latencies.append(time.perf_counter() - started)
+    rows = [meter.row(system, "sync", size, len(latencies), latencies)]
+    meter = Meter(pids)
+    count, window_latencies = await timed_window(
+        functools.partial(producer_send, payload), config.seconds, config.window
+    )
+    rows.append(meter.row(system, f"window {config.window}", size, count, window_latencies))
+    return rows
+
+
+@contextlib.asynccontextmanager
+async def _ferrymq_group(workdir: Path, replicas: int) -> AsyncIterator[tuple[str, list[Child]]]:
+    children: list[Child] = []
+    try:
+        namesrv = await spawn(
+            f"r{replicas}-namesrv",
+            ["namesrv", "--listen", "127.0.0.1:0", "--log-level", "WARNING"],
+            workdir,
+        )
+        children.append(namesrv)
+        for broker_id in range(replicas):
+            name = f"r{replicas}-broker-{broker_id}"
+            children.append(
+                await spawn(
+                    name,
+                    [
+                        "broker",
+                        "--broker-name",
+                        f"bench-r{replicas}",
+                        "--listen",
+                        "127.0.0.1:0",
+                        "--namesrv",
+                        namesrv.addr,
+                        "--store-dir",
+                        str(workdir / name),
+                        "--role",
+                        "SYNC_MASTER" if broker_id == 0 else "SLAVE",
+                        "--broker-id",
+                        str(broker_id),
+                        "--log-level",
+                        "WARNING",
+                    ],
+                    workdir,
+                )
+            )
+        yield namesrv.addr, children[1:]
+    finally:
+        for child in reversed(children):
+            await child.stop()
+
+
+async def _ferrymq_rows(config: ReplicationBenchConfig, workdir: Path, replicas: int) -> list[Row]:
+    rows: list[Row] = []
+    system = f"ferrymq-r{replicas}"
+    async with _ferrymq_group(workdir, replicas) as (namesrv, brokers):
+        async with AdminClient(namesrv) as admin:
+            for size in config.sizes:
+                await admin.create_topic(f"Repl{size}", queues=4)
+            deadline = time.monotonic() + 30
+            while any([await admin.route(f"Repl{s}") is None for s in config.sizes]):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("benchmark topics never reached the NameServer")
+                await asyncio.sleep(0.05)
+        await _wait_in_sync(brokers[0].addr, replicas)
+        async with Producer(namesrv, "bench-replication", send_timeout=10) as producer:
+            for size in config.sizes:
+
+                async def send(payload: bytes, topic: str = f"Repl{size}") -> None:
+                    await producer.send(topic, payload)
+
+                rows += await _send_rows(send, system, size, config, [b.pid for b in brokers])
+    return rows
+
+
+async def _wait_in_sync(master: str, replicas: int) -> None:
+    expected = ",".join(str(i) for i in range(replicas))
+    deadline = time.monotonic() + 30
+    async with RpcClient() as client:
+        while True:
+            response = await client.call(
+                master, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), 5
+            )
+            table = decode_body(response.body, KVTable).table
+            if table.get("syncStateSet") == expected:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the SyncStateSet never reached {expected}: {table}")
+            await asyncio.sleep(0.1)
+
+
+async def _nats_rows(config: ReplicationBenchConfig, workdir: Path) -> list[Row]:
+    binary = shutil.which("nats-server")
+    if binary is None:
+        raise RuntimeError("nats-server is not installed (apt-get install nats-server)")
+    import nats
+
+    names = ["n1", "n2", "n3"]
+    client_ports = {n: free_port() for n in names}
+    route_ports = {n: free_port() for n in names}
+    processes: list[asyncio.subprocess.Process] = []
+    rows: list[Row] = []
+    try:
+        for name in names:
+            routes = ", ".join(
+                f"nats-route://127.0.0.1:{route_ports[o]}" for o in names if o != name
+            )
+            conf = workdir / f"nats-{name}.conf"
+            conf.write_text(
+                f"server_name: {name}\nlisten: 127.0.0.1:{client_ports[name]}\n"
+                f'jetstream {{\n  store_dir: "{workdir / ("nats-" + name)}"\n}}\n'
+                f"cluster {{\n  name: bench\n  listen: 127.0.0.1:{route_ports[name]}\n"
+                f"  routes: [ {routes} ]\n}}\n"
+            )
+            with (workdir / f"nats-{name}.log").open("ab") as log:
+                processes.append(
+                    await asyncio.create_subprocess_exec(
+                        binary, "-c", str(conf), stdout=asyncio.subprocess.DEVNULL, stderr=log
+                    )
+                )
+        pids = [p.pid for p in processes]
+        leader = await _nats_r3_leader(f"nats://127.0.0.1:{client_ports['n1']}")
+        connection = await nats.connect(
+            f"nats://127.0.0.1:{client_ports[leader]}", error_cb=quiet_nats_errors
+        )
+        js = connection.jetstream()
+        for size in config.sizes:
+
+            async def send(payload: bytes, subject: str = f"repl.{size}") -> None:
+                await js.publish(subject, payload, timeout=10)
+
+            rows += await _send_rows(send, "nats-jetstream-r3", size, config, pids)
+        await connection.close()
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.terminate()
+                await process.wait()
+    return rows
+
+
+async def _nats_r3_leader(url: str) -> str:
+    """Create the R3 stream once JetStream answers; returns the server name of its leader."""
+    import nats
+    from nats.js.api import StorageType, StreamConfig
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            probe = await nats.connect(
+                url, connect_timeout=1, allow_reconnect=False, error_cb=quiet_nats_errors
+            )
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+            continue
+        try:
+            js = probe.jetstream(timeout=2)
+            with contextlib.suppress(Exception):
+                await js.add_stream(
+                    StreamConfig(
+                        name="REPL", subjects=["repl.>"], storage=StorageType.FILE, num_replicas=3
+                    )
+                )
+            info = await js.stream_info("REPL")
+            if info.cluster is not None and info.cluster.leader:
+                return str(info.cluster.leader)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+        finally:
+            await probe.close()
+        await asyncio.sleep(0.5)
+
+
+async def run_replication_bench(
+    config: ReplicationBenchConfig, progress: Callable[[str], None]
+) -> list[Row]:
+    """Ferrymq R1, ferrymq R3, then NATS R3, each started fresh and stopped after its rows."""
+    workdir = config.workdir or Path(tempfile.mkdtemp(prefix="ferrymq-bench-replication-"))
+    try:
+        progress("ferrymq, one replica")
+        rows = await _ferrymq_rows(config, workdir, 1)
+        progress("ferrymq, three replicas")
+        rows += await _ferrymq_rows(config, workdir, 3)
+        if config.nats:
+            progress("NATS JetStream R3")
+            rows += await _nats_rows(config, workdir)
+    finally:
+        if config.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return rows

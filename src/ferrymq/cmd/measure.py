@@ -1,0 +1,128 @@
+"""Measurement helpers shared by the `ferry bench` commands: rows, CPU meters, send windows.
+
+CPU is read from /proc for server processes and from getrusage for this process, over the wall
+time of one row (100 % = one core).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import socket
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Meter", "Row", "free_port", "quiet_nats_errors", "timed_window"]
+
+log = logging.getLogger(__name__)
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One measurement."""
+
+    system: str
+    mode: str
+    size: int
+    messages: int
+    seconds: float
+    msgs_per_s: float
+    mb_per_s: float
+    p50_ms: float | None
+    p99_ms: float | None
+    client_cpu_pct: float
+    server_cpu_pct: float
+    failed: int = 0  # sends that raised (counted apart from msg/s)
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-ready, rounded."""
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def _process_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Meter:
+    """CPU of this process and of the server processes over one measurement."""
+
+    def __init__(self, server_pids: list[int]) -> None:
+        self._pids = server_pids
+        self._client = _self_cpu()
+        self._servers = sum(_process_cpu(p) for p in server_pids)
+        self._start = time.perf_counter()
+
+    def row(self, system: str, mode: str, size: int, messages: int, latencies: list[float]) -> Row:
+        """The row for what was measured since this meter was made."""
+        elapsed = time.perf_counter() - self._start
+        client = (_self_cpu() - self._client) / elapsed * 100
+        servers = (sum(_process_cpu(p) for p in self._pids) - self._servers) / elapsed * 100
+        ordered = sorted(latencies)
+        return Row(
+            system=system,
+            mode=mode,
+            size=size,
+            messages=messages,
+            seconds=elapsed,
+            msgs_per_s=messages / elapsed,
+            mb_per_s=messages * size / elapsed / 1e6,
+            p50_ms=statistics.median(ordered) * 1000 if ordered else None,
+            p99_ms=ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+            if ordered
+            else None,
+            client_cpu_pct=client,
+            server_cpu_pct=servers,
+        )
+
+
+async def timed_window(
+    send: Callable[[], Awaitable[object]], seconds: float, window: int
+) -> tuple[int, list[float]]:
+    """Keep `window` sends in flight for `seconds`; return count and per-send latencies."""
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    slots = asyncio.Semaphore(window)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one() -> None:
+        started = time.perf_counter()
+        try:
+            await send()
+            latencies.append(time.perf_counter() - started)
+        finally:
+            slots.release()
+
+    while time.perf_counter() < deadline:
+        await slots.acquire()
+        task = asyncio.get_running_loop().create_task(one())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks)
+    return len(latencies), latencies
+
+
+async def quiet_nats_errors(exc: Exception) -> None:
+    """The NATS client's error hook: refused connections while nats-server starts are expected."""
+    log.debug("nats client: %s", exc)
+
+
+def free_port() -> int:
+    """A loopback port free right now (for servers that cannot report the one they took)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
