@@ -13,6 +13,10 @@ import pytest
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.producer import Producer
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire.bodies import KVTable, decode_body
+from ferrymq.wire.codes import RequestCode
+from ferrymq.wire.frame import RemotingCommand
 
 from .procs import FERRY
 
@@ -104,3 +108,49 @@ def test_up_stops_the_cluster_and_fails_when_a_child_dies(tmp_path: Path) -> Non
             process.wait(10)
     assert not [pid for pid in _pids(info) if _alive(pid)]
     assert "broker-a" in (tmp_path / "up.log").read_text()
+
+
+async def test_up_with_replicas_runs_a_sync_master_and_its_slaves(tmp_path: Path) -> None:
+    process, info = _up(tmp_path, "--replicas", "3")
+    try:
+        brokers = info["brokers"]
+        assert isinstance(brokers, list)
+        assert [(b["broker_name"], b["broker_id"], b["role"]) for b in brokers] == [
+            ("broker-a", 0, "SYNC_MASTER"),
+            ("broker-a", 1, "SLAVE"),
+            ("broker-a", 2, "SLAVE"),
+        ]
+        assert brokers[0]["ha_addr"]
+        assert brokers[1]["ha_addr"] is None
+        namesrv = str(info["namesrv"])
+        async with AdminClient(namesrv) as admin:
+            await admin.create_topic("UpR3", queues=1)
+            deadline = time.monotonic() + 30
+            while await admin.route("UpR3") is None:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+        async with RpcClient() as client:
+            deadline = time.monotonic() + 30
+            while True:
+                response = await client.call(
+                    str(brokers[0]["addr"]),
+                    RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO),
+                    5,
+                )
+                if decode_body(response.body, KVTable).table.get("syncStateSet") == "0,1,2":
+                    break
+                assert time.monotonic() < deadline, "the slaves never joined the SyncStateSet"
+                await asyncio.sleep(0.1)
+        async with Producer(namesrv) as producer:
+            await producer.send("UpR3", b"replicated")  # committed: every replica has it
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    assert not [pid for pid in _pids(info) if _alive(pid)]
+    for store in ("broker-a-s1", "broker-a-s2"):
+        segments = list((tmp_path / "data" / store / "commitlog").iterdir())
+        heads = []
+        for segment in segments:  # 1 GiB sparse files: the message is in the first bytes
+            with segment.open("rb") as file:
+                heads.append(file.read(64 * 1024))
+        assert any(b"replicated" in head for head in heads)
