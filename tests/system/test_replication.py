@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
 from ferrymq.errors import NotCommittedError
+from ferrymq.model import MessageQueue
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.broker import QueryConsumerOffsetRequestHeader, UpdateConsumerOffsetRequestHeader
@@ -24,7 +26,9 @@ pytestmark = pytest.mark.system
 SEGMENT = 64 * 1024
 
 
-def _broker(tmp_path: Path, namesrv: Server, name: str, role: str, broker_id: int) -> Server:
+def _broker(
+    tmp_path: Path, namesrv: Server, name: str, role: str, broker_id: int, *extra: str
+) -> Server:
     return start(
         [
             "broker",
@@ -48,6 +52,7 @@ def _broker(tmp_path: Path, namesrv: Server, name: str, role: str, broker_id: in
             "1000",
             "--register-name-server-period",
             "1000",
+            *extra,
         ],
         tmp_path,
         name,
@@ -66,6 +71,10 @@ def _queue_of(body: bytes) -> int:
     return int(body.split(b"-")[1]) % 2
 
 
+def expected_of(acked: list[bytes], queue_id: int) -> list[bytes]:
+    return [b for b in acked if _queue_of(b) == queue_id]
+
+
 def _log_bytes(store_dir: Path, end: int) -> bytes:
     data = b""
     for segment in sorted((store_dir / "commitlog").iterdir()):
@@ -75,9 +84,21 @@ def _log_bytes(store_dir: Path, end: int) -> bytes:
 
 async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path: Path) -> None:
     namesrv = start(["namesrv", "--listen", "127.0.0.1:0"], tmp_path, "namesrv")
-    master = _broker(tmp_path, namesrv, "master", "SYNC_MASTER", 0)
+    # consumers far behind (here: any lag) are sent to slave 1; slave 2 serves no reads
+    master = _broker(
+        tmp_path,
+        namesrv,
+        "master",
+        "SYNC_MASTER",
+        0,
+        "--slave-read-enable",
+        "true",
+        "--access-message-in-memory-max-ratio",
+        "0",
+    )
+    readable = ("--slave-read-enable", "true")
     slaves = {
-        1: _broker(tmp_path, namesrv, "slave1", "SLAVE", 1),
+        1: _broker(tmp_path, namesrv, "slave1", "SLAVE", 1, *readable),
         2: _broker(tmp_path, namesrv, "slave2", "SLAVE", 2),
     }
     acked: list[bytes] = []
@@ -113,7 +134,7 @@ async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path
                     await producer.send("R3", b"while a member is down")
                 assert refused_by_sdk.value.status == "FLUSH_SLAVE_TIMEOUT"
             await produce(300, "during")
-            slaves[1] = _broker(tmp_path, namesrv, "slave1", "SLAVE", 1)
+            slaves[1] = _broker(tmp_path, namesrv, "slave1", "SLAVE", 1, *readable)
             await produce(300, "after")
             update = UpdateConsumerOffsetRequestHeader(
                 consumer_group="G", topic="R3", queue_id=1, commit_offset=123
@@ -130,23 +151,33 @@ async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path
                     int((await _runtime(client, s.addr))["commitLogMaxOffset"]) == end
                     for s in slaves.values()
                 ]
-                if all(caught_up) and int(info["confirmOffset"]) == end:
+                in_sync = info["syncStateSet"] == "0,1,2"  # the restarted slave expanded back in
+                if all(caught_up) and in_sync and int(info["confirmOffset"]) == end:
                     break
                 assert time.monotonic() < deadline, f"slaves never caught up: {info}"
                 await asyncio.sleep(0.1)
-            assert info["syncStateSet"] == "0,1,2", "the restarted slave expanded back in"
             # a slave serves everything committed, in queue order, and the master's metadata
             for queue_id in (0, 1):
-                expected = [b for i, b in enumerate(acked) if _queue_of(b) == queue_id]
+                expected = [b for b in acked if _queue_of(b) == queue_id]
                 served: list[bytes] = []
                 while True:
                     response, records = await pull(
-                        client, slaves[2].addr, "R3", queue_id, len(served), max_msgs=32
+                        client, slaves[1].addr, "R3", queue_id, len(served), max_msgs=32
                     )
                     if response.code != ResponseCode.SUCCESS:
                         break
                     served += [r.body for r in records]
                 assert [b for b in served if b in set(expected)] == expected
+            no_reads, _ = await pull(client, slaves[2].addr, "R3", 0, 0)
+            assert no_reads.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+            assert no_reads.ext_fields["suggestWhichBrokerId"] == "0"
+            behind, _ = await pull(client, master.addr, "R3", 0, 0)
+            assert behind.ext_fields["suggestWhichBrokerId"] == "1"
+            async with PullConsumer(namesrv.addr, "FollowsSuggestions") as consumer:
+                queue = MessageQueue("R3", "broker-a", 0)
+                end_offset = await consumer.max_offset(queue)
+                fetched = await consumer.fetch_range(queue, 0, end_offset)
+                assert [m.body for m in fetched if m.body in set(acked)] == expected_of(acked, 0)
             query = QueryConsumerOffsetRequestHeader(consumer_group="G", topic="R3", queue_id=1)
             deadline = time.monotonic() + 10
             while True:

@@ -95,6 +95,8 @@ class BrokerConfig:
     slave_timeout: int = 3000
     """Milliseconds a SYNC_MASTER send waits to be committed before answering not-committed."""
     slave_read_enable: bool = False
+    access_message_in_memory_max_ratio: int = 40
+    """With `slaveReadEnable`, consumers further behind than this % of RAM read from a slave."""
 
     def __post_init__(self) -> None:
         for key, value in (("listenPort", self.listen_port), ("haListenPort", self.ha_listen_port)):

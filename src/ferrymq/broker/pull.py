@@ -10,8 +10,12 @@ queue's bounds.
 
 from __future__ import annotations
 
+import functools
+import os
+import struct
 from typing import Final
 
+from ferrymq.broker.metadata import GroupConfig
 from ferrymq.broker.state import BrokerState
 from ferrymq.errors import RequestError
 from ferrymq.rpc.connection import Connection
@@ -21,6 +25,11 @@ from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields, to_ext_fields
 from ferrymq.wire.records import java_string_hash
+
+MASTER_ID: Final = 0
+_LOG_OFFSET: Final = struct.Struct(">q")
+_LOG_OFFSET_AT: Final = 28
+"""A stored record's own log offset (RocketMQ PHYSICALOFFSET) is the int64 at byte 28."""
 
 __all__ = [
     "SYSFLAG_COMMIT_OFFSET",
@@ -115,8 +124,21 @@ async def pull_message(
         if await state.longpoll.wait(header.topic, header.queue_id, header.queue_offset, wait):
             result = _read(state, header, codes)
             code = _status_code(result.status, header.queue_offset)
+    if not state.is_master and not state.config.slave_read_enable:
+        # RocketMQ: a slave that may not be read sends the consumer back to the master
+        response = PullMessageResponseHeader(
+            suggest_which_broker_id=MASTER_ID,
+            next_begin_offset=header.queue_offset,
+            min_offset=result.min_queue_offset,
+            max_offset=result.max_queue_offset,
+        )
+        return request.make_response(
+            ResponseCode.PULL_RETRY_IMMEDIATELY,
+            remark="this slave does not serve reads (slaveReadEnable=false): pull the master",
+            ext_fields=to_ext_fields(response),
+        )
     response = PullMessageResponseHeader(
-        suggest_which_broker_id=0,
+        suggest_which_broker_id=_suggest(state, group, result),
         next_begin_offset=result.next_queue_offset,
         min_offset=result.min_queue_offset,
         max_offset=result.max_queue_offset,
@@ -124,6 +146,27 @@ async def pull_message(
     return request.make_response(
         code, ext_fields=to_ext_fields(response), body=b"".join(result.records)
     )
+
+
+def _suggest(state: BrokerState, group: GroupConfig, result: GetResult) -> int:
+    """Which replica the consumer should pull next (RocketMQ `suggestWhichBrokerId`).
+
+    With `slaveReadEnable`, a consumer reading more than `accessMessageInMemoryMaxRatio` of
+    memory behind the log's end is sent to `whichBrokerWhenConsumeSlowly` (its bytes are no
+    longer in the page cache, so a slave serves them at no cost to the master's writes).
+    """
+    if not state.config.slave_read_enable or not result.records:
+        return MASTER_ID
+    (last_pulled,) = _LOG_OFFSET.unpack_from(result.records[-1], _LOG_OFFSET_AT)
+    behind = state.store.max_log_offset - last_pulled
+    if behind > _memory_bytes() * state.config.access_message_in_memory_max_ratio / 100:
+        return group.which_broker_when_consume_slowly
+    return group.broker_id
+
+
+@functools.cache
+def _memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _read(

@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Self
 
 from ferrymq.client.message import Message
-from ferrymq.client.routing import Routes
+from ferrymq.client.routing import MASTER_ID, Routes
 from ferrymq.errors import RemoteError, TopicNotFoundError
 from ferrymq.model import MessageQueue, validate_group
 from ferrymq.rpc.client import RpcClient
@@ -90,6 +90,8 @@ class PullConsumer:
         self._rpc = rpc or RpcClient()
         self._owns_rpc = rpc is None
         self.routes = Routes(self._rpc, [a.strip() for a in namesrv_addr.split(";") if a.strip()])
+        self._read_from: dict[MessageQueue, int] = {}
+        """Per queue, the replica the broker suggested reading next (suggestWhichBrokerId)."""
         self._timeout = request_timeout
 
     async def close(self) -> None:
@@ -113,10 +115,17 @@ class PullConsumer:
         return (await self.routes.get(topic)).read_queues
 
     async def _call(
-        self, queue: MessageQueue, code: int, header: CommandHeader, timeout: float | None = None
+        self,
+        queue: MessageQueue,
+        code: int,
+        header: CommandHeader,
+        timeout: float | None = None,
+        broker_id: int = MASTER_ID,
     ) -> RemotingCommand:
         route = await self.routes.get(queue.topic)
-        address = route.any_replica(queue.broker_name)
+        address = route.brokers.get(queue.broker_name, {}).get(broker_id)
+        if address is None:
+            address = route.any_replica(queue.broker_name)
         if address is None:
             raise TopicNotFoundError(queue.topic)
         request = RemotingCommand(code=code, ext_fields=to_ext_fields(header))
@@ -148,7 +157,17 @@ class PullConsumer:
             subscription=expression,
             max_msg_bytes=max_bytes,
         )
-        response = await self._call(queue, RequestCode.PULL_MESSAGE, header, self._timeout + wait)
+        response = await self._call(
+            queue,
+            RequestCode.PULL_MESSAGE,
+            header,
+            self._timeout + wait,
+            self._read_from.get(queue, MASTER_ID),
+        )
+        suggested = response.ext_fields.get("suggestWhichBrokerId")
+        if suggested is not None and suggested.isdigit():
+            # the broker says which replica to read next (a slave for a consumer far behind)
+            self._read_from[queue] = int(suggested)
         status = _STATUS.get(response.code)
         if status is None:
             raise RemoteError(response.code, response.remark)

@@ -256,9 +256,12 @@ def bench_broker(
     )
     console = Console(stderr=True)
     with console.status("measuring") as status:
-        rows = asyncio.run(
-            run_broker_bench(config, lambda name: status.update(f"measuring {name}"))
-        )
+        try:
+            rows = asyncio.run(
+                run_broker_bench(config, lambda name: status.update(f"measuring {name}"))
+            )
+        except RuntimeError as exc:  # a server did not start; its log tail says why
+            raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(
             json.dumps(
@@ -345,9 +348,12 @@ def bench_replication(
     )
     console = Console(stderr=True)
     with console.status("measuring") as status:
-        rows = asyncio.run(
-            run_replication_bench(config, lambda name: status.update(f"measuring {name}"))
-        )
+        try:
+            rows = asyncio.run(
+                run_replication_bench(config, lambda name: status.update(f"measuring {name}"))
+            )
+        except RuntimeError as exc:  # a server did not start; its log tail says why
+            raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(
             json.dumps(
