@@ -162,18 +162,45 @@ async def test_a_slave_that_diverged_is_truncated_to_the_master(
     common = g.put(b"common-1", b"common-2")
     await _until(lambda: slave.max_log_offset == common)
     await g.stop_slave(1)
-    # the slave's own divergent tail, from an epoch the master never had
+    # the slave was briefly master at an epoch of its own and wrote a tail nobody else has;
+    # then the group moved on to a newer epoch on the master
     diverged = Store.open(_config(tmp_path / "slave1", True))
     epochs = EpochFile.open(tmp_path / "slave1")
-    epochs.assign(epochs.history.last_epoch + 5, diverged.max_log_offset)
+    own_epoch = epochs.history.last_epoch + 1
+    epochs.assign(own_epoch, diverged.max_log_offset)
     diverged.put("T", 0, [BatchItem.of(b"divergent")], born_host=BORN, born_timestamp_ms=1)
     assert diverged.max_log_offset > common
     diverged.close()
+    g.master.become_master(own_epoch + 1)
     g.put(b"after")
     slave = await g.add_slave(1)
     await _until(lambda: slave.max_log_offset == g.master_store.max_log_offset)
     assert _log_bytes(slave) == _log_bytes(g.master_store)
     assert b"divergent" not in _log_bytes(slave)
+
+
+async def test_a_slave_refuses_a_deposed_master_and_keeps_its_log(
+    group: Callable[..., Group], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    g = group(heartbeat_interval=0.2)
+    await g.start()
+    slave = await g.add_slave(1)
+    common = g.put(b"common-1", b"common-2")
+    await _until(lambda: slave.max_log_offset == common)
+    await g.stop_slave(1)
+    # meanwhile the slave's copy was master at a newer epoch (a successor elected elsewhere)
+    newer = Store.open(_config(tmp_path / "slave1", True))
+    epochs = EpochFile.open(tmp_path / "slave1")
+    epochs.assign(epochs.history.last_epoch + 5, newer.max_log_offset)
+    newer.put(
+        "T", 0, [BatchItem.of(b"committed-by-successor")], born_host=BORN, born_timestamp_ms=1
+    )
+    kept = _log_bytes(newer)
+    newer.close()
+    g.put(b"written-by-the-deposed-master")
+    slave = await g.add_slave(1)
+    await _until(lambda: "not following a deposed master" in caplog.text)
+    assert _log_bytes(slave) == kept
 
 
 async def test_garbage_on_the_ha_port_closes_that_connection_only(

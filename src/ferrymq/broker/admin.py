@@ -240,7 +240,7 @@ async def get_runtime_info(
         "flushedLogOffset": str(store.flushed_log_offset),
         "topicCount": str(len(state.topics.configs)),
         "consumerGroupCount": str(len(state.clients.consumers)),
-        "brokerRole": state.config.broker_role.value,
+        "brokerRole": state.role.value,
         "confirmOffset": str(store.confirm_offset),
     }
     replication = state.replication

@@ -131,6 +131,15 @@ class Broker:
         self.replication: ReplicationMaster | None = None
         self.slave: ReplicationSlave | None = None
         self._master_ha_address: str | None = None
+        self._master_address: str | None = None
+        self._epochs: EpochFile | None = None
+        self._master_epoch = 0
+        self._metalog: MetadataLog | None = None
+        self._follower: MetadataFollower | None = None
+        self._role_tasks: list[asyncio.Task[None]] = []
+        self._role_lock = asyncio.Lock()
+        self.broker_id = config.broker_id
+        """This broker's id in its group (controller mode: its persistent id, whatever its role)."""
 
     @property
     def state(self) -> BrokerState:
@@ -197,6 +206,7 @@ class Broker:
             clock=self._clock,
             on_topics_changed=self._register_now.set,
             perm=config.broker_permission,
+            role=config.broker_role,
         )
         self.schedule = ScheduleService(self._state)
         self.transactions = TransactionService(self._state)
@@ -219,27 +229,46 @@ class Broker:
         )
 
     async def _start_replication(self, store: Store) -> None:
-        config = self.config
-        epochs = EpochFile.open(config.store_path_root_dir)
-        if config.broker_role is BrokerRole.SLAVE:
-            self.slave = ReplicationSlave(
-                store,
-                epochs,
-                SlaveConfig(
-                    config.broker_id,
-                    heartbeat_interval=config.ha_send_heartbeat_interval / 1000,
-                    housekeeping_interval=config.ha_housekeeping_interval / 1000,
-                ),
-                self._master_ha,
-            )
-            self._spawn(self.slave.run())
-            self._spawn(MetadataFollower(self.state).run())
-            return
+        self._epochs = EpochFile.open(self.config.store_path_root_dir)
+        self._master_epoch = self._epochs.history.last_epoch
+        if self.config.enable_controller_mode:
+            self._start_slave()  # fenced: no writes, no master, until the controller names one
+        elif self.config.broker_role is BrokerRole.SLAVE:
+            self._start_slave()
+        else:
+            await self._start_master(self.config.broker_role)
+
+    def _start_slave(self) -> None:
+        config, state = self.config, self.state
+        state.role = BrokerRole.SLAVE
+        slave = ReplicationSlave(
+            state.store,
+            self._require_epochs(),
+            SlaveConfig(
+                self.broker_id,
+                heartbeat_interval=config.ha_send_heartbeat_interval / 1000,
+                housekeeping_interval=config.ha_housekeeping_interval / 1000,
+            ),
+            self._master_ha,
+        )
+        slave.expected_epoch = self._master_epoch
+        self.slave = slave
+        self._follower = MetadataFollower(state)
+        self._spawn_role(slave.run())
+        self._spawn_role(self._follower.run())
+
+    async def _start_master(
+        self,
+        role: BrokerRole,
+        epoch: int | None = None,
+        members: frozenset[int] | None = None,
+    ) -> None:
+        config, state = self.config, self.state
         master = ReplicationMaster(
-            store,
-            epochs,
+            state.store,
+            self._require_epochs(),
             HAConfig(
-                sync=config.broker_role is BrokerRole.SYNC_MASTER,
+                sync=role is BrokerRole.SYNC_MASTER,
                 heartbeat_interval=config.ha_send_heartbeat_interval / 1000,
                 housekeeping_interval=config.ha_housekeeping_interval / 1000,
                 transfer_batch_bytes=config.ha_transfer_batch_size,
@@ -247,20 +276,136 @@ class Broker:
                 min_in_sync_replicas=config.min_in_sync_replicas,
                 commit_timeout=config.slave_timeout / 1000,
             ),
-            master_id=config.broker_id,
-            on_confirm=self.state.schedule_dispatch,
+            master_id=self.broker_id,
+            members=members,
+            on_confirm=state.schedule_dispatch,
         )
-        master.become_master()
+        self._master_epoch = master.become_master(epoch)
         await master.start(config.listen_host, config.ha_port)
+        state.role = role
         self.replication = master
-        self.state.replication = master
-        metalog = MetadataLog(self.state)
+        state.replication = master
+        state.topics.set_state_version(self._master_epoch)
+        metalog = MetadataLog(state)
         metalog.snapshot()
-        self._spawn(metalog.run())
+        self._metalog = metalog
+        self._spawn_role(metalog.run())
+
+    def _require_epochs(self) -> EpochFile:
+        if self._epochs is None:
+            raise RuntimeError("broker not started")
+        return self._epochs
+
+    def _spawn_role(self, work: Coroutine[Any, Any, None]) -> None:
+        self._role_tasks.append(asyncio.get_running_loop().create_task(work))
+
+    async def _stop_role(self) -> None:
+        """Stop what the current role runs: the HA side and the metadata writer or reader."""
+        tasks, self._role_tasks = self._role_tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.replication is not None:
+            await self.replication.close()  # commit waiters answer "not committed"
+            self.replication = None
+            self.state.replication = None
+        if self._metalog is not None:
+            self._metalog.detach()
+            self._metalog = None
+        self.slave = None
+        self._follower = None
+
+    @property
+    def master_epoch(self) -> int:
+        """The newest master epoch this broker knows (its own, or the one a controller named)."""
+        return self._master_epoch
+
+    async def change_to_master(
+        self, master_epoch: int, sync_state_set: frozenset[int] = frozenset()
+    ) -> bool:
+        """Become the group's master for `master_epoch` (a controller's election).
+
+        The epoch is on disk before any write is taken; bytes this broker holds above the old
+        confirm offset are kept and commit once the new SyncStateSet has them (Kafka leader-epoch
+        semantics). Returns False, changing nothing, for an epoch not newer than the known one.
+        """
+        async with self._role_lock:
+            if master_epoch <= self._master_epoch:
+                log.warning(
+                    "ignoring master epoch %d: epoch %d is already known",
+                    master_epoch,
+                    self._master_epoch,
+                )
+                return False
+            state = self.state
+            members = frozenset(sync_state_set) | {self.broker_id}
+            if self.replication is not None:
+                self._master_epoch = self.replication.become_master(master_epoch)
+                state.topics.set_state_version(master_epoch)
+            else:
+                follower = self._follower
+                await self._stop_role()
+                state.store.dispatch()
+                if follower is not None:
+                    while follower.catch_up():
+                        pass
+                await self._start_master(BrokerRole.SYNC_MASTER, master_epoch, members)
+            log.info(
+                "now master of %s at epoch %d, SyncStateSet %s",
+                self.config.broker_name,
+                master_epoch,
+                sorted(members),
+            )
+            self._register_now.set()
+            return True
+
+    async def change_to_slave(self, master_address: str, master_epoch: int) -> bool:
+        """Follow the master at `master_address`, elected for `master_epoch`.
+
+        A deposed master stops taking writes (waiting sends answer "not committed") and its
+        log is truncated to where it matches the new master's in the HA handshake. Returns
+        False, changing nothing, for an epoch not newer than the known one.
+        """
+        async with self._role_lock:
+            if master_epoch <= self._master_epoch:
+                log.warning(
+                    "ignoring master epoch %d: epoch %d is already known",
+                    master_epoch,
+                    self._master_epoch,
+                )
+                return False
+            self._master_epoch = master_epoch
+            self._master_address = master_address
+            if self.slave is not None:
+                self.slave.expected_epoch = master_epoch
+            else:
+                await self._stop_role()
+                self._master_ha_address = None
+                self._start_slave()
+            log.info(
+                "now slave of %s (%s) at epoch %d",
+                self.config.broker_name,
+                master_address,
+                master_epoch,
+            )
+            self._register_now.set()
+            return True
 
     async def _master_ha(self) -> str | None:
-        """Where a slave's master takes HA connections."""
-        return self.config.ha_master_address or self._master_ha_address
+        """Where a slave's master takes HA connections.
+
+        Learned from the NameServers' answer to this slave's registration (RocketMQ's
+        `haServerAddr`); while the slave is not connected it asks them again at each retry.
+        """
+        if self.config.ha_master_address:
+            return self.config.ha_master_address
+        if self.config.enable_controller_mode and self._master_address is None:
+            return None  # only the master a controller named is followed
+        if self.slave is not None and not self.slave.connected.is_set():
+            self._register_now.set()
+        return self._master_ha_address
 
     @property
     def ha_address(self) -> str | None:
@@ -283,9 +428,8 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self.replication is not None:
-            await self.replication.close()
-            self.replication = None
+        if state is not None:
+            await self._stop_role()
         if state is not None:
             state.longpoll.wake_all()
         await self._server.close()
@@ -318,7 +462,7 @@ class Broker:
             broker_addr=self.address,
             cluster_name=config.broker_cluster_name,
             ha_server_addr=self.ha_address or "",
-            broker_id=config.broker_id if not state.is_master else 0,
+            broker_id=self.broker_id if not state.is_master else 0,
             heartbeat_timeout_millis=config.broker_timeout_millis,
         )
         wrapper = state.topics.wrapper()
@@ -348,7 +492,8 @@ class Broker:
             if response.code == ResponseCode.SUCCESS:
                 accepted += 1
                 result = from_ext_fields(RegisterBrokerResponseHeader, response.ext_fields)
-                if result.ha_server_addr:
+                named = self._master_address
+                if result.ha_server_addr and (named is None or result.master_addr == named):
                     self._master_ha_address = result.ha_server_addr
             else:
                 log.warning("NameServer %s refused the registration: %s", address, response.remark)
@@ -359,7 +504,7 @@ class Broker:
             broker_name=self.config.broker_name,
             broker_addr=self.address,
             cluster_name=self.config.broker_cluster_name,
-            broker_id=self.config.broker_id if not self.state.is_master else 0,
+            broker_id=self.broker_id if not self.state.is_master else 0,
         )
         for address in self.config.namesrv_addrs:
             request = RemotingCommand(

@@ -121,9 +121,11 @@ class BrokerConfig:
             raise ConfigError("mappedFileSizeConsumeQueue", "must be a multiple of 20")
         if self.broker_id < 0:
             raise ConfigError("brokerId", f"must be >= 0, not {self.broker_id}")
-        if self.broker_role is BrokerRole.SLAVE and self.broker_id == 0:
+        if self.enable_controller_mode:
+            pass  # the role and the id come from the controller, whatever brokerRole says
+        elif self.broker_role is BrokerRole.SLAVE and self.broker_id == 0:
             raise ConfigError("brokerId", "a SLAVE needs a broker id > 0")
-        if self.broker_role is not BrokerRole.SLAVE and self.broker_id != 0:
+        elif self.broker_role is not BrokerRole.SLAVE and self.broker_id != 0:
             raise ConfigError("brokerId", "a master has broker id 0")
         self.delay_levels_ms  # noqa: B018 - validates messageDelayLevel
         try:
@@ -161,7 +163,10 @@ class BrokerConfig:
     @property
     def replicated(self) -> bool:
         """Whether consumers may only see what the replication watermark covers."""
-        return self.broker_role in (BrokerRole.SYNC_MASTER, BrokerRole.SLAVE)
+        return self.enable_controller_mode or self.broker_role in (
+            BrokerRole.SYNC_MASTER,
+            BrokerRole.SLAVE,
+        )
 
     @property
     def delay_levels_ms(self) -> list[int]:

@@ -100,6 +100,14 @@ class MetadataLog:
             )
         )
 
+    def detach(self) -> None:
+        """Stop logging changes (this broker is no longer the master)."""
+        state = self._state
+        state.topics.listener = None
+        state.groups.listener = None
+        state.offsets.listener = None
+        state.delay_offsets.listener = None
+
     async def run(self) -> None:
         """Write a snapshot every `snapshot_interval`, forever."""
         while True:
@@ -157,13 +165,18 @@ class MetadataFollower:
         """Apply records as they become visible (committed), forever."""
         state = self._state
         while True:
-            result = state.store.get(METADATA_TOPIC, 0, self.applied_queue_offset, 256)
-            if result.status is GetStatus.FOUND:
-                for record in result.records:
-                    self._apply(decode_record(record).body)
-            self.applied_queue_offset = max(self.applied_queue_offset, result.next_queue_offset)
-            if result.status is not GetStatus.FOUND:
+            if not self.catch_up():
                 await state.longpoll.wait(METADATA_TOPIC, 0, self.applied_queue_offset, 1.0)
+
+    def catch_up(self) -> bool:
+        """Apply up to 256 visible records now; returns whether there were any."""
+        state = self._state
+        result = state.store.get(METADATA_TOPIC, 0, self.applied_queue_offset, 256)
+        if result.status is GetStatus.FOUND:
+            for record in result.records:
+                self._apply(decode_record(record).body)
+        self.applied_queue_offset = max(self.applied_queue_offset, result.next_queue_offset)
+        return result.status is GetStatus.FOUND
 
     def _apply(self, body: bytes) -> None:
         state = self._state

@@ -62,12 +62,14 @@ class BrokerState:
     perm: int = Perm.READ | Perm.WRITE
     replication: ReplicationMaster | None = None
     """This master's HA side (None on a slave)."""
+    role: BrokerRole = BrokerRole.ASYNC_MASTER
+    """The role now: `brokerRole` at start; a controller changes it (`Broker.change_to_*`)."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
 
     @property
     def is_master(self) -> bool:
         """Whether this broker accepts writes by role."""
-        return self.config.broker_role is not BrokerRole.SLAVE
+        return self.role is not BrokerRole.SLAVE
 
     def check_writable(self) -> None:
         """Raise NO_PERMISSION unless this broker takes sends."""

@@ -105,9 +105,17 @@ class ReplicationMaster:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def become_master(self) -> int:
-        """Start a new epoch at the end of the log, on disk before any write; returns it."""
-        epoch = self.epochs.history.last_epoch + 1
+    def become_master(self, epoch: int | None = None) -> int:
+        """Start `epoch` (default: the next one) at the end of the log, on disk before any write.
+
+        A controller names the epoch; it must be newer than every epoch in this log's history
+        (or be the last one again at the same offset, a restart that changed nothing).
+
+        Raises:
+            StoreError: `epoch` is older than the log's last epoch.
+        """
+        if epoch is None:
+            epoch = self.epochs.history.last_epoch + 1
         self.epochs.assign(epoch, self.store.max_log_offset)
         self._apply_confirm()
         log.info("master epoch %d starts at log offset %d", epoch, self.store.max_log_offset)
@@ -221,12 +229,15 @@ class ReplicationMaster:
             log.warning("closing HA connection from %s: %s", slave.peer if slave else peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
             log.info("HA connection from %s ended: %s", slave.peer if slave else peer, exc)
+        except asyncio.CancelledError:
+            # `close` (the master stops or is deposed). Not re-raised: this is the top of the
+            # connection's task, and asyncio 3.11's stream callback logs a cancelled one as an
+            # unhandled error.
+            log.info("HA connection from %s closed by the master", slave.peer if slave else peer)
         finally:
             if slave is not None and slave.broker_id is not None:
                 self.state.disconnected(slave.broker_id)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            writer.transport.abort()
             self._tasks.discard(task)
 
 

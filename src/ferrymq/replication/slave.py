@@ -73,6 +73,8 @@ class ReplicationSlave:
         self._master_address = master_address
         self.connected = asyncio.Event()
         self.master_confirm_offset = 0
+        self.expected_epoch = 0
+        """The master epoch a controller named: a master with an older last epoch is refused."""
         self._tail = b""
         self._reported = 0
         self._last_ack = 0.0
@@ -167,6 +169,14 @@ class ReplicationSlave:
 
     def _truncate_to_master(self, handshake: MasterHandshake) -> None:
         store, epochs = self.store, self.epochs
+        newest = max(epochs.history.last_epoch, self.expected_epoch)
+        if handshake.last_epoch < newest:
+            # A deposed master still listening: following it would cut bytes its successor
+            # committed. Refuse before anything is truncated.
+            raise FerryError(
+                f"the master's last epoch {handshake.last_epoch} is older than epoch {newest} "
+                "this slave already knows: not following a deposed master"
+            )
         local_end = store.max_log_offset
         point = consistent_point(
             epochs.history,

@@ -612,7 +612,17 @@ class Store:
             while cut < len(queue) and queue[cut].log_offset + queue[cut].size <= limit:
                 cut += 1
             ready, self._held = queue[:cut], queue[cut:]
+            newly_held = infos[max(0, cut - (len(queue) - len(infos))) :]
+            self._reserve_queue_offsets(newly_held)
         self._dispatch(ready)
+
+    def _reserve_queue_offsets(self, held: list[RecordInfo]) -> None:
+        """Held records own their queue offsets: a put after a role change continues past them."""
+        for info in held:
+            if transaction_type(info.sys_flag) not in _NO_QUEUE_ENTRY:
+                queue = self.queues.get_or_create(info.topic, info.queue_id)
+                if queue.next_queue_offset <= info.queue_offset:
+                    queue.next_queue_offset = info.queue_offset + 1
 
     @property
     def confirm_offset(self) -> int:
@@ -694,6 +704,9 @@ class Store:
                     replay_from, self._index_only, require_record_crc=self.config.require_record_crc
                 )
             self._held = [i for i in self._held if i.log_offset + i.size <= log_offset]
+            for queue in self.queues:
+                queue.next_queue_offset = queue.max_queue_offset
+            self._reserve_queue_offsets(self._held)
             if self._confirm_limit is not None:
                 self._confirm_limit = min(self._confirm_limit, log_offset)
             self._dispatched_log_offset = min(self._dispatched_log_offset, log_offset)

@@ -85,3 +85,22 @@ def test_an_open_finishes_a_truncation_a_crash_cut_short(
     assert _bodies(reopened) == [b"a"]
     assert not (tmp_path / "store" / "truncating").exists()
     assert reopened.read_record(offsets[0])  # what stays is intact
+
+
+def test_held_records_keep_their_queue_offsets_after_a_restart_and_a_truncation(
+    open_store: OpenStore,
+) -> None:
+    store = open_store(confirm_gated=True)
+    offsets = _put(store, b"a", b"b", b"c")
+    store.set_confirm_offset(offsets[1])
+    store.close()
+    # a replica reopened with b and c above its watermark, then promoted: the next put must
+    # take queue offset 3, not 1 (which b still owns)
+    promoted = open_store(confirm_gated=True)
+    _put(promoted, b"d")
+    promoted.set_confirm_offset(None)
+    assert _bodies(promoted) == [b"a", b"b", b"c", b"d"]
+    # cut back to the end of a: the offsets b, c and d owned are free again
+    promoted.truncate(offsets[1])
+    _put(promoted, b"e")
+    assert _bodies(promoted) == [b"a", b"e"]

@@ -1,0 +1,128 @@
+"""Role changes a controller drives (issue 7): three brokers in controller mode, fenced until a
+master is named; the master moves at a new epoch, the deposed master truncates its unacknowledged
+tail and follows, and no acknowledged message is lost or reordered."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.rpc.client import RpcClient
+from ferrymq.store.store import GetStatus
+from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.records import decode_record
+
+from .remoting import create_topic, send
+
+TOPIC = "Moves"
+
+
+async def _until(condition: Callable[[], bool], seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def namesrv() -> AsyncIterator[NameServer]:
+    async with NameServer(NamesrvConfig(listen_port=0, scan_interval=0.2)) as server:
+        yield server
+
+
+def _config(tmp_path: Path, namesrv: NameServer, broker_id: int) -> BrokerConfig:
+    return BrokerConfig(
+        broker_name="broker-a",
+        broker_id=broker_id,
+        enable_controller_mode=True,
+        namesrv_addr=namesrv.address,
+        store_path_root_dir=tmp_path / f"b{broker_id}",
+        listen_port=0,
+        mapped_file_size_commit_log=1024 * 1024,
+        register_name_server_period=500,
+        ha_send_heartbeat_interval=200,
+        slave_timeout=2000,
+    )
+
+
+def _bodies(broker: Broker, queue_id: int = 0) -> list[bytes]:
+    store = broker.store
+    result = store.get(TOPIC, queue_id, 0, 10_000)
+    if result.status is not GetStatus.FOUND:
+        return []
+    return [decode_record(record).body for record in result.records]
+
+
+async def test_the_master_moves_at_a_new_epoch_and_the_deposed_one_truncates(
+    tmp_path: Path, namesrv: NameServer
+) -> None:
+    brokers = {i: Broker(_config(tmp_path, namesrv, i)) for i in (1, 2, 3)}
+    for broker in brokers.values():
+        await broker.start()
+    try:
+        async with RpcClient() as client:
+            # fenced: nobody was named master, so nobody takes writes
+            refused = await send(client, brokers[1].address, TOPIC, b"too early")
+            assert refused.code == ResponseCode.NO_PERMISSION
+
+            assert await brokers[1].change_to_master(1, frozenset({1, 2, 3}))
+            for i in (2, 3):
+                assert await brokers[i].change_to_slave(brokers[1].address, 1)
+            await create_topic(client, brokers[1].address, TOPIC, queues=1)
+            acked: list[bytes] = []
+            for i in range(50):
+                response = await send(client, brokers[1].address, TOPIC, b"e1-%03d" % i)
+                assert response.code == ResponseCode.SUCCESS, response.remark
+                acked.append(b"e1-%03d" % i)
+
+            # both slaves go down; what broker 1 takes now is never acknowledged as committed
+            for i in (2, 3):
+                await brokers[i].close()
+            unacked = await send(client, brokers[1].address, TOPIC, b"never committed")
+            assert unacked.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
+            assert b"never committed" not in _bodies(brokers[1])  # above the confirm offset
+
+            # they come back fenced; the controller elects broker 2 at epoch 2 with {2, 3};
+            # broker 3 follows it and broker 1 is deposed
+            for i in (2, 3):
+                brokers[i] = Broker(_config(tmp_path, namesrv, i))
+                await brokers[i].start()
+            assert await brokers[2].change_to_master(2, frozenset({2, 3}))
+            assert await brokers[3].change_to_slave(brokers[2].address, 2)
+            assert await brokers[1].change_to_slave(brokers[2].address, 2)
+            # stale notifications change nothing
+            assert not await brokers[1].change_to_master(1, frozenset({1}))
+            assert not await brokers[3].change_to_slave(brokers[1].address, 2)
+
+            deposed = await send(client, brokers[1].address, TOPIC, b"to the old master")
+            assert deposed.code == ResponseCode.NO_PERMISSION
+            for i in range(50):
+                response = await send(client, brokers[2].address, TOPIC, b"e2-%03d" % i)
+                assert response.code == ResponseCode.SUCCESS, response.remark
+                acked.append(b"e2-%03d" % i)
+
+            new_master = brokers[2]
+            await _until(
+                lambda: all(
+                    b.store.max_log_offset == new_master.store.max_log_offset
+                    and b.store.confirm_offset == new_master.store.confirm_offset
+                    for b in brokers.values()
+                )
+            )
+            for broker in brokers.values():
+                assert _bodies(broker) == acked, broker.broker_id
+            # the deposed master's unacknowledged tail is gone from its log
+            assert b"never committed" not in brokers[1].store.commitlog.read(
+                0, brokers[1].store.max_log_offset
+            )
+            assert brokers[1].master_epoch == 2
+            assert brokers[1].state.role.value == "SLAVE"
+            assert brokers[2].state.role.value == "SYNC_MASTER"
+    finally:
+        for broker in brokers.values():
+            await broker.close()
