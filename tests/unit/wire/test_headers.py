@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ferrymq.errors import HeaderFieldError
-from ferrymq.wire import broker, namesrv
+from ferrymq.wire import broker, controller, namesrv
 from ferrymq.wire.broker import (
     PullMessageRequestHeader,
     SendMessageRequestHeader,
@@ -18,8 +18,11 @@ from ferrymq.wire.headers import CommandHeader, from_ext_fields, to_ext_fields
 
 
 def _all_header_types() -> list[type[CommandHeader]]:
-    types = [getattr(module, name) for module in (broker, namesrv) for name in module.__all__]
-    return [t for t in types if isinstance(t, type) and issubclass(t, CommandHeader)]
+    types = [
+        getattr(module, name) for module in (broker, namesrv, controller) for name in module.__all__
+    ]
+    found = [t for t in types if isinstance(t, type) and issubclass(t, CommandHeader)]
+    return list(dict.fromkeys(found))
 
 
 HEADER_TYPES = _all_header_types()
