@@ -1,8 +1,13 @@
 """Role changes a controller drives (issue 7): three brokers in controller mode, fenced until a
 master is named; the master moves at a new epoch, the deposed master truncates its unacknowledged
-tail and follows, and no acknowledged message is lost or reordered."""
+tail and follows, and no acknowledged message is lost or reordered.
+
+No controller runs here: the test calls what NOTIFY_BROKER_ROLE_CHANGED calls, and lifts the master
+lease (which only a controller's heartbeat answers grant) by hand.
+"""
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -35,11 +40,19 @@ async def namesrv() -> AsyncIterator[NameServer]:
         yield server
 
 
+def _nobody() -> str:
+    """An address where nothing listens: these brokers never reach a controller."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
 def _config(tmp_path: Path, namesrv: NameServer, broker_id: int) -> BrokerConfig:
     return BrokerConfig(
         broker_name="broker-a",
         broker_id=broker_id,
         enable_controller_mode=True,
+        controller_addr=_nobody(),
         namesrv_addr=namesrv.address,
         store_path_root_dir=tmp_path / f"b{broker_id}",
         listen_port=0,
@@ -71,6 +84,9 @@ async def test_the_master_moves_at_a_new_epoch_and_the_deposed_one_truncates(
             assert refused.code == ResponseCode.NO_PERMISSION
 
             assert await brokers[1].change_to_master(1, frozenset({1, 2, 3}))
+            refused = await send(client, brokers[1].address, TOPIC, b"no lease yet")
+            assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            brokers[1].state.lease_until = None
             for i in (2, 3):
                 assert await brokers[i].change_to_slave(brokers[1].address, 1)
             await create_topic(client, brokers[1].address, TOPIC, queues=1)
@@ -93,6 +109,7 @@ async def test_the_master_moves_at_a_new_epoch_and_the_deposed_one_truncates(
                 brokers[i] = Broker(_config(tmp_path, namesrv, i))
                 await brokers[i].start()
             assert await brokers[2].change_to_master(2, frozenset({2, 3}))
+            brokers[2].state.lease_until = None
             assert await brokers[3].change_to_slave(brokers[2].address, 2)
             assert await brokers[1].change_to_slave(brokers[2].address, 2)
             # stale notifications change nothing

@@ -36,6 +36,7 @@ from ferrymq.broker.config import BrokerConfig, BrokerRole
 from ferrymq.broker.longpoll import LongPoll
 from ferrymq.broker.metadata import DelayOffsetTable, GroupTable, OffsetTable, TopicTable
 from ferrymq.broker.metalog import MetadataFollower, MetadataLog
+from ferrymq.broker.replicas import ReplicasManager
 from ferrymq.broker.schedule import ScheduleService
 from ferrymq.broker.state import BrokerState
 from ferrymq.broker.transactions import TransactionService, end_transaction
@@ -43,6 +44,7 @@ from ferrymq.errors import FerryError, RequestError
 from ferrymq.model import format_address
 from ferrymq.replication.master import HAConfig, ReplicationMaster
 from ferrymq.replication.slave import ReplicationSlave, SlaveConfig
+from ferrymq.replication.syncstate import SyncStateChange
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
@@ -140,6 +142,13 @@ class Broker:
         self._role_lock = asyncio.Lock()
         self.broker_id = config.broker_id
         """This broker's id in its group (controller mode: its persistent id, whatever its role)."""
+        self.fenced = config.enable_controller_mode
+        """Controller mode, until the controller named this broker's role: no writes, no
+        NameServer registration (RocketMQ `setFenced`)."""
+        self.on_sync_state_change: Callable[[SyncStateChange], bool] | None = None
+        """Controller mode: a SyncStateSet change goes to the controller before it applies."""
+        self.on_role_change: Callable[[], None] = lambda: None
+        self.replicas: ReplicasManager | None = None
 
     @property
     def state(self) -> BrokerState:
@@ -232,7 +241,10 @@ class Broker:
         self._epochs = EpochFile.open(self.config.store_path_root_dir)
         self._master_epoch = self._epochs.history.last_epoch
         if self.config.enable_controller_mode:
-            self._start_slave()  # fenced: no writes, no master, until the controller names one
+            self.state.role = BrokerRole.SLAVE  # fenced until the controller names a role
+            self.replicas = ReplicasManager(self, self._namesrv)
+            self.router.add(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.replicas.notified)
+            self._spawn(self.replicas.run())
         elif self.config.broker_role is BrokerRole.SLAVE:
             self._start_slave()
         else:
@@ -278,6 +290,7 @@ class Broker:
             ),
             master_id=self.broker_id,
             members=members,
+            on_change=self.on_sync_state_change,
             on_confirm=state.schedule_dispatch,
         )
         self._master_epoch = master.become_master(epoch)
@@ -317,6 +330,23 @@ class Broker:
         self.slave = None
         self._follower = None
 
+    def _stale(self, master_epoch: int) -> bool:
+        """Whether a role change for `master_epoch` comes too late (a newer one is known).
+
+        The first role a fenced broker gets may repeat the epoch it knows (it restarted and
+        nothing changed); every later one must be newer.
+        """
+        known = self._master_epoch
+        if master_epoch > known or (self.fenced and master_epoch == known):
+            return False
+        log.warning("ignoring master epoch %d: epoch %d is already known", master_epoch, known)
+        return True
+
+    @property
+    def log_epoch(self) -> int:
+        """The last epoch in this broker's epoch file (what its log was last written under)."""
+        return self._require_epochs().history.last_epoch
+
     @property
     def master_epoch(self) -> int:
         """The newest master epoch this broker knows (its own, or the one a controller named)."""
@@ -332,12 +362,7 @@ class Broker:
         semantics). Returns False, changing nothing, for an epoch not newer than the known one.
         """
         async with self._role_lock:
-            if master_epoch <= self._master_epoch:
-                log.warning(
-                    "ignoring master epoch %d: epoch %d is already known",
-                    master_epoch,
-                    self._master_epoch,
-                )
+            if self._stale(master_epoch):
                 return False
             state = self.state
             members = frozenset(sync_state_set) | {self.broker_id}
@@ -352,6 +377,9 @@ class Broker:
                     while follower.catch_up():
                         pass
                 await self._start_master(BrokerRole.SYNC_MASTER, master_epoch, members)
+            self.fenced = False
+            state.lease_until = 0.0 if self.config.enable_controller_mode else None
+            self.on_role_change()
             log.info(
                 "now master of %s at epoch %d, SyncStateSet %s",
                 self.config.broker_name,
@@ -369,12 +397,7 @@ class Broker:
         False, changing nothing, for an epoch not newer than the known one.
         """
         async with self._role_lock:
-            if master_epoch <= self._master_epoch:
-                log.warning(
-                    "ignoring master epoch %d: epoch %d is already known",
-                    master_epoch,
-                    self._master_epoch,
-                )
+            if self._stale(master_epoch):
                 return False
             self._master_epoch = master_epoch
             self._master_address = master_address
@@ -384,6 +407,9 @@ class Broker:
                 await self._stop_role()
                 self._master_ha_address = None
                 self._start_slave()
+            self.fenced = False
+            self.state.lease_until = None
+            self.on_role_change()
             log.info(
                 "now slave of %s (%s) at epoch %d",
                 self.config.broker_name,
@@ -517,7 +543,8 @@ class Broker:
         period = self.config.register_name_server_period / 1000
         while True:
             self._register_now.clear()
-            await self.register()
+            if not self.fenced:
+                await self.register()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(period):
                     await self._register_now.wait()

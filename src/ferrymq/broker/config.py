@@ -65,6 +65,19 @@ class BrokerConfig:
     broker_permission: int = 6
     enable_controller_mode: bool = False
     controller_addr: str = ""
+    """Controller addresses separated by `;` (controller mode)."""
+    store_path_broker_identity: Path | None = None
+    """The persistent broker id file; default `<storePathRootDir>/brokerIdentity`."""
+    broker_heartbeat_interval: int = 1000
+    """Milliseconds between heartbeats to the controller leader (controller mode)."""
+    controller_heart_beat_timeout_mills: int = 3000
+    """How long the controller keeps this broker alive without a heartbeat (RocketMQ: 10 000;
+    shorter here for failover in seconds)."""
+    sync_broker_metadata_period: int = 2000
+    """Milliseconds between polls of the group's master and SyncStateSet (RocketMQ: 5000); role
+    changes are also pushed by the controller."""
+    broker_election_priority: int = 2**31 - 1
+    """Lower is preferred when the controller elects among equally up-to-date replicas."""
     register_name_server_period: int = 10_000
     """Milliseconds between registrations (RocketMQ: 30 000); changes register at once."""
     broker_timeout_millis: int = 30_000
@@ -114,6 +127,9 @@ class BrokerConfig:
             ("haMaxTimeSlaveNotCatchup", self.ha_max_time_slave_not_catchup),
             ("minInSyncReplicas", self.min_in_sync_replicas),
             ("slaveTimeout", self.slave_timeout),
+            ("brokerHeartbeatInterval", self.broker_heartbeat_interval),
+            ("controllerHeartBeatTimeoutMills", self.controller_heart_beat_timeout_mills),
+            ("syncBrokerMetadataPeriod", self.sync_broker_metadata_period),
         ):
             if number <= 0:
                 raise ConfigError(key, f"must be positive, not {number}")
@@ -122,7 +138,14 @@ class BrokerConfig:
         if self.broker_id < 0:
             raise ConfigError("brokerId", f"must be >= 0, not {self.broker_id}")
         if self.enable_controller_mode:
-            pass  # the role and the id come from the controller, whatever brokerRole says
+            # the role and the id come from the controller, whatever brokerRole says
+            if not self.controller_addrs:
+                raise ConfigError("controllerAddr", "controller mode needs controller addresses")
+            for address in self.controller_addrs:
+                try:
+                    parse_address(address)
+                except ValueError as exc:
+                    raise ConfigError("controllerAddr", str(exc)) from None
         elif self.broker_role is BrokerRole.SLAVE and self.broker_id == 0:
             raise ConfigError("brokerId", "a SLAVE needs a broker id > 0")
         elif self.broker_role is not BrokerRole.SLAVE and self.broker_id != 0:
@@ -159,6 +182,16 @@ class BrokerConfig:
         if self.ha_listen_port:
             return self.ha_listen_port
         return self.listen_port + 1 if self.listen_port else 0
+
+    @property
+    def controller_addrs(self) -> list[str]:
+        """`controllerAddr` split on `;`."""
+        return [a.strip() for a in self.controller_addr.split(";") if a.strip()]
+
+    @property
+    def identity_path(self) -> Path:
+        """`storePathBrokerIdentity`, or its default under the store root."""
+        return self.store_path_broker_identity or self.store_path_root_dir / "brokerIdentity"
 
     @property
     def replicated(self) -> bool:

@@ -64,6 +64,9 @@ class BrokerState:
     """This master's HA side (None on a slave)."""
     role: BrokerRole = BrokerRole.ASYNC_MASTER
     """The role now: `brokerRole` at start; a controller changes it (`Broker.change_to_*`)."""
+    lease_until: float | None = None
+    """Controller mode, on a master: `clock()` time its lease from the controller ends (writes
+    stop then; the controller elects no successor before it). None: no lease (classic mode)."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
 
     @property
@@ -77,6 +80,11 @@ class BrokerState:
             raise RequestError(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{self.address}] sending message is forbidden",
+            )
+        if self.lease_until is not None and self.clock() >= self.lease_until:
+            raise RequestError(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"the broker[{self.address}] has no master lease from the controller",
             )
 
     def check_readable(self) -> None:

@@ -108,15 +108,18 @@ class ReplicationMaster:
     def become_master(self, epoch: int | None = None) -> int:
         """Start `epoch` (default: the next one) at the end of the log, on disk before any write.
 
-        A controller names the epoch; it must be newer than every epoch in this log's history
-        (or be the last one again at the same offset, a restart that changed nothing).
+        A controller names the epoch; it must be newer than every epoch in this log's history,
+        or be the last one again (this broker led that epoch, restarted, and still leads it).
 
         Raises:
             StoreError: `epoch` is older than the log's last epoch.
         """
         if epoch is None:
             epoch = self.epochs.history.last_epoch + 1
-        self.epochs.assign(epoch, self.store.max_log_offset)
+        if epoch != self.epochs.history.last_epoch or not self.epochs.history.entries:
+            self.epochs.assign(epoch, self.store.max_log_offset)
+        # else: this log's last epoch again (a master restarted before anyone replaced it):
+        # the epoch goes on where it is
         self._apply_confirm()
         log.info("master epoch %d starts at log offset %d", epoch, self.store.max_log_offset)
         return epoch
@@ -195,10 +198,9 @@ class ReplicationMaster:
             for link in self._links:
                 link.wake()
 
-    def _change(self, change: SyncStateChange | None) -> None:
-        if change is None:
-            return
-        if self._on_change is not None and not self._on_change(change):
+    def apply_change(self, change: SyncStateChange) -> None:
+        """Make `change` the SyncStateSet now (one a controller accepted)."""
+        if change.members == self.state.members:
             return
         log.info(
             "SyncStateSet %s -> %s: %s",
@@ -208,6 +210,13 @@ class ReplicationMaster:
         )
         self.state.apply(change, self.store.max_log_offset, self.clock())
         self._apply_confirm()
+
+    def _change(self, change: SyncStateChange | None) -> None:
+        if change is None:
+            return
+        if self._on_change is not None and not self._on_change(change):
+            return
+        self.apply_change(change)
 
     async def _lag_loop(self) -> None:
         while True:
