@@ -148,6 +148,9 @@ class Broker:
         self.on_sync_state_change: Callable[[SyncStateChange], bool] | None = None
         """Controller mode: a SyncStateSet change goes to the controller before it applies."""
         self.on_role_change: Callable[[], None] = lambda: None
+        self.role_assigned = asyncio.Event()
+        """Set once this broker has a role (at start in classic mode; controller mode: once
+        the controller named one)."""
         self.replicas: ReplicasManager | None = None
 
     @property
@@ -247,8 +250,10 @@ class Broker:
             self._spawn(self.replicas.run())
         elif self.config.broker_role is BrokerRole.SLAVE:
             self._start_slave()
+            self.role_assigned.set()
         else:
             await self._start_master(self.config.broker_role)
+            self.role_assigned.set()
 
     def _start_slave(self) -> None:
         config, state = self.config, self.state
@@ -379,6 +384,7 @@ class Broker:
                 await self._start_master(BrokerRole.SYNC_MASTER, master_epoch, members)
             self.fenced = False
             state.lease_until = 0.0 if self.config.enable_controller_mode else None
+            self.role_assigned.set()
             self.on_role_change()
             log.info(
                 "now master of %s at epoch %d, SyncStateSet %s",
@@ -409,6 +415,7 @@ class Broker:
                 self._start_slave()
             self.fenced = False
             self.state.lease_until = None
+            self.role_assigned.set()
             self.on_role_change()
             log.info(
                 "now slave of %s (%s) at epoch %d",

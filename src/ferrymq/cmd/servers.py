@@ -152,6 +152,13 @@ def _key_options(command: Callable[..., Any]) -> Callable[..., Any]:
     help="brokerRole.",
 )
 @click.option("--broker-id", "short_broker_id", help="brokerId.")
+@click.option(
+    "--controller-mode",
+    is_flag=True,
+    default=None,
+    help="enableControllerMode: id, role and failover come from the controller.",
+)
+@click.option("--controller", help="controllerAddr: HOST:PORT;HOST:PORT;HOST:PORT.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--ready-file",
@@ -168,6 +175,8 @@ def broker_command(
     store_dir: str | None,
     role: str | None,
     short_broker_id: str | None,
+    controller_mode: bool | None,
+    controller: str | None,
     log_level: str,
     ready_file: Path | None,
     **keys: str | None,
@@ -190,6 +199,8 @@ def broker_command(
         "storePathRootDir": store_dir,
         "brokerRole": role,
         "brokerId": short_broker_id,
+        "enableControllerMode": "true" if controller_mode else None,
+        "controllerAddr": controller,
     }
     values.update({k: v for k, v in shorts.items() if v is not None})
     if listen is not None:
@@ -211,6 +222,15 @@ def broker_command(
 
     async def main(stop: asyncio.Event) -> None:
         async with Broker(config) as broker:
+            if config.enable_controller_mode:
+                # ready once the controller named this broker's id and role
+                role_known = asyncio.ensure_future(broker.role_assigned.wait())
+                stopped = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({role_known, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                role_known.cancel()
+                stopped.cancel()
+                if stop.is_set():
+                    return
             await broker.register()
             _write_ready(
                 ready_file,
@@ -218,8 +238,8 @@ def broker_command(
                     "addr": broker.address,
                     "cluster": config.broker_cluster_name,
                     "broker_name": config.broker_name,
-                    "broker_id": config.broker_id,
-                    "role": config.broker_role.value,
+                    "broker_id": broker.broker_id,
+                    "role": broker.state.role.value,
                     "ha_addr": broker.ha_address,  # None on a slave
                     "store_dir": str(config.store_path_root_dir),
                 },
