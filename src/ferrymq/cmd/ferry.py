@@ -23,6 +23,7 @@ from ferrymq.cli.admin import admin_group
 from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
 from ferrymq.cli.stream import consume_command, produce_command
 from ferrymq.cmd.bench_broker import BrokerBenchConfig, ratios_to_nats, run_broker_bench
+from ferrymq.cmd.bench_controller import ControllerBenchConfig, run_controller_bench
 from ferrymq.cmd.bench_replication import ReplicationBenchConfig, run_replication_bench
 from ferrymq.cmd.bench_replication import ratios as replication_ratios
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
@@ -375,6 +376,60 @@ def bench_replication(
             f"{ratio['mode']} {ratio['size']} B: ferrymq R3/R1 "
             f"{'-' if r1 is None else f'{r1}x'}, ferrymq R3 / NATS R3 "
             f"{'-' if nats is None else f'{nats}x'}"
+        )
+
+
+@bench.command("controller")
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.2),
+    default=5.0,
+    show_default=True,
+    help="Length of each throughput measurement.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=1, max=1000),
+    default=32,
+    show_default=True,
+    help="Writes in flight in the windowed rows.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1, max=50),
+    default=5,
+    show_default=True,
+    help="Leader kills for the failover median.",
+)
+@click.option("--no-etcd", is_flag=True, help="Skip the etcd rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def bench_controller(
+    seconds: float, window: int, rounds: int, no_etcd: bool, as_json: bool
+) -> None:
+    """Controller commit latency, throughput and leader failover, beside a 3-node etcd 3.4."""
+    config = ControllerBenchConfig(seconds=seconds, window=window, rounds=rounds, etcd=not no_etcd)
+    with Console(stderr=True).status("measuring"):
+        try:
+            rows, failovers = asyncio.run(run_controller_bench(config))
+        except RuntimeError as exc:  # a server did not start; its log tail says why
+            raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "benchmark": "controller",
+                    "machine": _machine(),
+                    "rows": [r.as_json() for r in rows],
+                    "failover": [f.as_json() for f in failovers],
+                }
+            )
+        )
+        return
+    _print_rows("ferry bench controller (writes of 64 B)", rows)
+    for failover in failovers:
+        rounds_text = ", ".join(f"{s:.2f}" for s in failover.seconds)
+        click.echo(
+            f"{failover.system}: leader failover median {failover.median:.2f} s ({rounds_text})"
         )
 
 
