@@ -55,7 +55,7 @@ def _pids(info: dict[str, object]) -> list[int]:
 
 
 async def test_up_serves_every_group_and_sigterm_stops_every_child(tmp_path: Path) -> None:
-    process, info = _up(tmp_path, "--groups", "2")
+    process, info = _up(tmp_path, "--controllers", "0", "--replicas", "1", "--groups", "2")
     try:
         brokers = info["brokers"]
         assert isinstance(brokers, list)
@@ -95,8 +95,8 @@ async def test_up_serves_every_group_and_sigterm_stops_every_child(tmp_path: Pat
     assert not [pid for pid in _pids(info) if _alive(pid)], "a child outlived ferry up"
 
 
-def test_up_stops_the_cluster_and_fails_when_a_child_dies(tmp_path: Path) -> None:
-    process, info = _up(tmp_path)
+def test_classic_up_stops_the_cluster_and_fails_when_a_child_dies(tmp_path: Path) -> None:
+    process, info = _up(tmp_path, "--controllers", "0", "--replicas", "1")
     try:
         brokers = info["brokers"]
         assert isinstance(brokers, list)
@@ -110,8 +110,10 @@ def test_up_stops_the_cluster_and_fails_when_a_child_dies(tmp_path: Path) -> Non
     assert "broker-a" in (tmp_path / "up.log").read_text()
 
 
-async def test_up_with_replicas_runs_a_sync_master_and_its_slaves(tmp_path: Path) -> None:
-    process, info = _up(tmp_path, "--replicas", "3")
+async def test_classic_up_with_replicas_runs_a_sync_master_and_its_slaves(
+    tmp_path: Path,
+) -> None:
+    process, info = _up(tmp_path, "--controllers", "0", "--replicas", "3")
     try:
         brokers = info["brokers"]
         assert isinstance(brokers, list)
@@ -147,7 +149,7 @@ async def test_up_with_replicas_runs_a_sync_master_and_its_slaves(tmp_path: Path
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
     assert not [pid for pid in _pids(info) if _alive(pid)]
-    for store in ("broker-a-s1", "broker-a-s2"):
+    for store in ("broker-a-2", "broker-a-3"):
         segments = list((tmp_path / "data" / store / "commitlog").iterdir())
         heads = []
         for segment in segments:  # 1 GiB sparse files: the message is in the first bytes

@@ -86,9 +86,21 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
 @click.option(
     "--replicas",
     type=click.IntRange(min=1, max=9),
-    default=1,
+    default=3,
     show_default=True,
-    help="Brokers per group: a master and replicas-1 slaves (sync replication when > 1).",
+    help="Brokers per group (sync replication when > 1).",
+)
+@click.option(
+    "--controllers",
+    type=click.IntRange(min=0, max=9),
+    default=0,
+    show_default=True,
+    help="Controller nodes electing masters; 0: classic master/slave with static roles.",
+)
+@click.option(
+    "--embedded-controller",
+    is_flag=True,
+    help="Run each controller node inside a NameServer instead of as its own process.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
@@ -113,16 +125,20 @@ def up_command(
     data_dir: Path | None,
     groups: int,
     replicas: int,
+    controllers: int,
+    embedded_controller: bool,
     host: str,
     port_base: int,
     flush_disk_type: str,
     ready_file: Path | None,
 ) -> None:
-    """Run a local cluster (NameServer and brokers) until Ctrl-C or SIGTERM."""
+    """Run a local cluster (controllers, NameServer, brokers) until Ctrl-C or SIGTERM."""
     config = UpConfig(
         data_dir=data_dir or Path(tempfile.mkdtemp(prefix="ferrymq-up-")),
         groups=groups,
         replicas=replicas,
+        controllers=controllers,
+        embedded_controller=embedded_controller,
         host=host,
         port_base=port_base,
         flush_disk_type=flush_disk_type.upper(),
@@ -133,6 +149,8 @@ def up_command(
 
     def ready(info: ReadyInfo) -> None:
         table = Table("server", "address", "pid", "data", title=f"ferrymq up ({config.data_dir})")
+        for node in info["controllers"]:
+            table.add_row(f"controller {node['id']}", node["addr"], str(node["pid"]), "")
         table.add_row("namesrv", info["namesrv"], str(info["namesrv_pid"]), "")
         for broker in info["brokers"]:
             table.add_row(
@@ -144,10 +162,11 @@ def up_command(
         console.print(table)
         console.print(f"export NAMESRV_ADDR={info['namesrv']}   (Ctrl-C stops everything)")
 
-    def died(child: Child) -> None:
+    def died(child: Child, fatal: bool) -> None:
+        then = "stopping the cluster" if fatal else "its group fails over"
         console.print(
             f"[red]{child.name} (pid {child.pid}) exited with {child.process.returncode}; "
-            f"stopping the cluster; its log: {child.log_path}[/red]"
+            f"{then}; its log: {child.log_path}[/red]"
         )
 
     async def main(stop: asyncio.Event) -> None:

@@ -1,8 +1,16 @@
 """`ferry up`: a whole local cluster in one command, supervised until SIGINT/SIGTERM.
 
-Starts a NameServer and one master broker per broker group as child processes (`cmd.local`),
-writes the `--ready-file` JSON once all of them serve, and stops every child it started, by PID,
-when told to or when one of them dies.
+The embedded default (issue 7) is an HA cluster: 3 controller nodes (a Raft group), 1 NameServer
+and one broker group of 3 replicas in controller mode, each a child process (`cmd.local`) on a
+free port. `--controllers 0` runs classic master/slave instead (static roles: a SYNC_MASTER and
+SLAVEs); `--embedded-controller` runs the controller nodes inside NameServers (one NameServer
+per controller node) instead of as their own processes.
+
+`ProcessCluster` is also what `ferry demo` and `ferry bench failover` drive: it can kill and
+restart any child. `ferry up` writes the `--ready-file` JSON once everything serves, and stops
+every child it started, by PID, when told to. In controller mode a broker that dies is reported
+and the cluster goes on (its group elects a new master); in classic mode, or when a NameServer or
+controller dies, `ferry up` stops everything and exits 1.
 """
 
 from __future__ import annotations
@@ -16,9 +24,10 @@ from pathlib import Path
 from typing import TypedDict
 
 from ferrymq.cmd.local import Child, spawn
+from ferrymq.cmd.measure import free_port
 from ferrymq.store.atomic import write_atomic
 
-__all__ = ["BrokerEntry", "ReadyInfo", "UpConfig", "cluster_info", "run_up"]
+__all__ = ["BrokerEntry", "ProcessCluster", "ReadyInfo", "UpConfig", "run_up"]
 
 
 class BrokerEntry(TypedDict):
@@ -33,12 +42,20 @@ class BrokerEntry(TypedDict):
     store_dir: str
 
 
+class ControllerEntry(TypedDict):
+    """One controller node of the `--ready-file` object."""
+
+    id: str
+    addr: str
+    pid: int
+
+
 class ReadyInfo(TypedDict):
     """The `--ready-file` object: where everything listens and which process it is."""
 
     namesrv: str
     namesrv_pid: int
-    controllers: list[dict[str, object]]
+    controllers: list[ControllerEntry]
     brokers: list[BrokerEntry]
 
 
@@ -48,14 +65,22 @@ class UpConfig:
 
     data_dir: Path
     groups: int = 1
-    replicas: int = 1
-    """Brokers per group: a master, plus replicas - 1 slaves; with slaves the master is a
-    SYNC_MASTER (a send is acknowledged once every in-sync replica has it)."""
+    replicas: int = 3
+    """Brokers per group. Controller mode: the controller picks the master. Classic mode: a
+    master plus replicas - 1 slaves; with slaves the master is a SYNC_MASTER."""
+    controllers: int = 0
+    """Controller nodes; 0 = classic master/slave with static roles."""
+    embedded_controller: bool = False
     host: str = "127.0.0.1"
     port_base: int = 0  # 0: every server on a free port; else NameServer on it, brokers above
     cluster: str = "DefaultCluster"
     flush_disk_type: str = "ASYNC_FLUSH"
     ready_file: Path | None = None
+
+    @property
+    def controller_mode(self) -> bool:
+        """Whether brokers take their ids and roles from controllers."""
+        return self.controllers > 0
 
     def broker_name(self, index: int) -> str:
         """broker-a, broker-b, ... (RocketMQ's naming)."""
@@ -68,24 +93,175 @@ class UpConfig:
         return self.port_base if index == 0 else self.port_base + 2 * index - 1
 
 
-def cluster_info(namesrv: Child, brokers: list[Child]) -> ReadyInfo:
-    """What the children reported in their own ready files, gathered."""
-    entries: list[BrokerEntry] = []
-    for child in brokers:
-        ha_addr = child.info.get("ha_addr")
-        entries.append(
-            BrokerEntry(
-                broker_name=str(child.info["broker_name"]),
-                broker_id=int(str(child.info["broker_id"])),
-                role=str(child.info["role"]),
-                addr=child.addr,
-                ha_addr=None if ha_addr is None else str(ha_addr),
-                pid=child.pid,
-                store_dir=str(child.info["store_dir"]),
+class ProcessCluster:
+    """The child processes of one local cluster: start, kill, restart, stop (by PID)."""
+
+    def __init__(self, config: UpConfig) -> None:
+        if config.groups > len(string.ascii_lowercase):
+            raise ValueError(f"at most {len(string.ascii_lowercase)} broker groups")
+        self.config = config
+        self.controller_addrs = {
+            f"n{i}": f"{config.host}:{free_port()}" for i in range(1, config.controllers + 1)
+        }
+        self.controllers: dict[str, Child] = {}
+        self.namesrvs: list[Child] = []
+        self.brokers: dict[str, Child] = {}
+        """Child name (`broker-a-1`, ...) -> process."""
+        self._args: dict[str, list[str]] = {}
+
+    @property
+    def namesrv_addr(self) -> str:
+        """Every NameServer, `;`-separated."""
+        return ";".join(child.addr for child in self.namesrvs)
+
+    @property
+    def children(self) -> list[Child]:
+        """Every child, in start order."""
+        return [*self.controllers.values(), *self.namesrvs, *self.brokers.values()]
+
+    async def start(self) -> None:
+        """Controllers, NameServer(s), then every broker (started together, ready together).
+
+        Raises:
+            RuntimeError: a server did not start (its log tail says why).
+        """
+        config = self.config
+        peers = ",".join(f"{node}={addr}" for node, addr in self.controller_addrs.items())
+        if config.embedded_controller and config.controller_mode:
+            await asyncio.gather(
+                *(
+                    self._start_namesrv(
+                        f"namesrv-{node}",
+                        addr,
+                        [
+                            "--enable-controller",
+                            "--controller-id",
+                            node,
+                            "--controller-peers",
+                            peers,
+                            "--controller-dir",
+                            str(config.data_dir / f"controller-{node}"),
+                        ],
+                    )
+                    for node, addr in self.controller_addrs.items()
+                )
             )
+        else:
+            await asyncio.gather(
+                *(self._start_controller(node, peers) for node in self.controller_addrs)
+            )
+            await self._start_namesrv("namesrv", f"{config.host}:{config.port(0)}", [])
+        self.namesrvs.sort(key=lambda child: child.name)
+        names = []
+        for index in range(config.groups):
+            for replica in range(config.replicas):
+                name = f"{config.broker_name(index)}-{replica + 1}"
+                self._args[name] = self._broker_args(index, replica, name)
+                names.append(name)
+        await asyncio.gather(*(self.restart(name) for name in names))
+        self.brokers = {name: self.brokers[name] for name in names}
+
+    async def _start_controller(self, node: str, peers: str) -> None:
+        config = self.config
+        self.controllers[node] = await spawn(
+            f"controller-{node}",
+            [
+                "controller",
+                "--id",
+                node,
+                "--peers",
+                peers,
+                "--listen",
+                self.controller_addrs[node],
+                "--data-dir",
+                str(config.data_dir / f"controller-{node}"),
+            ],
+            config.data_dir,
         )
-    # No controller process exists until controller mode lands; the key is there for clients.
-    return ReadyInfo(namesrv=namesrv.addr, namesrv_pid=namesrv.pid, controllers=[], brokers=entries)
+
+    async def _start_namesrv(self, name: str, listen: str, extra: list[str]) -> None:
+        self.namesrvs.append(
+            await spawn(name, ["namesrv", "--listen", listen, *extra], self.config.data_dir)
+        )
+
+    def _broker_args(self, index: int, replica: int, name: str) -> list[str]:
+        config = self.config
+        args = [
+            "broker",
+            "--cluster",
+            config.cluster,
+            "--broker-name",
+            config.broker_name(index),
+            "--listen",
+            f"{config.host}:{config.port(1 + index * config.replicas + replica)}",
+            "--namesrv",
+            self.namesrv_addr,
+            "--store-dir",
+            str(config.data_dir / name),
+            "--flush-disk-type",
+            config.flush_disk_type,
+        ]
+        if config.controller_mode:
+            return [*args, "--controller-mode", "--controller", ";".join(self._controller_api())]
+        role = "SLAVE" if replica else ("SYNC_MASTER" if config.replicas > 1 else "ASYNC_MASTER")
+        return [*args, "--broker-id", str(replica), "--role", role]
+
+    def _controller_api(self) -> list[str]:
+        """Where brokers and admin tools reach the controllers."""
+        if self.config.embedded_controller:
+            return [child.addr for child in sorted(self.namesrvs, key=lambda c: c.name)]
+        return list(self.controller_addrs.values())
+
+    async def restart(self, name: str) -> Child:
+        """Start broker `name` (again, on its store: after a kill it recovers and rejoins)."""
+        child = await spawn(name, self._args[name], self.config.data_dir)
+        self.brokers[name] = child
+        return child
+
+    async def restart_controller(self, node: str) -> Child:
+        """Start controller node `node` again from its data directory."""
+        peers = ",".join(f"{n}={a}" for n, a in self.controller_addrs.items())
+        await self._start_controller(node, peers)
+        return self.controllers[node]
+
+    def info(self) -> ReadyInfo:
+        """What the children reported in their own ready files, gathered."""
+        entries: list[BrokerEntry] = []
+        for child in self.brokers.values():
+            ha_addr = child.info.get("ha_addr")
+            entries.append(
+                BrokerEntry(
+                    broker_name=str(child.info["broker_name"]),
+                    broker_id=int(str(child.info["broker_id"])),
+                    role=str(child.info["role"]),
+                    addr=child.addr,
+                    ha_addr=None if ha_addr is None else str(ha_addr),
+                    pid=child.pid,
+                    store_dir=str(child.info["store_dir"]),
+                )
+            )
+        if self.config.embedded_controller:
+            controllers = [
+                ControllerEntry(id=node, addr=child.addr, pid=child.pid)
+                for node, child in zip(self.controller_addrs, self.namesrvs, strict=False)
+            ]
+        else:
+            controllers = [
+                ControllerEntry(id=node, addr=child.addr, pid=child.pid)
+                for node, child in self.controllers.items()
+            ]
+        first = self.namesrvs[0]
+        return ReadyInfo(
+            namesrv=self.namesrv_addr,
+            namesrv_pid=first.pid,
+            controllers=controllers,
+            brokers=entries,
+        )
+
+    async def stop(self) -> None:
+        """Stop every child: brokers first, then NameServers and controllers."""
+        for child in reversed(self.children):
+            await child.stop()
 
 
 async def _first_exit(children: list[Child]) -> Child:
@@ -102,72 +278,39 @@ async def run_up(
     config: UpConfig,
     stop: asyncio.Event,
     on_ready: Callable[[ReadyInfo], None],
-    on_exit: Callable[[Child], None],
+    on_exit: Callable[[Child, bool], None],
 ) -> int:
     """Start the cluster, report it, supervise it; returns the exit status for `ferry up`.
 
-    0 when stopped by `stop`; 1 when a child died on its own (`on_exit` says which).
+    0 when stopped by `stop`; 1 when a child whose loss stops the cluster died on its own
+    (`on_exit(child, fatal)` reports every death).
 
     Raises:
         RuntimeError: a server did not start; everything started before it is stopped.
     """
-    if config.groups > len(string.ascii_lowercase):
-        raise ValueError(f"at most {len(string.ascii_lowercase)} broker groups")
-    children: list[Child] = []
+    cluster = ProcessCluster(config)
     try:
-        namesrv = await spawn(
-            "namesrv",
-            ["namesrv", "--listen", f"{config.host}:{config.port(0)}"],
-            config.data_dir,
-        )
-        children.append(namesrv)
-        brokers: list[Child] = []
-        for index in range(config.groups):
-            name = config.broker_name(index)
-            for broker_id in range(config.replicas):
-                if broker_id == 0:
-                    role = "SYNC_MASTER" if config.replicas > 1 else "ASYNC_MASTER"
-                else:
-                    role = "SLAVE"
-                child_name = name if broker_id == 0 else f"{name}-s{broker_id}"
-                broker = await spawn(
-                    child_name,
-                    [
-                        "broker",
-                        "--cluster",
-                        config.cluster,
-                        "--broker-name",
-                        name,
-                        "--broker-id",
-                        str(broker_id),
-                        "--role",
-                        role,
-                        "--listen",
-                        f"{config.host}:{config.port(1 + len(brokers))}",
-                        "--namesrv",
-                        namesrv.addr,
-                        "--store-dir",
-                        str(config.data_dir / child_name),
-                        "--flush-disk-type",
-                        config.flush_disk_type,
-                    ],
-                    config.data_dir,
-                )
-                children.append(broker)
-                brokers.append(broker)
-        info = cluster_info(namesrv, brokers)
+        await cluster.start()
+        info = cluster.info()
         if config.ready_file is not None:
             await asyncio.to_thread(write_atomic, config.ready_file, json.dumps(info).encode())
         on_ready(info)
-        stopped = asyncio.ensure_future(stop.wait())
-        died = asyncio.ensure_future(_first_exit(children))
-        await asyncio.wait({stopped, died}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if died.done():
-            on_exit(died.result())
-            return 1
-        died.cancel()
-        return 0
+        watched = [child for child in cluster.children if child.running]
+        while True:
+            stopped = asyncio.ensure_future(stop.wait())
+            died = asyncio.ensure_future(_first_exit(watched))
+            await asyncio.wait({stopped, died}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if not died.done():
+                died.cancel()
+                return 0
+            child = died.result()
+            fatal = not (config.controller_mode and child in cluster.brokers.values())
+            on_exit(child, fatal)
+            if fatal:
+                return 1
+            watched = [c for c in watched if c is not child]
+            if not watched:
+                return 1
     finally:
-        for child in reversed(children):
-            await child.stop()
+        await cluster.stop()
