@@ -106,6 +106,16 @@ _RETENTION_SCAN_S = 10.0
 _NAMESRV_TIMEOUT_S = 3.0
 
 
+def _source_host(listen_host: str) -> str | None:
+    """The source address of the broker's own connections: its listen address on loopback.
+
+    Brokers on per-node loopback addresses (127.0.0.i, as `ferry chaos` runs them) then reach
+    their peers from their own address, so firewall rules can tell the nodes apart; anywhere
+    else the kernel chooses.
+    """
+    return listen_host if listen_host.startswith("127.") else None
+
+
 class Broker:
     """One broker; use as an async context manager."""
 
@@ -124,7 +134,7 @@ class Broker:
             max_frame_bytes=max(16 * 1024 * 1024, config.max_message_size * 2),
             on_close=self._connection_closed,
         )
-        self._namesrv = RpcClient()
+        self._namesrv = RpcClient(local_host=_source_host(config.listen_host))
         self._state: BrokerState | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
@@ -265,6 +275,7 @@ class Broker:
                 self.broker_id,
                 heartbeat_interval=config.ha_send_heartbeat_interval / 1000,
                 housekeeping_interval=config.ha_housekeeping_interval / 1000,
+                local_host=_source_host(config.listen_host),
             ),
             self._master_ha,
         )

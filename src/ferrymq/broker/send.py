@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import random
 
+from ferrymq import testbugs
 from ferrymq.broker.metadata import (
     DEFAULT_TOPIC,
     DLQ_GROUP_PREFIX,
@@ -148,6 +149,8 @@ async def put_messages(
     if replication is not None:
         replication.appended()
     state.schedule_dispatch()
+    if testbugs.ACK_BEFORE_REPLICATION:
+        return result, ResponseCode.SUCCESS
     if wait_flush and state.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
         flushed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         _bridge(state.store.wait_flushed(result.end_log_offset), flushed)

@@ -44,8 +44,11 @@ class RpcClient:
         connect_timeout: float = 3.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        local_host: str | None = None,
     ) -> None:
+        """`local_host`: the source address of every connection (None: the kernel's choice)."""
         self._on_request = on_request
+        self._local_addr = (local_host, 0) if local_host else None
         self._connect_timeout = connect_timeout
         self._max_frame_bytes = max_frame_bytes
         self._connections: dict[str, Connection] = {}
@@ -100,6 +103,7 @@ class RpcClient:
                     lambda: Connection(self._on_request, max_frame_bytes=self._max_frame_bytes),
                     host,
                     port,
+                    local_addr=self._local_addr,
                 )
         except TimeoutError:
             raise ConnectError(

@@ -1,0 +1,126 @@
+"""The chaos history: one JSON object per line, every client operation and every fault.
+
+Rules:
+1. An operation is an `invoke` event followed by exactly one completion from the same `proc`:
+   `ok` (it happened), `fail` (it surely did not happen: the broker guarantees nothing was
+   appended) or `info` (unknown: a timeout, a lost connection, a not-committed answer).
+2. Values are unique per send: `"<proc>-<counter>"`, so each value names its writer.
+3. Queues are named `"<broker group>/<queue id>"` (one topic per run); offsets are queue offsets.
+4. `t_ns` is monotonic nanoseconds since the run began; `i` numbers the events in write order.
+
+Event kinds (`f`):
+- `send`: `q`, `v`; an `ok` carries `off` (the queue offset) and `node` (the broker that acked).
+- `poll` / `drain`: `ok` carries `reads` = queue -> [[queue_offset, value], ...], `node` and `gen`
+  (the assignment generation: a restarted consumer or a seek starts a new one).
+- `commit`: `offsets` = queue -> next queue offset to read; `group`.
+- `committed`: a read of the group's stored position; `ok` carries `offsets`.
+- `role`: an observer saw `node` in `group` as `role` at `epoch`.
+- `dump`: one replica's store after the run: `node`, `group`, `confirm` (confirm log offset),
+  `epochs` ([[epoch, start log offset], ...]) and `entries` = queue -> [[queue_offset, value,
+  log_offset], ...]; an unreadable record has the value `"!corrupt"`.
+- anything from `proc == "nemesis"`: a fault (`f` names it, `targets` says where).
+
+Pure: no asyncio, no sockets; the writer appends to a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Final, Literal, Self
+
+import msgspec
+
+__all__ = [
+    "CORRUPT_VALUE",
+    "NEMESIS",
+    "Event",
+    "EventType",
+    "HistoryWriter",
+    "decode_event",
+    "read_history",
+]
+
+EventType = Literal["invoke", "ok", "fail", "info"]
+
+NEMESIS: Final = "nemesis"
+"""The `proc` of fault events."""
+
+CORRUPT_VALUE: Final = "!corrupt"
+"""The value a dump records for a record that fails its checks."""
+
+
+class Event(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """One line of the history."""
+
+    proc: str
+    type: EventType
+    f: str
+    i: int = 0
+    t_ns: int = 0
+    q: str | None = None
+    v: str | None = None
+    off: int | None = None
+    node: str | None = None
+    gen: int | None = None
+    group: str | None = None
+    reads: dict[str, list[tuple[int, str]]] | None = None
+    offsets: dict[str, int] | None = None
+    role: str | None = None
+    epoch: int | None = None
+    confirm: int | None = None
+    epochs: list[tuple[int, int]] | None = None
+    entries: dict[str, list[tuple[int, str, int]]] | None = None
+    targets: list[str] | None = None
+    error: str | None = None
+
+
+_ENCODER: Final = msgspec.json.Encoder()
+_DECODER: Final = msgspec.json.Decoder(Event)
+
+
+def decode_event(line: bytes | str) -> Event:
+    """One event from its JSON line.
+
+    Raises:
+        msgspec.ValidationError, msgspec.DecodeError: the line is not an event.
+    """
+    return _DECODER.decode(line)
+
+
+def read_history(path: Path) -> list[Event]:
+    """Every event of a history file, in file order (blank lines skipped)."""
+    with path.open("rb") as file:
+        return [decode_event(line) for line in file if line.strip()]
+
+
+class HistoryWriter:
+    """Appends events to a JSONL file, numbering and flushing each (a crash keeps them all)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[bytes] = path.open("ab")
+        self._next_i = 0
+        self.events: list[Event] = []
+
+    def write(self, event: Event, t_ns: int) -> Event:
+        """Stamp `event` with its number and time, append it, and return it."""
+        stamped = msgspec.structs.replace(event, i=self._next_i, t_ns=t_ns)
+        self._next_i += 1
+        self._file.write(_ENCODER.encode(stamped) + b"\n")
+        self._file.flush()
+        self.events.append(stamped)
+        return stamped
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.events)
