@@ -23,6 +23,7 @@ Where ferrymq differs from RocketMQ (each keeps an invariant above):
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ferrymq.wire.controller_log import (
@@ -99,7 +100,10 @@ class ControllerState:
         Raises:
             ProtocolError: the entry does not decode (a corrupt log; nothing is applied).
         """
-        events = decode_entry(command)
+        return self.apply_events(index, decode_entry(command))
+
+    def apply_events(self, index: int, events: Sequence[Event]) -> tuple[bool, ...]:
+        """Apply the decoded events of log entry `index`, in order."""
         outcomes = tuple(self.apply_event(event) for event in events)
         self.applied_index = index
         return outcomes
