@@ -33,6 +33,7 @@ from ferrymq.wire.controller import (
     ElectMasterRequestHeader,
     ElectMasterResponseBody,
     ElectMasterResponseHeader,
+    EpochEntryCache,
     GetMetaDataResponseHeader,
     GetNextBrokerIdRequestHeader,
     GetNextBrokerIdResponseHeader,
@@ -46,7 +47,7 @@ from ferrymq.wire.controller import (
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import CommandHeader, from_ext_fields, to_ext_fields
 
-__all__ = ["ControllerAdmin", "ElectResult", "ReplicaInfo"]
+__all__ = ["ControllerAdmin", "ElectResult", "ReplicaInfo", "broker_epoch_cache"]
 
 _LEADER_RETRY_DELAY: Final = 0.1
 
@@ -361,3 +362,14 @@ def _check(response: RemotingCommand) -> None:
         except ValueError:
             name = None
         raise RemoteError(response.code, response.remark, code_name=name)
+
+
+async def broker_epoch_cache(
+    rpc: RpcClient, broker_addr: str, timeout: float = 5.0
+) -> EpochEntryCache:
+    """GET_BROKER_EPOCH_CACHE from one broker (`mqadmin getBrokerEpoch`)."""
+    response = await rpc.call(
+        broker_addr, RemotingCommand(code=RequestCode.GET_BROKER_EPOCH_CACHE), timeout
+    )
+    _check(response)
+    return decode_body(response.body, EpochEntryCache)
