@@ -10,6 +10,11 @@ Rules:
 
 from __future__ import annotations
 
+# Response codes the Raft errors answer with. errors.py is the bottom layer and cannot import
+# wire.codes; tests/unit/raft/test_errors.py checks these against ResponseCode.
+_CONTROLLER_NOT_LEADER = 2007
+_CONTROLLER_JRAFT_INTERNAL_ERROR = 2015
+
 __all__ = [
     "ConnectError",
     "ConnectionClosedError",
@@ -19,7 +24,11 @@ __all__ = [
     "HeaderFieldError",
     "InvalidNameError",
     "MessageTooLargeError",
+    "NotLeaderError",
+    "ProposalDroppedError",
+    "ProposalOutcomeUnknownError",
     "ProtocolError",
+    "RaftTimeoutError",
     "RemoteError",
     "RequestError",
     "RequestTimeoutError",
@@ -193,3 +202,51 @@ class NotCommittedError(SendOutcomeUnknownError):
     def __init__(self, message: str, msg_id: str, status: str) -> None:
         super().__init__(message, msg_id)
         self.status = status
+
+
+class NotLeaderError(RequestError):
+    """This controller is not the Raft leader: ask `leader_addr` (None when no leader is known).
+
+    Answers CONTROLLER_NOT_LEADER (2007), as RocketMQ's controllers do.
+    """
+
+    def __init__(
+        self, leader_id: str | None, leader_addr: str | None, reason: str = "not the leader"
+    ) -> None:
+        where = f"leader is {leader_id} at {leader_addr}" if leader_id else "no leader known"
+        super().__init__(_CONTROLLER_NOT_LEADER, f"{reason}; {where}")
+        self.leader_id = leader_id
+        self.leader_addr = leader_addr
+
+
+class ProposalDroppedError(RequestError):
+    """A Raft proposal was surely not applied (refused, or replaced by another leader's entry).
+
+    Proposing it again is safe. Answers CONTROLLER_JRAFT_INTERNAL_ERROR (2015), RocketMQ's code
+    for a failure inside the controller's Raft.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(_CONTROLLER_JRAFT_INTERNAL_ERROR, f"proposal dropped: {reason}")
+
+
+class ProposalOutcomeUnknownError(RequestError):
+    """A Raft proposal was appended but its fate is unknown: it may still be applied, or not.
+
+    Raised on a timeout, on shutdown, and when a snapshot replaced the entries it waited for.
+    Answers CONTROLLER_JRAFT_INTERNAL_ERROR (2015).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(_CONTROLLER_JRAFT_INTERNAL_ERROR, f"proposal outcome unknown: {reason}")
+
+
+class RaftTimeoutError(RequestError):
+    """A Raft read barrier or leadership transfer did not finish in time; nothing was changed.
+
+    Answers CONTROLLER_JRAFT_INTERNAL_ERROR (2015).
+    """
+
+    def __init__(self, what: str, timeout: float) -> None:
+        super().__init__(_CONTROLLER_JRAFT_INTERNAL_ERROR, f"{what}: not done within {timeout:g} s")
+        self.timeout = timeout

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ferrymq.cli.controller import controller_group
 from ferrymq.cli.output import emit_json, emit_table
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.message import Message
@@ -315,3 +316,6 @@ def message_by_key(ctx: click.Context, topic: str, key: str, max_count: int, as_
 def message_by_id(ctx: click.Context, offset_msg_id: str, as_json: bool) -> None:
     """The message with an offset message id (as a send returns it)."""
     _show_messages([_run(_namesrv(ctx), lambda a: a.message_by_id(offset_msg_id))], as_json)
+
+
+admin_group.add_command(controller_group)

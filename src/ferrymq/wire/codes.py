@@ -161,6 +161,9 @@ class RequestCode(IntEnum):
     CLEAN_BROKER_DATA = 1011
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
+    # ferrymq's own: one Raft message between controller nodes (wire.raft). RocketMQ uses no code
+    # in 1019-1999 (its controller range ends at 1018, the next range starts at 2001).
+    RAFT_MESSAGE = 1900
     POP_MESSAGE = 3442
     ACK_MESSAGE = 3443
     PEEK_MESSAGE = 3444

@@ -38,6 +38,8 @@ __all__ = [
     "ElectMasterRequestHeader",
     "ElectMasterResponseBody",
     "ElectMasterResponseHeader",
+    "EpochEntry",
+    "EpochEntryCache",
     "GetMetaDataResponseHeader",
     "GetNextBrokerIdRequestHeader",
     "GetNextBrokerIdResponseHeader",
@@ -310,3 +312,21 @@ def parse_broker_id_list(text: str) -> set[int]:
         ValueError: an item is not an integer.
     """
     return {int(item) for item in text.split(";") if item.strip()}
+
+
+class EpochEntry(_Body, kw_only=True):
+    """One epoch of a broker's epoch file, as GET_BROKER_EPOCH_CACHE reports it."""
+
+    epoch: int
+    start_offset: int
+    end_offset: int = -1
+
+
+class EpochEntryCache(_Body, kw_only=True):
+    """Body of GET_BROKER_EPOCH_CACHE (1007), answered by a broker in controller mode."""
+
+    cluster_name: str | None = None
+    broker_name: str | None = None
+    broker_id: int | None = None
+    epoch_list: list[EpochEntry] = msgspec.field(default_factory=list)
+    max_offset: int = -1

@@ -1,0 +1,264 @@
+"""The controller's replicated state machine: broker groups, their ids, masters and SyncStateSets.
+
+Spec: reference/rocketmq-controller-spec.md sections 1.2 (data model) and 1.5 (apply semantics);
+ARCHITECTURE.md section 6 item 6 (snapshots).
+
+Rules:
+1. `apply` and `apply_event` are the only mutators, and they are deterministic: no clock, no
+   randomness, no I/O. Every controller node applies the same committed entries in the same order
+   and so holds the same state.
+2. Events are compare-and-set (`wire.controller_log`): an event whose expected epochs no longer
+   match, or that would assign a taken broker id, changes nothing and reports False.
+3. Invariants after every event: a group's master, when it has one, is a registered replica and a
+   member of its SyncStateSet; the SyncStateSet holds registered replicas only; `next_broker_id`
+   is above every assigned id; epochs never decrease while the group exists.
+
+Where ferrymq differs from RocketMQ (each keeps an invariant above):
+- `next_broker_id` becomes `max(next, id + 1)`, not `next + 1`, so an id applied out of order is
+  never handed out again.
+- CleanBrokerData that removes the master also clears it and bumps the master epoch.
+- A group is dropped when its last replica is cleaned (RocketMQ keeps two tables that can disagree).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ferrymq.wire.controller_log import (
+    AlterSyncStateSetEvent,
+    ApplyBrokerIdEvent,
+    CleanBrokerDataEvent,
+    ElectMasterEvent,
+    Event,
+    GroupRecord,
+    ReplicaRecord,
+    SnapshotRecord,
+    UpdateBrokerAddressEvent,
+    UpdateControllerConfigEvent,
+    decode_entry,
+    decode_snapshot,
+    encode_snapshot,
+)
+
+__all__ = ["BrokerGroup", "ControllerState", "Replica"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Replica:
+    """One assigned broker id: where the broker listens and the code that proves its identity."""
+
+    broker_address: str
+    register_check_code: str
+
+
+@dataclass(slots=True)
+class BrokerGroup:
+    """One broker group (RocketMQ `BrokerReplicaInfo` and `SyncStateInfo` together)."""
+
+    cluster_name: str
+    broker_name: str
+    next_broker_id: int = 1
+    replicas: dict[int, Replica] = field(default_factory=dict)
+    master_broker_id: int | None = None
+    master_epoch: int = 0
+    sync_state_set: set[int] = field(default_factory=set)
+    sync_state_set_epoch: int = 0
+
+    @property
+    def master_address(self) -> str | None:
+        """The master's address, when there is a master."""
+        if self.master_broker_id is None:
+            return None
+        replica = self.replicas.get(self.master_broker_id)
+        return replica.broker_address if replica else None
+
+    def address_of(self, broker_id: int) -> str | None:
+        """A replica's address, if the id is assigned."""
+        replica = self.replicas.get(broker_id)
+        return replica.broker_address if replica else None
+
+
+@dataclass(slots=True)
+class ControllerState:
+    """Every broker group the controller knows, plus replicated config changes."""
+
+    groups: dict[str, BrokerGroup] = field(default_factory=dict)
+    config_overrides: dict[str, str] = field(default_factory=dict)
+    applied_index: int = 0
+
+    # ------------------------------------------------------------------ the Raft state machine
+
+    def apply(self, index: int, command: bytes) -> tuple[bool, ...]:
+        """Apply one committed log entry; returns, per event, whether it changed the state.
+
+        An empty command is a barrier (a new leader's first entry) and changes nothing.
+
+        Raises:
+            ProtocolError: the entry does not decode (a corrupt log; nothing is applied).
+        """
+        return self.apply_events(index, decode_entry(command))
+
+    def apply_events(self, index: int, events: Sequence[Event]) -> tuple[bool, ...]:
+        """Apply the decoded events of log entry `index`, in order."""
+        outcomes = tuple(self.apply_event(event) for event in events)
+        self.applied_index = index
+        return outcomes
+
+    def snapshot(self) -> bytes:
+        """The whole state as bytes (deterministic: equal states give equal bytes)."""
+        groups = [
+            GroupRecord(
+                cluster_name=group.cluster_name,
+                broker_name=group.broker_name,
+                next_broker_id=group.next_broker_id,
+                replicas=[
+                    ReplicaRecord(
+                        broker_id=broker_id,
+                        broker_address=replica.broker_address,
+                        register_check_code=replica.register_check_code,
+                    )
+                    for broker_id, replica in sorted(group.replicas.items())
+                ],
+                master_broker_id=group.master_broker_id,
+                master_epoch=group.master_epoch,
+                sync_state_set=sorted(group.sync_state_set),
+                sync_state_set_epoch=group.sync_state_set_epoch,
+            )
+            for _, group in sorted(self.groups.items())
+        ]
+        return encode_snapshot(
+            SnapshotRecord(
+                applied_index=self.applied_index,
+                groups=groups,
+                config=dict(sorted(self.config_overrides.items())),
+            )
+        )
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state with a snapshot's.
+
+        Raises:
+            ProtocolError: the bytes are not a snapshot.
+        """
+        record = decode_snapshot(data)
+        self.groups = {
+            group.broker_name: BrokerGroup(
+                cluster_name=group.cluster_name,
+                broker_name=group.broker_name,
+                next_broker_id=group.next_broker_id,
+                replicas={
+                    r.broker_id: Replica(r.broker_address, r.register_check_code)
+                    for r in group.replicas
+                },
+                master_broker_id=group.master_broker_id,
+                master_epoch=group.master_epoch,
+                sync_state_set=set(group.sync_state_set),
+                sync_state_set_epoch=group.sync_state_set_epoch,
+            )
+            for group in record.groups
+        }
+        self.config_overrides = dict(record.config)
+        self.applied_index = record.applied_index
+
+    # ------------------------------------------------------------------ events
+
+    def apply_event(self, event: Event) -> bool:
+        """Apply one event; False when it changed nothing (rule 2)."""
+        match event:
+            case ApplyBrokerIdEvent():
+                return self._apply_broker_id(event)
+            case UpdateBrokerAddressEvent():
+                return self._update_broker_address(event)
+            case AlterSyncStateSetEvent():
+                return self._alter_sync_state_set(event)
+            case ElectMasterEvent():
+                return self._elect_master(event)
+            case CleanBrokerDataEvent():
+                return self._clean_broker_data(event)
+            case UpdateControllerConfigEvent():
+                self.config_overrides.update(event.properties)
+                return True
+
+    def _apply_broker_id(self, event: ApplyBrokerIdEvent) -> bool:
+        if event.new_broker_id < 1:
+            return False
+        group = self.groups.get(event.broker_name)
+        if group is None:
+            group = BrokerGroup(cluster_name=event.cluster_name, broker_name=event.broker_name)
+            self.groups[event.broker_name] = group
+        elif event.new_broker_id in group.replicas:
+            return False
+        group.replicas[event.new_broker_id] = Replica(
+            event.broker_address, event.register_check_code
+        )
+        group.next_broker_id = max(group.next_broker_id, event.new_broker_id + 1)
+        return True
+
+    def _update_broker_address(self, event: UpdateBrokerAddressEvent) -> bool:
+        group = self.groups.get(event.broker_name)
+        replica = group.replicas.get(event.broker_id) if group else None
+        if replica is None:
+            return False
+        replica.broker_address = event.broker_address
+        return True
+
+    def _alter_sync_state_set(self, event: AlterSyncStateSetEvent) -> bool:
+        group = self.groups.get(event.broker_name)
+        if (
+            group is None
+            or group.master_epoch != event.expected_master_epoch
+            or group.sync_state_set_epoch != event.expected_sync_state_set_epoch
+        ):
+            return False
+        new_set = set(event.new_sync_state_set)
+        if (
+            not new_set <= group.replicas.keys()
+            or group.master_broker_id is None
+            or group.master_broker_id not in new_set
+        ):
+            return False
+        group.sync_state_set = new_set
+        group.sync_state_set_epoch += 1
+        return True
+
+    def _elect_master(self, event: ElectMasterEvent) -> bool:
+        group = self.groups.get(event.broker_name)
+        if group is None:
+            log.error("ElectMasterEvent for unknown broker group %s", event.broker_name)
+            return False
+        if group.master_epoch != event.expected_master_epoch:
+            return False
+        if event.new_master_elected:
+            master = event.new_master_broker_id
+            if master is None or master not in group.replicas:
+                return False
+            group.master_broker_id = master
+            group.master_epoch += 1
+            group.sync_state_set = {master}
+            group.sync_state_set_epoch += 1
+        else:
+            group.master_broker_id = None
+            group.master_epoch += 1
+        return True
+
+    def _clean_broker_data(self, event: CleanBrokerDataEvent) -> bool:
+        group = self.groups.get(event.broker_name)
+        if group is None:
+            return False
+        if event.broker_id_set_to_clean is None:
+            del self.groups[event.broker_name]
+            return True
+        cleaned = set(event.broker_id_set_to_clean)
+        for broker_id in cleaned:
+            group.replicas.pop(broker_id, None)
+        group.sync_state_set -= cleaned
+        if group.master_broker_id in cleaned:
+            group.master_broker_id = None
+            group.master_epoch += 1
+        if not group.replicas:
+            del self.groups[event.broker_name]
+        return True

@@ -1,0 +1,200 @@
+r"""The controller's replicated log entries (event batches) and state snapshots, as bytes.
+
+Spec: reference/rocketmq-controller-spec.md section 1.5 (event types and their fields). RocketMQ
+writes `int16 type | FastJSON`; ferrymq chooses its own encoding, as the spec allows:
+
+```
+entry    = b"\\x01" + JSON list of events, each {"type": "<EventName>", ...fields}
+           b"" (an empty entry) is a barrier that changes nothing
+snapshot = b"\\x01" + JSON {"appliedIndex", "groups": [...], "config": {...}}
+```
+
+ferrymq additions to RocketMQ's events, which make `apply` a compare-and-set: AlterSyncStateSet
+and ElectMaster carry the epochs their decision was made against, and apply ignores them when the
+state has moved on (possible only across a controller leader change). UpdateControllerConfig
+replicates `UPDATE_CONTROLLER_CONFIG` so every controller node uses the same election policy.
+
+Rules: encoding is deterministic (sets are written sorted); decoding is strict (unknown event
+types, unknown fields, wrong types and a wrong version byte raise `ProtocolError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import msgspec
+
+from ferrymq.errors import ProtocolError
+
+__all__ = [
+    "ENTRY_VERSION",
+    "SNAPSHOT_VERSION",
+    "AlterSyncStateSetEvent",
+    "ApplyBrokerIdEvent",
+    "CleanBrokerDataEvent",
+    "ElectMasterEvent",
+    "Event",
+    "GroupRecord",
+    "ReplicaRecord",
+    "SnapshotRecord",
+    "UpdateBrokerAddressEvent",
+    "UpdateControllerConfigEvent",
+    "decode_entry",
+    "decode_snapshot",
+    "encode_entry",
+    "encode_snapshot",
+]
+
+ENTRY_VERSION: Final = 1
+SNAPSHOT_VERSION: Final = 1
+
+
+class _Event(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    rename="camel",
+    tag_field="type",
+    forbid_unknown_fields=True,
+):
+    """Base of controller events: immutable, tagged by class name on the wire."""
+
+
+class ApplyBrokerIdEvent(_Event, tag="ApplyBrokerIdEvent", frozen=True, kw_only=True):
+    """Assign `new_broker_id` in a group (creating the group), bound to its check code."""
+
+    cluster_name: str
+    broker_name: str
+    broker_address: str
+    new_broker_id: int
+    register_check_code: str
+
+
+class UpdateBrokerAddressEvent(_Event, tag="UpdateBrokerAddressEvent", frozen=True, kw_only=True):
+    """A registered broker now listens on `broker_address`."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_address: str
+
+
+class AlterSyncStateSetEvent(_Event, tag="AlterSyncStateSetEvent", frozen=True, kw_only=True):
+    """Replace a group's SyncStateSet (bumps its epoch), if the epochs are still as expected."""
+
+    broker_name: str
+    new_sync_state_set: tuple[int, ...]
+    expected_master_epoch: int
+    expected_sync_state_set_epoch: int
+
+
+class ElectMasterEvent(_Event, tag="ElectMasterEvent", frozen=True, kw_only=True):
+    """An election's outcome: a new master (set becomes {master}) or none; the epoch bumps."""
+
+    broker_name: str
+    new_master_elected: bool
+    new_master_broker_id: int | None = None
+    expected_master_epoch: int
+
+
+class CleanBrokerDataEvent(_Event, tag="CleanBrokerDataEvent", frozen=True, kw_only=True):
+    """Forget some broker ids of a group, or (`None`) the whole group."""
+
+    broker_name: str
+    broker_id_set_to_clean: tuple[int, ...] | None = None
+
+
+class UpdateControllerConfigEvent(
+    _Event, tag="UpdateControllerConfigEvent", frozen=True, kw_only=True
+):
+    """Set controller config keys (RocketMQ names, string values) on every node."""
+
+    properties: dict[str, str]
+
+
+Event = (
+    ApplyBrokerIdEvent
+    | UpdateBrokerAddressEvent
+    | AlterSyncStateSetEvent
+    | ElectMasterEvent
+    | CleanBrokerDataEvent
+    | UpdateControllerConfigEvent
+)
+"""Every replicated controller event."""
+
+
+class ReplicaRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """One assigned broker id in a snapshot."""
+
+    broker_id: int
+    broker_address: str
+    register_check_code: str
+
+
+class GroupRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """One broker group in a snapshot."""
+
+    cluster_name: str
+    broker_name: str
+    next_broker_id: int
+    replicas: list[ReplicaRecord]
+    master_broker_id: int | None
+    master_epoch: int
+    sync_state_set: list[int]
+    sync_state_set_epoch: int
+
+
+class SnapshotRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """The whole controller state machine."""
+
+    applied_index: int
+    groups: list[GroupRecord]
+    config: dict[str, str]
+
+
+_encoder: Final = msgspec.json.Encoder(order="deterministic")
+_entry_decoder: Final = msgspec.json.Decoder(list[Event])
+_snapshot_decoder: Final = msgspec.json.Decoder(SnapshotRecord)
+
+
+def encode_entry(events: Sequence[Event]) -> bytes:
+    """The log entry for one request's events (an empty sequence gives the barrier entry)."""
+    if not events:
+        return b""
+    return bytes([ENTRY_VERSION]) + _encoder.encode(list(events))
+
+
+def decode_entry(data: bytes) -> list[Event]:
+    """The events of a log entry.
+
+    Raises:
+        ProtocolError: the entry is not one ferrymq wrote.
+    """
+    if not data:
+        return []
+    if data[0] != ENTRY_VERSION:
+        raise ProtocolError(f"controller log entry: unknown version {data[0]}")
+    try:
+        return _entry_decoder.decode(data[1:])
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"controller log entry: {exc}") from None
+
+
+def encode_snapshot(record: SnapshotRecord) -> bytes:
+    """Snapshot bytes of the whole state."""
+    return bytes([SNAPSHOT_VERSION]) + _encoder.encode(record)
+
+
+def decode_snapshot(data: bytes) -> SnapshotRecord:
+    """Parse snapshot bytes.
+
+    Raises:
+        ProtocolError: the snapshot is not one ferrymq wrote.
+    """
+    if not data or data[0] != SNAPSHOT_VERSION:
+        raise ProtocolError(f"controller snapshot: unknown version {data[:1]!r}")
+    try:
+        return _snapshot_decoder.decode(data[1:])
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"controller snapshot: {exc}") from None
