@@ -1,22 +1,27 @@
 """A controller node over real sockets: the broker-id protocol, elections, liveness, bad input.
 
-The node runs on a one-node Raft, so every proposal commits at once; multi-node behaviour is in
-tests/system/test_controller.py.
+Most tests run one node (a one-member Raft group); one runs three nodes in this process. Separate
+processes killed with SIGKILL are in tests/system/test_controller.py.
 """
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
 from ferrymq.client.controller_admin import ControllerAdmin
+from ferrymq.cmd.controller import ControllerParts
 from ferrymq.controller.config import ControllerConfig
-from ferrymq.controller.server import ControllerNode, ControllerNodeConfig, ControllerStateMachine
+from ferrymq.controller.server import ControllerNode
 from ferrymq.controller.state import ControllerState
-from ferrymq.errors import RemoteError, RequestError
+from ferrymq.errors import RemoteError
+from ferrymq.raft.config import RaftConfig
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
@@ -43,46 +48,6 @@ POLICY = ControllerConfig(
 )
 
 
-class OneNodeRaft:
-    """A one-node Raft group: it leads when told to, and a proposal commits at once."""
-
-    def __init__(self, state_machine: ControllerStateMachine) -> None:
-        self._state_machine = state_machine
-        self._callbacks: list[Callable[[bool], None]] = []
-        self._index = 0
-        self.is_leader = False
-        self.leader_id: str | None = None
-        self.leader_addr: str | None = None
-        self.term = 0
-
-    def lead(self, is_leader: bool, address: str) -> None:
-        self.is_leader = is_leader
-        self.term += 1
-        self.leader_id, self.leader_addr = ("n1", address) if is_leader else ("n2", "127.0.0.1:1")
-        for callback in self._callbacks:
-            callback(is_leader)
-
-    async def propose(self, command: bytes, timeout: float) -> object:
-        if not self.is_leader:
-            raise RequestError(ResponseCode.CONTROLLER_NOT_LEADER, "not the leader")
-        self._index += 1
-        return self._state_machine.apply(self._index, command)
-
-    async def read_index(self, timeout: float) -> None:
-        if not self.is_leader:
-            raise RequestError(ResponseCode.CONTROLLER_NOT_LEADER, "not the leader")
-
-    def on_role_change(self, callback: Callable[[bool], None]) -> None:
-        self._callbacks.append(callback)
-
-
-@dataclasses.dataclass
-class Controller:
-    node: ControllerNode
-    raft: OneNodeRaft
-    address: str
-
-
 async def wait_for(predicate: Callable[[], Awaitable[T | None]], timeout: float = 5.0) -> T:
     deadline = time.monotonic() + timeout
     while True:
@@ -93,31 +58,61 @@ async def wait_for(predicate: Callable[[], Awaitable[T | None]], timeout: float 
         await asyncio.sleep(0.02)
 
 
-@pytest.fixture
-async def controller() -> AsyncIterator[Controller]:
-    router = Router("Controller")
-    state_machine = ControllerStateMachine(ControllerState())
-    raft = OneNodeRaft(state_machine)
-    async with RpcClient() as rpc:
-        holder: list[ControllerNode] = []
-        server = RpcServer(router, on_close=lambda conn: holder[0].connection_closed(conn))
+RAFT = RaftConfig(tick_interval=0.02, election_ticks=10, heartbeat_ticks=1, snapshot_interval=20)
+
+
+@dataclasses.dataclass
+class Controller:
+    parts: ControllerParts
+    server: RpcServer
+    address: str
+
+    @property
+    def node(self) -> ControllerNode:
+        return self.parts.node
+
+
+def _closed(holder: list[ControllerParts], conn: Connection) -> None:
+    holder[0].connection_closed(conn)
+
+
+async def start_controllers(root: Path, count: int, stack: AsyncExitStack) -> dict[str, Controller]:
+    """`count` controller nodes in this process, each on its own port and data directory."""
+    routers: dict[str, tuple[Router, list[ControllerParts]]] = {}
+    servers: dict[str, RpcServer] = {}
+    for index in range(1, count + 1):
+        node_id = f"n{index}"
+        router = Router(f"controller {node_id}")
+        holder: list[ControllerParts] = []
+        server = RpcServer(router, on_close=functools.partial(_closed, holder))
         await server.start()
-        node = ControllerNode(
-            ControllerNodeConfig(controller_id="n1", peers={"n1": server.address}),
-            POLICY,
-            state_machine,
-            raft,
-            rpc,
-        )
-        holder.append(node)
-        node.register(router)
-        raft.lead(True, server.address)
-        await wait_for(lambda: _true(node.is_serving))
-        try:
-            yield Controller(node, raft, server.address)
-        finally:
-            await node.close()
-            await server.close()
+        stack.push_async_callback(server.close)
+        routers[node_id], servers[node_id] = (router, holder), server
+    peers = {node_id: server.address for node_id, server in servers.items()}
+    controllers = {}
+    for node_id, (router, holder) in routers.items():
+        parts = ControllerParts(node_id, peers, root / node_id, POLICY, RAFT)
+        holder.append(parts)
+        parts.register(router)
+        await parts.start()
+        stack.push_async_callback(parts.close)
+        controllers[node_id] = Controller(parts, servers[node_id], peers[node_id])
+    return controllers
+
+
+async def leader_of(controllers: dict[str, Controller]) -> Controller:
+    async def serving() -> Controller | None:
+        found = [c for c in controllers.values() if c.node.is_serving]
+        return found[0] if len(found) == 1 else None
+
+    return await wait_for(serving)
+
+
+@pytest.fixture
+async def controller(tmp_path: Path) -> AsyncIterator[Controller]:
+    async with AsyncExitStack() as stack:
+        controllers = await start_controllers(tmp_path, 1, stack)
+        yield await leader_of(controllers)
 
 
 async def _true(value: bool) -> bool:
@@ -258,30 +253,51 @@ async def test_a_dead_master_is_replaced_after_its_lease_and_brokers_are_told(
     assert fenced.value.code == ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH
 
 
-async def test_a_follower_names_the_leader_and_applies_nothing(
-    controller: Controller, admin: ControllerAdmin
+async def test_followers_name_the_leader_and_a_new_leader_keeps_every_committed_event(
+    tmp_path: Path, brokers: list[Broker]
 ) -> None:
-    controller.raft.lead(False, controller.address)
-    applied = controller.node.state.applied_index
-    async with RpcClient() as rpc:
-        request = RemotingCommand(
-            code=RequestCode.CONTROLLER_APPLY_BROKER_ID,
-            ext_fields={
-                "clusterName": CLUSTER,
-                "brokerName": NAME,
-                "appliedBrokerId": "1",
-                "registerCheckCode": "h:1;1",
-            },
-        )
-        response = await rpc.call(controller.address, request, 3.0)
-        assert response.code == ResponseCode.CONTROLLER_NOT_LEADER
-        assert response.ext_fields["controllerLeaderId"] == "n2"
-        assert response.ext_fields["controllerLeaderAddress"] == "127.0.0.1:1"
-        assert response.remark
-        assert "n2" in response.remark
-        meta = await admin.metadata()
-        assert (meta.is_leader, meta.controller_leader_id) == (False, "n2")
-    assert controller.node.state.applied_index == applied
+    async with AsyncExitStack() as stack:
+        controllers = await start_controllers(tmp_path, 3, stack)
+        leader = await leader_of(controllers)
+        addresses = ";".join(c.address for c in controllers.values())
+        async with ControllerAdmin(addresses, timeout=5.0) as admin:
+            await _register_all(admin, brokers)
+            for broker in brokers:
+                for c in controllers.values():
+                    await broker.heartbeat(c.address, 100)
+            await admin.elect_master(CLUSTER, NAME, 1)
+            follower = next(c for c in controllers.values() if c is not leader)
+            applied = follower.node.state.applied_index
+            async with RpcClient() as rpc:
+                request = RemotingCommand(
+                    code=RequestCode.CONTROLLER_APPLY_BROKER_ID,
+                    ext_fields={
+                        "clusterName": CLUSTER,
+                        "brokerName": NAME,
+                        "appliedBrokerId": "9",
+                        "registerCheckCode": "h:1;1",
+                    },
+                )
+                response = await rpc.call(follower.address, request, 3.0)
+            assert response.code == ResponseCode.CONTROLLER_NOT_LEADER
+            assert response.ext_fields["controllerLeaderAddress"] == leader.address
+            assert response.remark
+            assert leader.parts.raft.node_id in response.remark
+            meta = await admin.metadata(follower.address)
+            assert not meta.is_leader
+            assert meta.controller_leader_address == leader.address
+            await wait_for(lambda: _true(follower.node.state.applied_index >= applied))
+            assert 9 not in follower.node.state.groups[NAME].replicas
+            before = leader.node.state.snapshot()
+            await leader.parts.close()
+            survivors = {k: c for k, c in controllers.items() if c is not leader}
+            new_leader = await leader_of(survivors)
+            info = await admin.replica_info(NAME)
+            assert info.master_epoch == 1
+            restored = ControllerState()
+            restored.restore(before)
+            assert new_leader.node.state.groups == restored.groups
+            assert await admin.next_broker_id(CLUSTER, NAME) == 4
 
 
 @pytest.mark.parametrize(

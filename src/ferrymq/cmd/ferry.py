@@ -27,10 +27,12 @@ from ferrymq.cmd.bench_controller import ControllerBenchConfig, run_controller_b
 from ferrymq.cmd.bench_replication import ReplicationBenchConfig, run_replication_bench
 from ferrymq.cmd.bench_replication import ratios as replication_ratios
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
+from ferrymq.cmd.controller import controller_command
 from ferrymq.cmd.demo import run_demo
 from ferrymq.cmd.local import Child
 from ferrymq.cmd.measure import Row
-from ferrymq.cmd.servers import broker_command, namesrv_command, run_until_signal
+from ferrymq.cmd.process import run_until_signal
+from ferrymq.cmd.servers import broker_command, namesrv_command
 from ferrymq.cmd.up import ReadyInfo, UpConfig, run_up
 from ferrymq.errors import FerryError
 
@@ -45,6 +47,7 @@ def cli() -> None:
 
 cli.add_command(namesrv_command)
 cli.add_command(broker_command)
+cli.add_command(controller_command)
 cli.add_command(admin_group)
 cli.add_command(produce_command)
 cli.add_command(consume_command)

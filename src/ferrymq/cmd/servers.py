@@ -1,5 +1,9 @@
 """`ferry namesrv` and `ferry broker`: run a server until SIGINT or SIGTERM.
 
+`ferry namesrv --enable-controller --controller-id n1 --controller-peers n1=HOST:PORT,...
+--controller-dir DIR` also runs a controller node on the NameServer's port (seed 001: embedded
+controller); the peers' addresses are then NameServer addresses.
+
 The broker takes a RocketMQ `broker.conf` (`--config`), the short flags of the issue
 (`--cluster --broker-name --listen --namesrv --store-dir --role --broker-id`) and a
 `--kebab-case` flag for every key (`--flush-disk-type SYNC_FLUSH`); flags win over the file.
@@ -10,13 +14,8 @@ with one line naming the key, and exit status 2.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-import re
-import signal
-import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,56 +23,27 @@ import click
 
 from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import BrokerConfig
+from ferrymq.cmd.controller import (
+    ControllerParts,
+    controller_policy_options,
+    parse_peers,
+    policy_from,
+)
+from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.errors import FerryError, StoreLockedError
 from ferrymq.model import parse_address
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
-from ferrymq.store.atomic import write_atomic
 
 __all__ = ["broker_command", "namesrv_command", "run_until_signal"]
 
 log = logging.getLogger("ferrymq")
 
 
-def setup_logging(level: str) -> None:
-    """One line per record on stderr."""
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
-    """Run `main(stop)` on uvloop (when installed); SIGINT/SIGTERM set `stop`."""
-
-    async def runner() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await main(stop)
-
-    with asyncio.Runner(loop_factory=_new_loop) as asyncio_runner:
-        asyncio_runner.run(runner())
-
-
-def _fail(message: str) -> None:
-    click.echo(f"ferry: error: {message}", err=True)
-    sys.exit(2)
-
-
 @click.command("namesrv")
 @click.option(
-    "--listen", default="127.0.0.1:9876", show_default=True, help="HOST:PORT to listen on."
+    "--listen",
+    help="HOST:PORT to listen on [default: 127.0.0.1:9876, or the controller peer address].",
 )
 @click.option(
     "--broker-timeout",
@@ -82,49 +52,94 @@ def _fail(message: str) -> None:
     show_default=True,
     help="Seconds without a registration before a broker leaves the routes.",
 )
+@click.option("--enable-controller", is_flag=True, help="Also run a controller node on this port.")
+@click.option("--controller-id", help="This controller node's id (a key of --controller-peers).")
+@click.option("--controller-peers", help="Every controller node: n1=HOST:PORT,n2=HOST:PORT,...")
+@click.option(
+    "--controller-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the controller's Raft log and snapshots live.",
+)
+@click.option(
+    "--controller-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Controller policy keys (key=value).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help='Write {"addr", "pid"} as JSON here once serving.',
 )
+@controller_policy_options
 def namesrv_command(
-    listen: str, broker_timeout: float, log_level: str, ready_file: Path | None
+    listen: str | None,
+    broker_timeout: float,
+    enable_controller: bool,
+    controller_id: str | None,
+    controller_peers: str | None,
+    controller_dir: Path | None,
+    controller_config: Path | None,
+    log_level: str,
+    ready_file: Path | None,
+    **keys: str | None,
 ) -> None:
-    """Run a NameServer."""
+    """Run a NameServer (with --enable-controller, also a controller node on the same port)."""
     setup_logging(log_level)
+    make_parts: Callable[[], ControllerParts] | None = None
+    if enable_controller:
+        if not (controller_id and controller_peers and controller_dir):
+            fail("--enable-controller needs --controller-id, --controller-peers, --controller-dir")
+        try:
+            peers = parse_peers(controller_peers)
+            if controller_id not in peers:
+                raise ValueError(f"--controller-id {controller_id} is not among {sorted(peers)}")
+            policy = policy_from(controller_config, keys)
+        except (ValueError, ConfigError) as exc:
+            fail(str(exc))
+        listen = listen or peers[controller_id]
+        node_id, data_dir = controller_id, controller_dir
+
+        def make_parts() -> ControllerParts:
+            return ControllerParts(node_id, peers, data_dir, policy)
+
+    listen = listen or "127.0.0.1:9876"
     try:
         host, port = parse_address(listen)
     except ValueError as exc:
-        _fail(f"--listen: {exc}")
-        return
+        fail(f"--listen: {exc}")
     config = NamesrvConfig(listen_host=host, listen_port=port, broker_timeout=broker_timeout)
 
     async def main(stop: asyncio.Event) -> None:
-        async with NameServer(config) as server:
-            _write_ready(ready_file, {"addr": server.address})
-            await stop.wait()
+        namesrv = NameServer(config)
+        parts = make_parts() if make_parts else None
+        if parts is not None:
+            parts.register(namesrv.router, heartbeat=False)
+            parts.compose_heartbeat(namesrv.router)
+            namesrv.close_listeners.append(parts.connection_closed)
+        async with namesrv:
+            if parts is not None:
+                await parts.start()
+            try:
+                write_ready(ready_file, {"addr": namesrv.address})
+                await stop.wait()
+            finally:
+                if parts is not None:
+                    await parts.close()
 
     try:
         run_until_signal(main)
     except OSError as exc:
-        _fail(f"cannot listen on {listen}: {exc.strerror or exc}")
-
-
-def _write_ready(path: Path | None, info: dict[str, object]) -> None:
-    if path is not None:
-        write_atomic(path, json.dumps({**info, "pid": os.getpid()}).encode())
-
-
-def _kebab(key: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", key).lower()
+        fail(f"cannot listen on {listen}: {exc.strerror or exc}")
+    except FerryError as exc:
+        fail(str(exc))
 
 
 def _key_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add a `--kebab-case` string option for every broker config key."""
     for key in sorted(set(config_keys(BrokerConfig)) - {"brokerName", "brokerId"}, reverse=True):
         command = click.option(
-            f"--{_kebab(key)}",
+            f"--{kebab(key)}",
             f"key__{key}",
             default=None,
             metavar="VALUE",
@@ -188,9 +203,9 @@ def broker_command(
         try:
             values.update(parse_properties(config_file.read_text(), str(config_file)))
         except OSError as exc:
-            _fail(f"--config {config_file}: {exc.strerror or exc}")
+            fail(f"--config {config_file}: {exc.strerror or exc}")
         except (ConfigError, UnicodeDecodeError) as exc:
-            _fail(str(exc))
+            fail(str(exc))
     values.update({name.removeprefix("key__"): v for name, v in keys.items() if v is not None})
     shorts = {
         "brokerClusterName": cluster,
@@ -207,16 +222,14 @@ def broker_command(
         try:
             host, port = parse_address(listen)
         except ValueError as exc:
-            _fail(f"--listen: {exc}")
-            return
+            fail(f"--listen: {exc}")
         values["listenHost"], values["listenPort"] = host, str(port)
     if values.get("brokerRole", "").upper() == "SLAVE" and "brokerId" not in values:
         values["brokerId"] = "1"
     try:
         config, ignored = build_config(BrokerConfig, values)
     except ConfigError as exc:
-        _fail(str(exc))
-        return
+        fail(str(exc))
     for key in ignored:
         log.warning("config key %s is not used by ferrymq; ignored", key)
 
@@ -232,7 +245,7 @@ def broker_command(
                 if stop.is_set():
                     return
             await broker.register()
-            _write_ready(
+            write_ready(
                 ready_file,
                 {
                     "addr": broker.address,
@@ -249,8 +262,8 @@ def broker_command(
     try:
         run_until_signal(main)
     except StoreLockedError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except OSError as exc:
-        _fail(f"cannot start the broker on port {config.listen_port}: {exc.strerror or exc}")
+        fail(f"cannot start the broker on port {config.listen_port}: {exc.strerror or exc}")
     except FerryError as exc:
-        _fail(str(exc))
+        fail(str(exc))

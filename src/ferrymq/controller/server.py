@@ -236,8 +236,12 @@ class ControllerNode:
 
     # ------------------------------------------------------------------ wiring
 
-    def register(self, router: Router) -> None:
-        """Route the controller request codes on `router` (shared with Raft, maybe a NameServer)."""
+    def register(self, router: Router, *, heartbeat: bool = True) -> None:
+        """Route the controller request codes on `router` (shared with Raft, maybe a NameServer).
+
+        With `heartbeat` false, BROKER_HEARTBEAT is left to the caller, who composes
+        `broker_heartbeat` with another server's handler of the same code.
+        """
         add = router.add
         add(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, self._get_next_broker_id)
         add(RequestCode.CONTROLLER_APPLY_BROKER_ID, self._apply_broker_id)
@@ -250,7 +254,8 @@ class ControllerNode:
         add(RequestCode.CLEAN_BROKER_DATA, self._clean_broker_data)
         add(RequestCode.GET_CONTROLLER_CONFIG, self._get_controller_config)
         add(RequestCode.UPDATE_CONTROLLER_CONFIG, self._update_controller_config)
-        add(RequestCode.BROKER_HEARTBEAT, self._broker_heartbeat)
+        if heartbeat:
+            add(RequestCode.BROKER_HEARTBEAT, self.broker_heartbeat)
 
     def connection_closed(self, conn: Connection) -> None:
         """A connection to this node closed: brokers that heartbeated on it are dead now."""
@@ -663,7 +668,7 @@ class ControllerNode:
         )
         return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(header))
 
-    async def _broker_heartbeat(
+    async def broker_heartbeat(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand | None:
         """BROKER_HEARTBEAT (904): recorded on every node; the leader's answer renews a lease."""

@@ -83,6 +83,8 @@ class NameServer:
             on_close=self._connection_closed,
         )
         self._expiry: asyncio.Task[None] | None = None
+        self.close_listeners: list[Callable[[Connection], None]] = []
+        """Called with every connection that closes (a controller embedded on this port)."""
 
     @property
     def address(self) -> str:
@@ -135,6 +137,8 @@ class NameServer:
             self.routes.expire(self._clock())
 
     def _connection_closed(self, conn: Connection) -> None:
+        for listener in self.close_listeners:
+            listener(conn)
         broker_addr = conn.attributes.get(_BROKER_ADDR)
         if isinstance(broker_addr, str) and self.routes.unregister_address(broker_addr):
             log.info("broker %s left the routes: its connection closed", broker_addr)

@@ -46,6 +46,16 @@ class Router:
             raise ValueError(f"request code {code} is already routed")
         self._routes[code] = handler
 
+    def handler(self, code: int) -> RequestHandler | None:
+        """The handler routed for `code`, if any."""
+        return self._routes.get(code)
+
+    def replace(self, code: int, handler: RequestHandler) -> None:
+        """Route an already routed `code` to `handler` (to compose two servers on one port)."""
+        if code not in self._routes:
+            raise ValueError(f"request code {code} is not routed")
+        self._routes[code] = handler
+
     @property
     def codes(self) -> frozenset[int]:
         """Every routed request code."""

@@ -1,0 +1,68 @@
+"""Process plumbing shared by the server commands: logging, the event loop, signals, exits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from ferrymq.store.atomic import write_atomic
+
+__all__ = ["fail", "kebab", "run_until_signal", "setup_logging", "write_ready"]
+
+
+def setup_logging(level: str) -> None:
+    """One line per record on stderr."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run `main(stop)` on uvloop (when installed); SIGINT/SIGTERM set `stop`."""
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    with asyncio.Runner(loop_factory=_new_loop) as asyncio_runner:
+        asyncio_runner.run(runner())
+
+
+def fail(message: str) -> NoReturn:
+    """Print a one-line error and exit with status 2 (bad usage or configuration)."""
+    click.echo(f"ferry: error: {message}", err=True)
+    sys.exit(2)
+
+
+def write_ready(path: Path | None, info: dict[str, object]) -> None:
+    """Write `info` and the pid as JSON to `path` atomically (when a path is given)."""
+    if path is not None:
+        write_atomic(path, json.dumps({**info, "pid": os.getpid()}).encode())
+
+
+def kebab(key: str) -> str:
+    """`listenPort` -> `listen-port`."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", key).lower()
