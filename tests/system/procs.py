@@ -38,14 +38,23 @@ class Server:
                 self.kill()
 
 
-def start(args: list[str], workdir: Path, name: str, timeout: float = 30.0) -> Server:
-    """Run `ferry ARGS --ready-file ...` and wait until it is serving."""
+def start(
+    args: list[str],
+    workdir: Path,
+    name: str,
+    timeout: float = 30.0,
+    env: dict[str, str] | None = None,
+) -> Server:
+    """Run `ferry ARGS --ready-file ...` (with `env` added) and wait until it is serving."""
     ready = workdir / f"{name}.ready.json"
     ready.unlink(missing_ok=True)
     log = workdir / f"{name}.log"
     with log.open("ab") as stderr:
         process = subprocess.Popen(
-            [*FERRY, *args, "--ready-file", str(ready)], stdout=subprocess.DEVNULL, stderr=stderr
+            [*FERRY, *args, "--ready-file", str(ready)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env={**os.environ, **(env or {})},
         )
     deadline = time.monotonic() + timeout
     while not ready.exists():

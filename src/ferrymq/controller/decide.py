@@ -408,6 +408,7 @@ def decide_elect_master(view: View, header: ElectMasterRequestHeader, now: float
     if not is_admin and old_master is not None and not is_master_gone(view, group, now):
         return _master_still_exists(group, f"broker {old_master} is still master")
     warning = None
+    survivors: set[int] = set()
     first_election = group.master_epoch == 0 and old_master is None
     if first_election:
         if not is_admin and not _is_first_election_ready(view, group, now):
@@ -422,17 +423,18 @@ def decide_elect_master(view: View, header: ElectMasterRequestHeader, now: float
             preferred=preferred,
         )
     else:
-        new_master = elect(
-            _live_candidates(view, group, group.sync_state_set, now),
-            old_master=old_master,
-            preferred=preferred,
-        )
+        in_sync = _live_candidates(view, group, group.sync_state_set, now)
+        new_master = elect(in_sync, old_master=old_master, preferred=preferred)
+        # Kafka's ISR, not RocketMQ's {new master}: the live members of the old set stay in
+        # it, so what the new master acknowledges is again on every in-sync replica.
+        survivors = {info.broker_id for info in in_sync} - {old_master}
         if new_master is None and view.config.enable_elect_unclean_master:
             new_master = elect(
                 _live_candidates(view, group, group.replicas, now),
                 old_master=old_master,
                 preferred=preferred,
             )
+            survivors = set()
             if new_master is not None and new_master != old_master:
                 warning = (
                     f"unclean election: broker {new_master} of {group.broker_name} becomes "
@@ -442,6 +444,7 @@ def decide_elect_master(view: View, header: ElectMasterRequestHeader, now: float
     if new_master is not None and new_master == old_master:
         return _master_still_exists(group, f"broker {old_master} is still master")
     if new_master is not None:
+        new_set = sorted(survivors | {new_master})
         master_epoch = group.master_epoch + 1
         sync_state_set_epoch = group.sync_state_set_epoch + 1
         members = BrokerMemberGroup(
@@ -457,7 +460,7 @@ def decide_elect_master(view: View, header: ElectMasterRequestHeader, now: float
                 sync_state_set_epoch=sync_state_set_epoch,
             ),
             body=encode_body(
-                ElectMasterResponseBody(broker_member_group=members, sync_state_set=[new_master])
+                ElectMasterResponseBody(broker_member_group=members, sync_state_set=new_set)
             ),
             events=(
                 ElectMasterEvent(
@@ -465,6 +468,7 @@ def decide_elect_master(view: View, header: ElectMasterRequestHeader, now: float
                     new_master_elected=True,
                     new_master_broker_id=new_master,
                     expected_master_epoch=group.master_epoch,
+                    new_sync_state_set=tuple(new_set),
                 ),
             ),
             warning=warning,

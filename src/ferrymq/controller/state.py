@@ -238,7 +238,8 @@ class ControllerState:
                 return False
             group.master_broker_id = master
             group.master_epoch += 1
-            group.sync_state_set = {master}
+            kept = {i for i in event.new_sync_state_set if i in group.replicas}
+            group.sync_state_set = kept | {master}
             group.sync_state_set_epoch += 1
         else:
             group.master_broker_id = None

@@ -90,12 +90,17 @@ class AlterSyncStateSetEvent(_Event, tag="AlterSyncStateSetEvent", frozen=True, 
 
 
 class ElectMasterEvent(_Event, tag="ElectMasterEvent", frozen=True, kw_only=True):
-    """An election's outcome: a new master (set becomes {master}) or none; the epoch bumps."""
+    """An election's outcome: a new master or none; the epoch bumps.
+
+    The new SyncStateSet is `new_sync_state_set` (the master and the live members of the old
+    set); empty, as in entries written before it existed, means just the master.
+    """
 
     broker_name: str
     new_master_elected: bool
     new_master_broker_id: int | None = None
     expected_master_epoch: int
+    new_sync_state_set: tuple[int, ...] = ()
 
 
 class CleanBrokerDataEvent(_Event, tag="CleanBrokerDataEvent", frozen=True, kw_only=True):

@@ -388,6 +388,8 @@ def test_election_ranks_candidates_by_epoch_offset_priority_id(
             new_master_elected=True,
             new_master_broker_id=winner,
             expected_master_epoch=1,
+            # the dead master leaves the set; the live members stay in it (Kafka's ISR)
+            new_sync_state_set=(2, 3),
         ),
     )
 

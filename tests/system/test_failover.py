@@ -1,0 +1,122 @@
+"""Controller mode end to end (issue 7): three controllers, a NameServer and a group of three
+replicas as processes. Produce under load, kill -9 the master: a new master is elected from the
+SyncStateSet, the producer carries on, the old master restarts as a slave and truncates, and every
+acknowledged message is consumed; no message appears twice unless its send was reported unknown.
+"""
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer, PullStatus
+from ferrymq.client.producer import Producer
+from ferrymq.cmd.up import ProcessCluster, UpConfig
+from ferrymq.errors import FerryError, SendOutcomeUnknownError
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire.bodies import KVTable, decode_body
+from ferrymq.wire.codes import RequestCode
+from ferrymq.wire.frame import RemotingCommand
+
+pytestmark = pytest.mark.system
+
+TOPIC = "Failover"
+
+
+async def _runtime(client: RpcClient, address: str) -> dict[str, str]:
+    response = await client.call(
+        address, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), 3
+    )
+    return decode_body(response.body, KVTable).table
+
+
+async def _master(admin: AdminClient, *, not_addr: str = "", timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        route = await admin.route(TOPIC)
+        if route is not None:
+            for broker in route.broker_datas:
+                address = broker.broker_addrs.get(0)
+                if address and address != not_addr:
+                    return address
+        assert time.monotonic() < deadline, "no master in the route"
+        await asyncio.sleep(0.1)
+
+
+async def test_kill_the_master_under_load_and_lose_nothing(tmp_path: Path) -> None:
+    cluster = ProcessCluster(UpConfig(data_dir=tmp_path, replicas=3, controllers=3))
+    await cluster.start()
+    acked: dict[bytes, tuple[int, int]] = {}
+    unknown: set[bytes] = set()
+    failed = 0
+    try:
+        async with AdminClient(cluster.namesrv_addr) as admin, RpcClient() as client:
+            await admin.create_topic(TOPIC, queues=2)
+            old_master = await _master(admin)
+            deadline = time.monotonic() + 30
+            while (await _runtime(client, old_master)).get("syncStateSet", "").count(",") < 2:
+                assert time.monotonic() < deadline, "the slaves never joined the SyncStateSet"
+                await asyncio.sleep(0.1)
+
+            async with Producer(cluster.namesrv_addr, send_timeout=2.0) as producer:
+
+                async def produce(count: int, tag: str) -> None:
+                    nonlocal failed
+                    for i in range(count):
+                        body = f"{tag}-{i:05d}".encode()
+                        try:
+                            result = await producer.send(TOPIC, body)
+                        except SendOutcomeUnknownError:
+                            unknown.add(body)
+                        except FerryError:
+                            failed += 1
+                        else:
+                            acked[body] = (result.queue.queue_id, result.queue_offset)
+
+                await produce(200, "before")
+                victim = next(
+                    name for name, child in cluster.brokers.items() if child.addr == old_master
+                )
+                killer = asyncio.get_running_loop().call_later(0.2, cluster.brokers[victim].kill)
+                await produce(400, "during")
+                killer.cancel()
+                new_master = await _master(admin, not_addr=old_master)
+                assert new_master != old_master
+                await produce(200, "after")
+            assert sum(1 for body in acked if body.startswith(b"after")) > 0
+
+            # the old master comes back as a slave of the new one and truncates what only it had
+            await cluster.brokers[victim].process.wait()
+            restarted = await cluster.restart(victim)
+            deadline = time.monotonic() + 60
+            while True:
+                info = await _runtime(client, restarted.addr)
+                master_info = await _runtime(client, new_master)
+                if info.get("brokerRole") == "SLAVE" and info.get(
+                    "commitLogMaxOffset"
+                ) == master_info.get("commitLogMaxOffset"):
+                    break
+                assert time.monotonic() < deadline, f"the old master did not rejoin: {info}"
+                await asyncio.sleep(0.2)
+
+        consumed: dict[bytes, int] = {}
+        async with PullConsumer(cluster.namesrv_addr, "FailoverCheck") as consumer:
+            for queue in await consumer.queues(TOPIC):
+                offset = 0
+                while True:
+                    pulled = await consumer.pull(queue, offset, max_messages=256)
+                    if pulled.status is not PullStatus.FOUND:
+                        break
+                    for message in pulled.messages:
+                        consumed[message.body] = consumed.get(message.body, 0) + 1
+                    offset = pulled.next_offset
+        lost = [body for body in acked if body not in consumed]
+        assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {lost[:5]}"
+        duplicated = [b for b, n in consumed.items() if n > 1 and b not in unknown]
+        assert not duplicated, duplicated[:5]
+        unexpected = [b for b in consumed if b not in acked and b not in unknown]
+        assert not unexpected, unexpected[:5]
+    finally:
+        await cluster.stop()
