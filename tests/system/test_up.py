@@ -156,3 +156,30 @@ async def test_classic_up_with_replicas_runs_a_sync_master_and_its_slaves(
             with segment.open("rb") as file:
                 heads.append(file.read(64 * 1024))
         assert any(b"replicated" in head for head in heads)
+
+
+@pytest.mark.parametrize("embedded", [False, True], ids=["controllers", "embedded-controllers"])
+async def test_up_defaults_to_an_ha_group_run_by_three_controllers(
+    tmp_path: Path, embedded: bool
+) -> None:
+    process, info = _up(tmp_path, *(["--embedded-controller"] if embedded else []))
+    try:
+        controllers = info["controllers"]
+        brokers = info["brokers"]
+        assert isinstance(controllers, list)
+        assert isinstance(brokers, list)
+        assert [c["id"] for c in controllers] == ["n1", "n2", "n3"]
+        assert sorted(b["broker_id"] for b in brokers) == [1, 2, 3]
+        assert sorted(b["role"] for b in brokers) == ["SLAVE", "SLAVE", "SYNC_MASTER"]
+        namesrv = str(info["namesrv"])
+        assert namesrv.count(";") == (2 if embedded else 0)
+        async with AdminClient(namesrv) as admin:
+            await admin.create_topic("UpHA", queues=1)
+        async with Producer(namesrv) as producer:
+            result = await producer.send("UpHA", b"through the elected master")
+        assert result.queue_offset == 0
+        pids = [int(c["pid"]) for c in controllers]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    assert not [pid for pid in [*_pids(info), *pids] if _alive(pid)], "a child outlived ferry up"

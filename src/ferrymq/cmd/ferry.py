@@ -96,7 +96,7 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
 @click.option(
     "--controllers",
     type=click.IntRange(min=0, max=9),
-    default=0,
+    default=3,
     show_default=True,
     help="Controller nodes electing masters; 0: classic master/slave with static roles.",
 )

@@ -68,7 +68,7 @@ class UpConfig:
     replicas: int = 3
     """Brokers per group. Controller mode: the controller picks the master. Classic mode: a
     master plus replicas - 1 slaves; with slaves the master is a SYNC_MASTER."""
-    controllers: int = 0
+    controllers: int = 3
     """Controller nodes; 0 = classic master/slave with static roles."""
     embedded_controller: bool = False
     host: str = "127.0.0.1"
@@ -150,6 +150,7 @@ class ProcessCluster:
             await asyncio.gather(
                 *(self._start_controller(node, peers) for node in self.controller_addrs)
             )
+            self.controllers = {node: self.controllers[node] for node in self.controller_addrs}
             await self._start_namesrv("namesrv", f"{config.host}:{config.port(0)}", [])
         self.namesrvs.sort(key=lambda child: child.name)
         names = []
