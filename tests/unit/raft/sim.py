@@ -401,9 +401,17 @@ class Simulation:
         rng = self.rng
         roll = rng.random()
         booted = [n for n in self.pool if self.nodes[n].boots > 0]
-        if roll < 0.25:
+        leaders = [node_id for node_id, _ in self._leaders()]
+        if leaders and roll < 0.2:
+            # Leader-targeted faults make elections follow each other closely (figure 8 needs it).
+            target = rng.choice(leaders)
+            if rng.random() < 0.5:
+                self._crash(target)
+            else:
+                self.cut = {(target, n) for n in booted} | {(n, target) for n in booted}
+        elif roll < 0.35:
             self._partition(booted)
-        elif roll < 0.4:
+        elif roll < 0.45:
             self.cut = set()
         elif roll < 0.6:
             live = [n for n in booted if self.up[n]]
@@ -418,7 +426,7 @@ class Simulation:
             a, b = rng.sample(booted, 2) if len(booted) >= 2 else (booted[0], booted[0])
             self.cut.add((a, b))  # one-way cut
         if self.now < self.chaos_end:
-            self._at(rng.randint(50, 400), self._fault)
+            self._at(rng.randint(30, 300), self._fault)
 
     def _partition(self, booted: list[str]) -> None:
         rng = self.rng
