@@ -175,7 +175,8 @@ async def test_membership_add_and_remove(cluster: Cluster) -> None:
     await leader.propose(b"before", timeout=5)
     fourth = await cluster.add_server("n4")
     await leader.add_member("n4", fourth.server.address, timeout=5)
-    joined = await cluster.start("n4", cluster.peers)
+    existing = {k: v for k, v in cluster.peers.items() if k != "n4"}
+    joined = await cluster.start("n4", existing)  # joins: not a member until the log says so
     await wait_until(lambda: fourth.state.commands == [b"before"])
     assert set(joined.members) == {"n1", "n2", "n3", "n4"}
     await leader.remove_member("n4", timeout=5)
