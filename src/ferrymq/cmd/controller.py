@@ -242,6 +242,13 @@ def policy_from(config_file: Path | None, keys: Mapping[str, str | None]) -> Con
     type=click.Path(dir_okay=False, path_type=Path),
     help="Controller policy keys (key=value), e.g. brokerHeartbeatTimeoutMillis.",
 )
+@click.option(
+    "--snapshot-interval",
+    type=click.IntRange(min=0),
+    default=RaftConfig().snapshot_interval,
+    show_default=True,
+    help="Applied Raft entries between snapshots (and log compactions); 0 turns them off.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--ready-file",
@@ -255,6 +262,7 @@ def controller_command(
     data_dir: Path,
     listen: str | None,
     config_file: Path | None,
+    snapshot_interval: int,
     log_level: str,
     ready_file: Path | None,
     **keys: str | None,
@@ -275,7 +283,14 @@ def controller_command(
         fail(str(exc))
 
     async def main(stop: asyncio.Event) -> None:
-        server = ControllerServer(controller_id, peer_map, data_dir, policy, listen=listen)
+        server = ControllerServer(
+            controller_id,
+            peer_map,
+            data_dir,
+            policy,
+            listen=listen,
+            raft_config=RaftConfig(snapshot_interval=snapshot_interval),
+        )
         async with server:
             write_ready(ready_file, {"addr": server.address, "id": controller_id})
             await stop.wait()

@@ -665,6 +665,9 @@ class ControllerNode:
             controller_leader_address=self._raft.leader_addr,
             is_leader=self._serving,
             peers="".join(f"{i}:{a};" for i, a in sorted(self.config.peers.items())),
+            controller_id=self.config.controller_id,
+            term=self._raft.term,
+            applied_index=self.state.applied_index,
         )
         return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(header))
 

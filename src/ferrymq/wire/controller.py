@@ -213,13 +213,20 @@ class BrokerHeartbeatResponseHeader(CommandHeader):
 
 
 class GetMetaDataResponseHeader(CommandHeader):
-    """CONTROLLER_GET_METADATA_INFO (1005): who leads; `peers` is `id:addr;id:addr;`."""
+    """CONTROLLER_GET_METADATA_INFO (1005): who leads; `peers` is `id:addr;id:addr;`.
+
+    ferrymq adds `controllerId` (the answering node), `term` and `appliedIndex` (the last
+    controller log entry applied there), so operators and tests can see a node catch up.
+    """
 
     group: str | None = None
     controller_leader_id: str | None = None
     controller_leader_address: str | None = None
     is_leader: bool = False
     peers: str | None = None
+    controller_id: str | None = None
+    term: I64 | None = None
+    applied_index: I64 | None = None
 
 
 class NotLeaderResponseHeader(CommandHeader):
