@@ -2,13 +2,13 @@
 
 Node i listens on 127.0.0.i (node 1 is the NameServer, nodes 2.. are the brokers of one group:
 broker id 0 starts as SYNC_MASTER, the others as SLAVEs). Each broker's store lives on its own
-small tmpfs (mounted in the harness's private mount namespace), so a full disk can be caused
-for real. Logs append to `<out>/logs/<node>.log` across restarts. Processes are started in
-their own session and signalled by PID only; the namespace's PID 1 (the harness) takes every
-one of them down when it exits.
+small loop-mounted ext4 image (mounted in the harness's private mount namespace), so fsync has a
+disk's cost and a full disk can be caused for real. Logs append to `<out>/logs/<node>.log` across
+restarts. Processes are started in their own session and signalled by PID only; the namespace's PID
+1 (the harness) takes every one of them down when it exits.
 
-Roles are looked up, not assumed: `master()` asks the brokers (GET_BROKER_RUNTIME_INFO), so
-nemeses aimed at "the master" keep working once a controller moves it (issues 6/7).
+Roles are looked up, not assumed: `master()` asks the brokers (GET_BROKER_RUNTIME_INFO), so nemeses
+aimed at "the master" keep working once a controller moves it (issues 6/7).
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ class ClusterConfig:
     replicas: int = 3
     group: str = "broker-a"
     segment_bytes: int = 1024 * 1024
-    tmpfs_bytes: int = 256 * 1024 * 1024
+    disk_bytes: int = 256 * 1024 * 1024
     """Size of each broker's store filesystem (a full-disk fault fills it)."""
     min_in_sync_replicas: int = 2
     bugs: tuple[str, ...] = ()
     """FERRYMQ_TEST_BUG switches for every broker (testbugs.BUGS)."""
-    use_tmpfs: bool = True
+    use_disk_images: bool = True
 
 
 @dataclass
@@ -246,23 +246,34 @@ class Cluster:
         raise KeyError(name)
 
     def mount_stores(self) -> None:
-        """Give each broker store its own tmpfs (call inside the private mount namespace)."""
+        """Give each broker store its own small ext4 filesystem (inside the mount namespace).
+
+        A sparse image under `<out>/disks/`, loop-mounted with autoclear (the loop device goes
+        when the namespace's mount does): fsync costs what it costs on a disk, and a full disk
+        is a real ENOSPC. The images stay behind as artifacts when a run finds anomalies.
+        """
+        disks = self.config.out_dir / "disks"
+        disks.mkdir(parents=True, exist_ok=True)
         for broker in self.brokers:
             assert broker.store_dir is not None
             broker.store_dir.mkdir(parents=True, exist_ok=True)
-            if self.config.use_tmpfs:
-                subprocess.run(
-                    [
-                        "mount",
-                        "-t",
-                        "tmpfs",
-                        "-o",
-                        f"size={self.config.tmpfs_bytes}",
-                        "tmpfs",
-                        str(broker.store_dir),
-                    ],
-                    check=True,
-                )
+            if not self.config.use_disk_images:
+                continue
+            image = disks / f"{broker.name}.img"
+            image.unlink(missing_ok=True)
+            with image.open("wb") as file:
+                file.truncate(self.config.disk_bytes)
+            subprocess.run(
+                ["mkfs.ext4", "-q", "-F", "-m", "0", str(image)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            subprocess.run(["mount", "-o", "loop", str(image), str(broker.store_dir)], check=True)
+
+    def remove_disk_images(self) -> None:
+        """Delete the store images (after the stores were unmounted, or the namespace ended)."""
+        for broker in self.brokers:
+            (self.config.out_dir / "disks" / f"{broker.name}.img").unlink(missing_ok=True)
 
     async def start(self) -> None:
         """Start the NameServer, then the brokers, and wait until each serves."""

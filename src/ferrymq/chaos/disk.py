@@ -1,20 +1,19 @@
 """Disk faults on a stopped broker's store: power loss, torn tails, bit flips, a full disk.
 
 How a power failure is simulated without lazyfs (reference §2.4): brokers run with
-`FERRYMQ_TEST_FSYNC_LEDGER`, so after each commit-log fsync the flusher records how far the log
-is durable (`store.ledger`), before any waiter hears of it. After a SIGKILL the page cache still
-holds everything written; a power failure may lose anything the last fsync did not cover. So
-the commit log is cut at a point between the ledger's durable offset and the end of the
-written records: at the durable offset for a plain power cut, at any byte past it for a torn
-write. Everything else is left as written: the kernel may
-well have written those pages back, metadata files are replaced atomically, and consume queues
-and index ahead of the commit log are what recovery repairs.
+`FERRYMQ_TEST_FSYNC_LEDGER`, so after each commit-log fsync the flusher records how far the log is
+durable (`store.ledger`), before any waiter hears of it. After a SIGKILL the page cache still holds
+everything written; a power failure may lose anything the last fsync did not cover. So the commit
+log is cut at a point between the ledger's durable offset and the end of the written records: at
+the durable offset for a plain power cut, at any byte past it for a torn write. Everything else is
+left as written: the kernel may well have written those pages back, metadata files are replaced
+atomically, and consume queues and index ahead of the commit log are what recovery repairs.
 
 Segments are fixed-size sparse files, so "cutting" zeroes from the cut to the segment's end
 (truncate, then extend back: a hole) and empties later segments the same way.
 
-Rules: never change a byte below the durable offset except in `flip_bits`, which models bit rot
-and only touches the region recovery re-checks (from the checkpoint's safe offset on).
+Rules: never change a byte below the durable offset except in `flip_bits`, which models bit rot and
+only touches the region recovery re-checks (from the checkpoint's safe offset on).
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
 """`ferry chaos`: run a cluster under a fault schedule, record the history, check it.
 
-`run_isolated` re-runs `ferry chaos` inside `unshare --net --pid --mount-proc --fork
---kill-child` (root needed): the run gets its own loopback, firewall and mount table, and when
-it exits the kernel ends every process it started, so nothing leaks to the host. Inside,
-`run_inside` brings up `lo`, mounts a tmpfs per broker store, starts the cluster, runs the
-workload and the schedule, heals everything, waits for the replicas to converge, drains,
-stops the cluster cleanly, dumps every replica, and checks the history.
+`run_isolated` re-runs `ferry chaos` inside `unshare --net --pid --mount-proc --fork --kill-child`
+(root needed): the run gets its own loopback, firewall and mount table, and when it exits the
+kernel ends every process it started, so nothing leaks to the host. Inside, `run_inside` brings up
+`lo`, loop-mounts a small ext4 image per broker store, starts the cluster, runs the workload and
+the schedule, heals everything, waits for the replicas to converge, drains, stops the cluster
+cleanly, dumps every replica, and checks the history.
 
-The output directory holds `history.jsonl`, `results.json`, `schedule.json`, `logs/` (one per
-node, appended across restarts) and, when anomalies were found, `artifacts/` (the stores).
+The output directory holds `history.jsonl`, `results.json`, `schedule.json`, `logs/` (one per node,
+appended across restarts) and, when anomalies were found, `disks/` (each broker's store as an ext4
+image: `mount -o loop`).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def run_isolated(config: RunConfig, *, timeout: float | None = None) -> Results:
     """
     if os.geteuid() != 0:
         raise FerryError("ferry chaos needs root (it creates network and mount namespaces)")
-    for tool in ("unshare", "ip", "mount"):
+    for tool in ("unshare", "ip", "mount", "mkfs.ext4"):
         if shutil.which(tool) is None:
             raise FerryError(f"ferry chaos needs the {tool} command")
     if not nft_available():
@@ -190,15 +191,10 @@ def _write_results(
     path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
 
 
-def _keep_artifacts(cluster: Cluster, out_dir: Path) -> None:
-    target = out_dir / "artifacts"
-    target.mkdir(exist_ok=True)
+def _unmount(cluster: Cluster) -> None:
     for broker in cluster.brokers:
         assert broker.store_dir is not None
-        subprocess.run(
-            ["cp", "-a", "--sparse=always", str(broker.store_dir), str(target / broker.name)],
-            check=False,
-        )
+        subprocess.run(["umount", str(broker.store_dir)], check=False, capture_output=True)
 
 
 async def run_inside(config: RunConfig) -> Results:
@@ -265,8 +261,9 @@ async def run_inside(config: RunConfig) -> Results:
         )
     recorder.close()
     results = check(recorder.events)
-    if not results.valid:
-        _keep_artifacts(cluster, config.out_dir)
+    await asyncio.to_thread(_unmount, cluster)
+    if results.valid:
+        cluster.remove_disk_images()
     _write_results(
         config,
         schedule,
