@@ -122,7 +122,8 @@ def _index(events: Iterable[Event], report: _Report) -> _Index:
     committed_reads: list[tuple[Event, int]] = []
     for event in events:
         if event.proc == NEMESIS:
-            index.faults[event.f] += 1
+            if event.type == "info":  # a fault starts; its end is an `ok`
+                index.faults[event.f] += 1
             continue
         if event.type == "invoke":
             pending[event.proc] = event

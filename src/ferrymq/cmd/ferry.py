@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ferrymq import __version__
+from ferrymq.chaos.runner import RunConfig, is_inside, run_inside, run_isolated
+from ferrymq.chaos.schedule import SCHEDULES
 from ferrymq.cli.admin import admin_group
 from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
 from ferrymq.cli.stream import consume_command, produce_command
@@ -31,10 +33,11 @@ from ferrymq.cmd.controller import controller_command
 from ferrymq.cmd.demo import run_demo
 from ferrymq.cmd.local import Child
 from ferrymq.cmd.measure import Row
-from ferrymq.cmd.process import run_until_signal
+from ferrymq.cmd.process import run_until_signal, setup_logging
 from ferrymq.cmd.servers import broker_command, namesrv_command
 from ferrymq.cmd.up import ReadyInfo, UpConfig, run_up
 from ferrymq.errors import FerryError
+from ferrymq.testbugs import BUGS
 
 __all__ = ["main"]
 
@@ -181,6 +184,72 @@ def up_command(
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(status)
+
+
+@cli.command("chaos")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where history.jsonl, results.json and node logs go (default: a new temporary directory).",
+)
+@click.option("--seed", type=int, default=1, show_default=True, help="Seeds the schedule and load.")
+@click.option(
+    "--schedule",
+    type=click.Choice(SCHEDULES),
+    default="standard",
+    show_default=True,
+    help="standard: about 5 minutes, every nemesis; smoke: under a minute.",
+)
+@click.option(
+    "--bug",
+    "bugs",
+    multiple=True,
+    type=click.Choice(BUGS),
+    help="Turn on a test-only broker bug the run must catch (repeatable).",
+)
+@click.option(
+    "--rate", type=click.FloatRange(min=1), default=100.0, show_default=True, help="Sends/s."
+)
+@click.option("--drain-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True)
+def chaos_command(
+    out_dir: Path | None,
+    seed: int,
+    schedule: str,
+    bugs: tuple[str, ...],
+    rate: float,
+    drain_timeout: float,
+) -> None:
+    """Run a 3-replica group under faults, check the history; exit 1 on any anomaly.
+
+    Needs root: the run happens in private network, PID and mount namespaces, on 127.0.0.x.
+    """
+    config = RunConfig(
+        out_dir=(out_dir or Path(tempfile.mkdtemp(prefix="ferrymq-chaos-"))).absolute(),
+        seed=seed,
+        schedule=schedule,
+        bugs=bugs,
+        sends_per_second=rate,
+        drain_timeout_s=drain_timeout,
+    )
+    if is_inside():
+        setup_logging("INFO")
+        asyncio.run(run_inside(config))
+        return
+    console = Console(stderr=True)
+    console.print(f"ferry chaos: seed {seed}, schedule {schedule}, output {config.out_dir}")
+    results = run_isolated(config)
+    table = Table("anomaly", "count", title=f"ferry chaos ({config.out_dir})")
+    for name, count in results.anomalies.items():
+        table.add_row(name, f"[red]{count}[/red]" if count else "0")
+    console.print(table)
+    console.print(f"operations: {results.operations}")
+    console.print(f"faults: {results.faults}")
+    console.print(f"stats: {results.stats}")
+    if not results.valid:
+        console.print(f"[red]anomalies found; see {config.out_dir / 'results.json'}[/red]")
+        sys.exit(1)
 
 
 @cli.group()

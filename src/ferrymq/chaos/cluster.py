@@ -1,0 +1,337 @@
+"""The cluster under test: server processes on per-node loopback addresses, handled by PID.
+
+Node i listens on 127.0.0.i (node 1 is the NameServer, nodes 2.. are the brokers of one group:
+broker id 0 starts as SYNC_MASTER, the others as SLAVEs). Each broker's store lives on its own
+small loop-mounted ext4 image (mounted in the harness's private mount namespace), so fsync has a
+disk's cost and a full disk can be caused for real. Logs append to `<out>/logs/<node>.log` across
+restarts. Processes are started in their own session and signalled by PID only; the namespace's PID
+1 (the harness) takes every one of them down when it exits.
+
+Roles are looked up, not assumed: `master()` asks the brokers (GET_BROKER_RUNTIME_INFO), so nemeses
+aimed at "the master" keep working once a controller moves it (issues 6/7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from ferrymq.errors import FerryError
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire.bodies import KVTable, decode_body
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+
+__all__ = ["BROKER_PORT", "NAMESRV_PORT", "Cluster", "ClusterConfig", "Node", "RuntimeInfo"]
+
+log = logging.getLogger(__name__)
+
+NAMESRV_PORT: Final = 9876
+BROKER_PORT: Final = 10911
+_FERRY: Final = [sys.executable, "-m", "ferrymq.cmd.ferry"]
+_READY_TIMEOUT_S: Final = 30.0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """What to start."""
+
+    out_dir: Path
+    replicas: int = 3
+    group: str = "broker-a"
+    segment_bytes: int = 1024 * 1024
+    disk_bytes: int = 256 * 1024 * 1024
+    """Size of each broker's store filesystem (a full-disk fault fills it)."""
+    min_in_sync_replicas: int = 2
+    bugs: tuple[str, ...] = ()
+    """FERRYMQ_TEST_BUG switches for every broker (testbugs.BUGS)."""
+    use_disk_images: bool = True
+
+
+@dataclass
+class Node:
+    """One server: where it listens, how it starts, and its current process."""
+
+    name: str
+    ip: str
+    args: list[str]
+    log_path: Path
+    env: dict[str, str]
+    broker_id: int | None = None
+    store_dir: Path | None = None
+    process: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+    starts: int = 0
+
+    @property
+    def addr(self) -> str:
+        """HOST:PORT of its remoting listener."""
+        return f"{self.ip}:{NAMESRV_PORT if self.broker_id is None else BROKER_PORT}"
+
+    @property
+    def running(self) -> bool:
+        """Whether its process is alive (paused counts as alive)."""
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        """Start the process; `wait_ready` waits until it serves."""
+        if self.running:
+            return
+        ready = self.log_path.with_suffix(".ready.json")
+        ready.unlink(missing_ok=True)
+        with self.log_path.open("ab") as log_file:
+            log_file.write(f"--- start {self.starts} at {time.time():.3f}\n".encode())
+            log_file.flush()
+            self.process = subprocess.Popen(
+                [*_FERRY, *self.args, "--ready-file", str(ready)],
+                stdout=subprocess.DEVNULL,
+                stderr=log_file,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+            )
+        self.starts += 1
+        self.paused = False
+
+    async def wait_ready(self, timeout: float = _READY_TIMEOUT_S) -> None:
+        """Wait for the ready file.
+
+        Raises:
+            FerryError: it exited or did not get ready in time.
+        """
+        ready = self.log_path.with_suffix(".ready.json")
+        deadline = time.monotonic() + timeout
+        while not ready.exists():
+            if not self.running:
+                raise FerryError(f"{self.name} exited: see {self.log_path}")
+            if time.monotonic() > deadline:
+                raise FerryError(f"{self.name} not ready in {timeout:g} s: see {self.log_path}")
+            await asyncio.sleep(0.05)
+        json.loads(ready.read_text())
+
+    def kill(self) -> None:
+        """SIGKILL and reap: a crash."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+        self.paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP: alive, holding its sockets, answering nothing."""
+        if self.running and self.process is not None:
+            os.kill(self.process.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT."""
+        if self.running and self.process is not None:
+            os.kill(self.process.pid, signal.SIGCONT)
+        self.paused = False
+
+    def terminate(self, timeout: float = 15.0) -> None:
+        """SIGCONT + SIGTERM, then SIGKILL after `timeout`: a clean stop."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.kill(self.process.pid, signal.SIGCONT)
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("%s ignored SIGTERM for %g s: killing it", self.name, timeout)
+            self.kill()
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeInfo:
+    """What a broker says about itself."""
+
+    node: str
+    role: str
+    epoch: int | None
+    max_log_offset: int
+    confirm_log_offset: int
+    sync_state_set: str | None
+
+
+@dataclass
+class Cluster:
+    """A NameServer and one broker group, as processes."""
+
+    config: ClusterConfig
+    namesrv: Node = field(init=False)
+    brokers: list[Node] = field(init=False)
+    ledger_path: Path = field(init=False)
+    rpc: RpcClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        config = self.config
+        logs = config.out_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.ledger_path = config.out_dir / "fsync-ledger.txt"
+        self.namesrv = Node(
+            "n1-namesrv",
+            "127.0.0.1",
+            ["namesrv", "--listen", f"127.0.0.1:{NAMESRV_PORT}", "--broker-timeout", "10"],
+            logs / "n1-namesrv.log",
+            {},
+        )
+        env = {"FERRYMQ_TEST_FSYNC_LEDGER": str(self.ledger_path)}
+        if config.bugs:
+            env["FERRYMQ_TEST_BUG"] = ",".join(config.bugs)
+        self.brokers = []
+        for broker_id in range(config.replicas):
+            index = broker_id + 2
+            ip = f"127.0.0.{index}"
+            name = f"n{index}-{'master' if broker_id == 0 else f'slave{broker_id}'}"
+            store_dir = config.out_dir / "data" / name
+            role = "SYNC_MASTER" if broker_id == 0 else "SLAVE"
+            args = [
+                "broker",
+                "--cluster",
+                "ChaosCluster",
+                "--broker-name",
+                config.group,
+                "--broker-id",
+                str(broker_id),
+                "--role",
+                role,
+                "--listen",
+                f"{ip}:{BROKER_PORT}",
+                "--broker-ip1",
+                ip,
+                "--namesrv",
+                self.namesrv.addr,
+                "--store-dir",
+                str(store_dir),
+                "--flush-disk-type",
+                "SYNC_FLUSH",
+                "--mapped-file-size-commit-log",
+                str(config.segment_bytes),
+                "--min-in-sync-replicas",
+                str(min(config.min_in_sync_replicas, config.replicas)),
+                "--ha-send-heartbeat-interval",
+                "300",
+                "--ha-housekeeping-interval",
+                "3000",
+                "--ha-max-time-slave-not-catchup",
+                "3000",
+                "--slave-timeout",
+                "2000",
+                "--register-name-server-period",
+                "1000",
+            ]
+            self.brokers.append(
+                Node(name, ip, args, logs / f"{name}.log", env, broker_id, store_dir)
+            )
+        self.rpc = RpcClient(local_host="127.0.0.9", connect_timeout=1.0)
+
+    @property
+    def nodes(self) -> list[Node]:
+        """Every node, NameServer first."""
+        return [self.namesrv, *self.brokers]
+
+    def node(self, name: str) -> Node:
+        """The node called `name`."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def mount_stores(self) -> None:
+        """Give each broker store its own small ext4 filesystem (inside the mount namespace).
+
+        A sparse image under `<out>/disks/`, loop-mounted with autoclear (the loop device goes
+        when the namespace's mount does): fsync costs what it costs on a disk, and a full disk
+        is a real ENOSPC. The images stay behind as artifacts when a run finds anomalies.
+        """
+        disks = self.config.out_dir / "disks"
+        disks.mkdir(parents=True, exist_ok=True)
+        for broker in self.brokers:
+            assert broker.store_dir is not None
+            broker.store_dir.mkdir(parents=True, exist_ok=True)
+            if not self.config.use_disk_images:
+                continue
+            image = disks / f"{broker.name}.img"
+            image.unlink(missing_ok=True)
+            with image.open("wb") as file:
+                file.truncate(self.config.disk_bytes)
+            subprocess.run(
+                ["mkfs.ext4", "-q", "-F", "-m", "0", str(image)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            subprocess.run(["mount", "-o", "loop", str(image), str(broker.store_dir)], check=True)
+
+    def remove_disk_images(self) -> None:
+        """Delete the store images (after the stores were unmounted, or the namespace ended)."""
+        for broker in self.brokers:
+            (self.config.out_dir / "disks" / f"{broker.name}.img").unlink(missing_ok=True)
+
+    async def start(self) -> None:
+        """Start the NameServer, then the brokers, and wait until each serves."""
+        self.namesrv.start()
+        await self.namesrv.wait_ready()
+        for broker in self.brokers:
+            broker.start()
+        for broker in self.brokers:
+            await broker.wait_ready()
+
+    async def restart(self, node: Node) -> None:
+        """Start a stopped node and wait until it serves (or its start fails, logged)."""
+        node.start()
+        try:
+            await node.wait_ready()
+        except FerryError as exc:
+            log.error("restart of %s failed: %s", node.name, exc)
+
+    async def runtime(self, node: Node, timeout: float = 1.0) -> RuntimeInfo | None:
+        """The broker's runtime info, or None when it does not answer."""
+        if not node.running or node.paused:
+            return None
+        try:
+            response = await self.rpc.call(
+                node.addr, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), timeout
+            )
+        except FerryError:
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            return None
+        table = decode_body(response.body, KVTable).table
+        role = table.get("brokerRole", "")
+        epoch = table.get("masterEpoch")
+        return RuntimeInfo(
+            node=node.name,
+            role="master" if role.endswith("MASTER") else "slave",
+            epoch=int(epoch) if epoch else None,
+            max_log_offset=int(table.get("commitLogMaxOffset", "0")),
+            confirm_log_offset=int(table.get("confirmOffset", "0")),
+            sync_state_set=table.get("syncStateSet"),
+        )
+
+    async def master(self) -> Node | None:
+        """The broker that says it is master now (None when none answers as master)."""
+        for broker in self.brokers:
+            info = await self.runtime(broker)
+            if info is not None and info.role == "master":
+                return broker
+        return None
+
+    async def slaves(self) -> list[Node]:
+        """Every broker that is not the current master (running or not)."""
+        master = await self.master()
+        if master is None:
+            return [b for b in self.brokers if b.broker_id != 0]
+        return [b for b in self.brokers if b is not master]
+
+    def stop(self) -> None:
+        """Stop every node cleanly (brokers first)."""
+        for node in reversed(self.nodes):
+            node.terminate()

@@ -1,0 +1,218 @@
+"""Nemeses: faults that start, last a while, and heal, each recorded in the history.
+
+A nemesis is a pair of steps, `begin(target)` and `end(target)`, in one table (`NEMESES`), aimed
+at a role that is resolved when the fault begins: `master` (whoever says it is master now),
+`slave` (a seeded choice among the others), or a node name. Adding a fault is one table entry;
+the controller's faults (kill its Raft leader, fail the master over) slot in the same way once
+the controller exists (issues 6/7), with targets such as `controller-leader`.
+
+Every `begin` is recorded as an `info` event (`f` = the nemesis name) before or as it happens,
+every `end` as an `ok`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from ferrymq.chaos import disk
+from ferrymq.chaos.cluster import Cluster, Node
+from ferrymq.chaos.net import Net
+from ferrymq.chaos.recorder import Recorder
+from ferrymq.chaos.workload import CLIENT_IPS
+
+__all__ = ["NEMESES", "Faults", "Nemesis"]
+
+log = logging.getLogger(__name__)
+
+_FREEZE_TRIES: Final = 200
+
+
+@dataclass
+class Faults:
+    """What a nemesis acts on, and what is currently broken (so the end of a run can heal it)."""
+
+    cluster: Cluster
+    net: Net
+    recorder: Recorder
+    rng: random.Random
+    down: set[str] = field(default_factory=set)
+    paused: set[str] = field(default_factory=set)
+    full: set[str] = field(default_factory=set)
+
+    async def resolve(self, target: str) -> Node | None:
+        """The node a target names now."""
+        if target == "master":
+            return await self.cluster.master() or self.cluster.brokers[0]
+        if target == "slave":
+            slaves = [s for s in await self.cluster.slaves() if s.running]
+            return self.rng.choice(slaves) if slaves else None
+        if target == "namesrv":
+            return self.cluster.namesrv
+        try:
+            return self.cluster.node(target)
+        except KeyError:
+            return None
+
+    def others(self, node: Node) -> list[str]:
+        """Every other address: the other nodes and the clients."""
+        return [n.ip for n in self.cluster.nodes if n is not node] + list(CLIENT_IPS)
+
+    async def heal_all(self) -> None:
+        """End every fault still in force: heal the network, free disks, resume, restart."""
+        self.net.heal()
+        for name in sorted(self.full):
+            node = self.cluster.node(name)
+            assert node.store_dir is not None
+            disk.free_disk(node.store_dir)
+        self.full.clear()
+        for name in sorted(self.paused):
+            self.cluster.node(name).resume()
+        self.paused.clear()
+        for node in self.cluster.nodes:
+            if not node.running:
+                await self.cluster.restart(node)
+        self.down.clear()
+
+
+Step = Callable[[Faults, Node], Awaitable[str]]
+"""A nemesis step: does its work on a node, returns a detail line for the history."""
+
+
+@dataclass(frozen=True)
+class Nemesis:
+    """A fault: how it begins and how it heals."""
+
+    name: str
+    begin: Step
+    end: Step
+
+
+async def _kill(faults: Faults, node: Node) -> str:
+    node.kill()
+    faults.down.add(node.name)
+    return "SIGKILL"
+
+
+async def _restart(faults: Faults, node: Node) -> str:
+    await faults.cluster.restart(node)
+    faults.down.discard(node.name)
+    return f"started (start {node.starts})"
+
+
+async def _pause(faults: Faults, node: Node) -> str:
+    node.pause()
+    faults.paused.add(node.name)
+    return "SIGSTOP"
+
+
+async def _resume(faults: Faults, node: Node) -> str:
+    node.resume()
+    faults.paused.discard(node.name)
+    return "SIGCONT"
+
+
+async def _isolate(faults: Faults, node: Node) -> str:
+    faults.net.isolate(node.ip, faults.others(node))
+    return f"{node.ip} cut off from {', '.join(faults.others(node))}"
+
+
+async def _split(faults: Faults, node: Node) -> str:
+    """The node and one other broker on one side; the rest (NameServer, clients) on the other."""
+    partner = faults.rng.choice([b for b in faults.cluster.brokers if b is not node])
+    minority = [node.ip, partner.ip]
+    majority = [ip for ip in faults.others(node) if ip != partner.ip]
+    faults.net.partition([minority, majority])
+    return f"{minority} | {majority}"
+
+
+async def _one_way(faults: Faults, node: Node) -> str:
+    """Packets from the node to everyone else are dropped (replies to it still arrive)."""
+    for ip in faults.others(node):
+        faults.net.drop(node.ip, ip)
+    return f"{node.ip} -> * dropped"
+
+
+async def _heal(faults: Faults, node: Node) -> str:
+    faults.net.heal()
+    return "healed"
+
+
+async def _power_loss(faults: Faults, node: Node, *, torn: bool) -> str:
+    """Cut the power at a moment when the node has written bytes it has not fsynced yet.
+
+    SIGSTOP freezes the node at an instant (the moment of the power cut); if everything it
+    wrote is already durable, it runs on for a few milliseconds and is frozen again, up to a
+    bound. Then SIGKILL, and the disk loses what the ledger does not cover.
+    """
+    assert node.store_dir is not None
+    store_dir, ledger = node.store_dir, faults.cluster.ledger_path
+    tries = 0
+    for tries in range(1, _FREEZE_TRIES + 1):  # noqa: B007  # the count is reported
+        node.pause()
+        written = await asyncio.to_thread(disk.written_end, store_dir)
+        durable = await asyncio.to_thread(disk.durable_log_offset, ledger, store_dir)
+        if written > durable:
+            break
+        node.resume()
+        await asyncio.sleep(faults.rng.uniform(0.001, 0.01))
+    node.kill()
+    faults.down.add(node.name)
+    cut = await asyncio.to_thread(disk.power_loss, store_dir, ledger, faults.rng, torn=torn)
+    return (
+        f"durable {cut.durable}, written {cut.written}, cut at {cut.cut} "
+        f"(frozen {tries} times): {cut.detail}"
+    )
+
+
+async def _lose_unsynced(faults: Faults, node: Node) -> str:
+    return await _power_loss(faults, node, torn=False)
+
+
+async def _tear_tail(faults: Faults, node: Node) -> str:
+    return await _power_loss(faults, node, torn=True)
+
+
+async def _flip_bits(faults: Faults, node: Node) -> str:
+    node.kill()
+    faults.down.add(node.name)
+    assert node.store_dir is not None
+    cut = await asyncio.to_thread(disk.flip_bits, node.store_dir, faults.rng)
+    if cut is None:
+        return "nothing past the checkpoint to flip"
+    return f"{cut.detail} (recovery re-checks from {cut.durable}, log ends at {cut.written})"
+
+
+async def _fill(faults: Faults, node: Node) -> str:
+    assert node.store_dir is not None
+    filled = await asyncio.to_thread(disk.fill_disk, node.store_dir)
+    faults.full.add(node.name)
+    return f"filled {filled} bytes"
+
+
+async def _free(faults: Faults, node: Node) -> str:
+    assert node.store_dir is not None
+    disk.free_disk(node.store_dir)
+    faults.full.discard(node.name)
+    return "freed"
+
+
+NEMESES: dict[str, Nemesis] = {
+    n.name: n
+    for n in (
+        Nemesis("kill", _kill, _restart),
+        Nemesis("pause", _pause, _resume),
+        Nemesis("partition-isolate", _isolate, _heal),
+        Nemesis("partition-split", _split, _heal),
+        Nemesis("partition-one-way", _one_way, _heal),
+        Nemesis("power-loss", _lose_unsynced, _restart),
+        Nemesis("torn-tail", _tear_tail, _restart),
+        Nemesis("bitflip", _flip_bits, _restart),
+        Nemesis("disk-full", _fill, _free),
+    )
+}
+"""Every fault `ferry chaos` can inject, by name."""

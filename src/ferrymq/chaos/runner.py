@@ -1,0 +1,278 @@
+"""`ferry chaos`: run a cluster under a fault schedule, record the history, check it.
+
+`run_isolated` re-runs `ferry chaos` inside `unshare --net --pid --mount-proc --fork --kill-child`
+(root needed): the run gets its own loopback, firewall and mount table, and when it exits the
+kernel ends every process it started, so nothing leaks to the host. Inside, `run_inside` brings up
+`lo`, loop-mounts a small ext4 image per broker store, starts the cluster, runs the workload and
+the schedule, heals everything, waits for the replicas to converge, drains, stops the cluster
+cleanly, dumps every replica, and checks the history.
+
+The output directory holds `history.jsonl`, `results.json`, `schedule.json`, `logs/` (one per node,
+appended across restarts) and, when anomalies were found, `disks/` (each broker's store as an ext4
+image: `mount -o loop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from ferrymq.chaos.checker import Results, check
+from ferrymq.chaos.cluster import Cluster, ClusterConfig
+from ferrymq.chaos.dump import dump_store
+from ferrymq.chaos.nemesis import NEMESES, Faults
+from ferrymq.chaos.net import Net, nft_available
+from ferrymq.chaos.recorder import Recorder
+from ferrymq.chaos.schedule import Schedule, Step, build_schedule
+from ferrymq.chaos.workload import TOPIC, Workload, WorkloadConfig, queue_name
+from ferrymq.errors import FerryError
+from ferrymq.testbugs import BUGS
+
+__all__ = ["RunConfig", "run_inside", "run_isolated"]
+
+log = logging.getLogger(__name__)
+
+INSIDE_ENV: Final = "FERRYMQ_CHAOS_NETNS"
+_CONVERGE_TIMEOUT_S: Final = 60.0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One chaos run."""
+
+    out_dir: Path
+    seed: int = 1
+    schedule: str = "standard"
+    bugs: tuple[str, ...] = ()
+    sends_per_second: float = 100.0
+    drain_timeout_s: float = 60.0
+
+    def argv(self) -> list[str]:
+        """The `ferry chaos` arguments that repeat this run."""
+        args = [
+            "chaos",
+            "--out",
+            str(self.out_dir),
+            "--seed",
+            str(self.seed),
+            "--schedule",
+            self.schedule,
+            "--rate",
+            str(self.sends_per_second),
+            "--drain-timeout",
+            str(self.drain_timeout_s),
+        ]
+        for bug in self.bugs:
+            args += ["--bug", bug]
+        return args
+
+
+def run_isolated(config: RunConfig, *, timeout: float | None = None) -> Results:
+    """Run `ferry chaos` in a private network, PID and mount namespace; return its results.
+
+    Raises:
+        FerryError: not root, a tool is missing, or the run failed before checking.
+    """
+    if os.geteuid() != 0:
+        raise FerryError("ferry chaos needs root (it creates network and mount namespaces)")
+    for tool in ("unshare", "ip", "mount", "mkfs.ext4"):
+        if shutil.which(tool) is None:
+            raise FerryError(f"ferry chaos needs the {tool} command")
+    if not nft_available():
+        raise FerryError("ferry chaos needs nftables (apt-get install nftables)")
+    unknown = set(config.bugs) - set(BUGS)
+    if unknown:
+        raise FerryError(f"unknown bug switches {sorted(unknown)}; known: {', '.join(BUGS)}")
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    results_path = config.out_dir / "results.json"
+    results_path.unlink(missing_ok=True)
+    command = [
+        "unshare",
+        "--net",
+        "--pid",
+        "--mount-proc",
+        "--fork",
+        "--kill-child",
+        sys.executable,
+        "-m",
+        "ferrymq.cmd.ferry",
+        *config.argv(),
+    ]
+    completed = subprocess.run(
+        command, env={**os.environ, INSIDE_ENV: "1"}, timeout=timeout, check=False
+    )
+    if not results_path.exists():
+        raise FerryError(
+            f"the chaos run exited with {completed.returncode} before writing {results_path}"
+        )
+    data = msgspec.json.decode(results_path.read_bytes())
+    return msgspec.convert(
+        {k: data[k] for k in ("valid", "anomalies", "examples", "operations", "faults", "stats")},
+        Results,
+    )
+
+
+def is_inside() -> bool:
+    """Whether this process is the namespace's harness."""
+    return os.environ.get(INSIDE_ENV) == "1"
+
+
+async def _converge(cluster: Cluster, recorder: Recorder, timeout: float) -> bool:
+    """Wait until every broker runs, the master's SyncStateSet is full and logs match."""
+    deadline = time.monotonic() + timeout
+    full = ",".join(str(b.broker_id) for b in cluster.brokers)
+    while time.monotonic() < deadline:
+        infos = [await cluster.runtime(b) for b in cluster.brokers]
+        masters = [i for i in infos if i is not None and i.role == "master"]
+        if (
+            all(i is not None for i in infos)
+            and len(masters) == 1
+            and masters[0].sync_state_set == full
+            and len({i.max_log_offset for i in infos if i is not None}) == 1
+            and masters[0].confirm_log_offset == masters[0].max_log_offset
+        ):
+            recorder.record("observer", "ok", "converged")
+            return True
+        await asyncio.sleep(0.25)
+    recorder.record("observer", "fail", "converged", error=f"not converged in {timeout:g} s")
+    return False
+
+
+async def _run_schedule(schedule: Schedule, faults: Faults, start: float) -> None:
+    loop = asyncio.get_running_loop()
+    for step in schedule.steps:
+        await asyncio.sleep(max(0.0, start + step.at_s - loop.time()))
+        await _run_step(step, faults)
+
+
+async def _run_step(step: Step, faults: Faults) -> None:
+    nemesis = NEMESES[step.nemesis]
+    node = await faults.resolve(step.target)
+    if node is None:
+        faults.recorder.fault(step.nemesis, [], f"no {step.target} to hit")
+        return
+    try:
+        detail = await nemesis.begin(faults, node)
+    except (OSError, subprocess.CalledProcessError, FerryError) as exc:
+        detail = f"begin failed: {exc}"
+    faults.recorder.fault(step.nemesis, [node.name], f"{step.target}: {detail}")
+    log.info("%s on %s: %s", step.nemesis, node.name, detail)
+    await asyncio.sleep(step.duration_s)
+    try:
+        detail = await nemesis.end(faults, node)
+    except (OSError, subprocess.CalledProcessError, FerryError) as exc:
+        detail = f"end failed: {exc}"
+    faults.recorder.fault(step.nemesis, [node.name], detail, end=True)
+
+
+def _write_results(
+    config: RunConfig, schedule: Schedule, results: Results, extra: dict[str, object]
+) -> None:
+    document = {
+        "seed": config.seed,
+        "schedule": schedule.name,
+        "bugs": list(config.bugs),
+        **msgspec.to_builtins(results),
+        **extra,
+    }
+    path = config.out_dir / "results.json"
+    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+def _unmount(cluster: Cluster) -> None:
+    for broker in cluster.brokers:
+        assert broker.store_dir is not None
+        subprocess.run(["umount", str(broker.store_dir)], check=False, capture_output=True)
+
+
+async def run_inside(config: RunConfig) -> Results:
+    """The run itself (call only inside the namespaces: see `run_isolated`)."""
+    if not is_inside():
+        raise FerryError("run_inside must run inside the chaos namespaces (use run_isolated)")
+    started = time.monotonic()
+    await asyncio.to_thread(subprocess.run, ["ip", "link", "set", "lo", "up"], check=True)
+    schedule = build_schedule(config.schedule, config.seed)
+    (config.out_dir / "schedule.json").write_text(
+        json.dumps(
+            {
+                "name": schedule.name,
+                "seed": config.seed,
+                "steps": [asdict(s) for s in schedule.steps],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    history_path = config.out_dir / "history.jsonl"
+    history_path.unlink(missing_ok=True)
+    recorder = Recorder(history_path)
+    cluster = Cluster(ClusterConfig(out_dir=config.out_dir, bugs=config.bugs))
+    cluster.mount_stores()
+    rng = random.Random(config.seed)
+    faults = Faults(cluster, Net(), recorder, rng)
+    workload = Workload(
+        cluster, recorder, WorkloadConfig(sends_per_second=config.sends_per_second), rng
+    )
+    converged = drained = False
+    try:
+        await cluster.start()
+        await workload.create_topic()
+        await _converge(cluster, recorder, 30.0)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        workload.start()
+        await _run_schedule(schedule, faults, start)
+        await asyncio.sleep(
+            max(0.0, start + schedule.faults_end_s + schedule.quiet_s - loop.time())
+        )
+        await workload.finish()
+        await faults.heal_all()
+        converged = await _converge(cluster, recorder, _CONVERGE_TIMEOUT_S)
+        drained = await workload.drain(config.drain_timeout_s)
+    finally:
+        await workload.finish()
+        await faults.heal_all()
+        await cluster.rpc.close()
+        cluster.stop()
+    names = {i: queue_name(q) for i, q in enumerate(workload.queues())}
+    for broker in cluster.brokers:
+        assert broker.store_dir is not None
+        await asyncio.to_thread(
+            dump_store,
+            recorder,
+            broker.name,
+            cluster.config.group,
+            broker.store_dir,
+            cluster.config.segment_bytes,
+            TOPIC,
+            names,
+        )
+    recorder.close()
+    results = check(recorder.events)
+    await asyncio.to_thread(_unmount, cluster)
+    if results.valid:
+        cluster.remove_disk_images()
+    _write_results(
+        config,
+        schedule,
+        results,
+        {
+            "converged": converged,
+            "drained": drained,
+            "duration_s": round(time.monotonic() - started, 1),
+            "nemeses_available": sorted(NEMESES),
+        },
+    )
+    return results
