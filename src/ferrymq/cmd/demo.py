@@ -1,16 +1,19 @@
-"""`ferry demo`: a NameServer and a broker on free ports, a stream produced and consumed, a report.
+"""`ferry demo`: the HA story on a local cluster, told in one report.
 
-What a newcomer sees: two real server processes start; a producer sends a stream of messages
-with keys and tags (synchronous flush, so every acknowledged message is on disk); a consumer
-reads every queue from offset 0 and commits its offsets; the report checks that every
-acknowledged message was consumed exactly once and in queue order, and shows the rates and
-latencies measured; the servers stop cleanly.
+What a newcomer sees (issue 7): `ferry up`'s default cluster starts as real processes (3
+controller nodes, a NameServer, one broker group of 3 replicas in controller mode); a producer
+sends a stream with sync replication while a push consumer group consumes it; the master is
+killed with SIGKILL mid-stream; the controllers elect a new master from the SyncStateSet; the
+producer and the consumer carry on through the new master; the old master restarts, rejoins as a
+slave and truncates what only it had; finally every acknowledged message is checked to have been
+consumed, and the report shows the failover gap, rates, latencies and what was duplicated and why.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
+import re
 import statistics
 import tempfile
 import time
@@ -18,18 +21,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ferrymq.client.admin import AdminClient
-from ferrymq.client.consumer import PullConsumer, PullStatus
+from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
-from ferrymq.cmd.local import Child, spawn
-from ferrymq.model import MessageQueue
+from ferrymq.client.push import ConsumeFrom, PushConsumer
+from ferrymq.cmd.up import ProcessCluster, UpConfig
+from ferrymq.errors import FerryError, SendOutcomeUnknownError
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire.bodies import KVTable, decode_body
+from ferrymq.wire.codes import RequestCode
+from ferrymq.wire.frame import RemotingCommand
 
 __all__ = ["DemoReport", "run_demo"]
 
 TOPIC = "DemoTopic"
+GROUP = "demo-consumer"
 
 
 @dataclass
@@ -37,31 +45,62 @@ class DemoReport:
     """What the demo measured."""
 
     sent: int = 0
+    """Sends acknowledged as committed (every in-sync replica has them)."""
+    unknown: int = 0
+    """Sends whose outcome the client could not know (the master died with them in flight)."""
+    failed: int = 0
+    """Sends refused (surely not stored), each sent again."""
+    retries: int = 0
     consumed: int = 0
-    duplicates: int = 0
     missing: int = 0
-    out_of_order: int = 0
+    duplicates: int = 0
+    """Deliveries beyond the first (at-least-once: the consumer resumes from its last commit)."""
+    failover_gap_s: float = 0.0
+    """From the last acknowledged send on the old master to the first on the new one."""
+    old_master: str = ""
+    new_master: str = ""
+    truncated_bytes: int = 0
+    rejoined: bool = False
     send_seconds: float = 0.0
-    consume_seconds: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
     clean_exits: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """Every acknowledged message consumed once, in order, and clean shutdowns."""
+        """Nothing acknowledged lost, a new master elected, the old one back, clean shutdowns."""
         return (
             self.sent > 0
-            and self.consumed == self.sent
-            and self.duplicates == self.missing == self.out_of_order == 0
+            and self.missing == 0
+            and bool(self.new_master)
+            and self.new_master != self.old_master
+            and self.rejoined
             and all(code == 0 for code in self.clean_exits.values())
         )
 
 
-async def _wait_for_route(admin: AdminClient, topic: str, timeout: float = 10.0) -> None:
+async def _runtime(rpc: RpcClient, address: str) -> dict[str, str]:
+    response = await rpc.call(address, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), 3)
+    return decode_body(response.body, KVTable).table
+
+
+async def _master(admin: AdminClient, *, not_addr: str = "", timeout: float = 30.0) -> str:
     deadline = time.monotonic() + timeout
-    while await admin.route(topic) is None:
+    while True:
+        route = await admin.route(TOPIC)
+        for broker in route.broker_datas if route else []:
+            address = broker.broker_addrs.get(0)
+            if address and address != not_addr:
+                return address
         if time.monotonic() > deadline:
-            raise RuntimeError(f"topic {topic} never reached the NameServer")
+            raise RuntimeError("no master appeared in the route")
+        await asyncio.sleep(0.05)
+
+
+async def _until_in_sync(rpc: RpcClient, master: str, replicas: int) -> None:
+    deadline = time.monotonic() + 30
+    while len((await _runtime(rpc, master)).get("syncStateSet", "").split(",")) < replicas:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the slaves never joined the SyncStateSet")
         await asyncio.sleep(0.05)
 
 
@@ -69,98 +108,165 @@ async def run_demo(messages: int, data_dir: Path | None, console: Console) -> De
     """Run the whole demo; returns its report."""
     workdir = data_dir or Path(tempfile.mkdtemp(prefix="ferrymq-demo-"))
     report = DemoReport()
-    children: list[Child] = []
+    cluster = ProcessCluster(UpConfig(data_dir=workdir, replicas=3, controllers=3))
     console.print(f"[bold]ferrymq demo[/bold] in {workdir}")
     try:
-        namesrv = await spawn("namesrv", ["namesrv", "--listen", "127.0.0.1:0"], workdir)
-        children.append(namesrv)
-        console.print(f"  NameServer   {namesrv.addr}  (pid {namesrv.pid})")
-        broker = await spawn(
-            "broker",
-            [
-                "broker",
-                "--listen",
-                "127.0.0.1:0",
-                "--namesrv",
-                namesrv.addr,
-                "--store-dir",
-                str(workdir / "store"),
-                "--flush-disk-type",
-                "SYNC_FLUSH",
-            ],
-            workdir,
-        )
-        children.append(broker)
-        console.print(f"  broker-a     {broker.addr}  (pid {broker.pid}, SYNC_FLUSH)")
-        async with AdminClient(namesrv.addr) as admin:
+        await cluster.start()
+        for node, child in cluster.controllers.items():
+            console.print(f"  controller {node}  {child.addr}  (pid {child.pid})")
+        console.print(f"  NameServer     {cluster.namesrv_addr}")
+        async with AdminClient(cluster.namesrv_addr) as admin, RpcClient() as rpc:
             await admin.create_topic(TOPIC, queues=4)
-            await _wait_for_route(admin, TOPIC)
-        console.print(f"  topic        {TOPIC}: 4 queues\n")
-        acked: dict[MessageQueue, list[tuple[int, bytes]]] = {}
-        async with Producer(namesrv.addr, "demo-producer") as producer:
-            with Progress(
-                TextColumn("producing"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total}"),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            ) as progress:
-                task = progress.add_task("send", total=messages)
-                start = time.perf_counter()
-                for i in range(messages):
-                    body = f"order-{i:06d} amount={i % 97}".encode()
-                    sent_at = time.perf_counter()
-                    sent = await producer.send(TOPIC, body, tags="Order", keys=[f"order-{i}"])
-                    report.latencies_ms.append((time.perf_counter() - sent_at) * 1000)
-                    acked.setdefault(sent.queue, []).append((sent.queue_offset, body))
-                    progress.advance(task)
-                report.send_seconds = time.perf_counter() - start
-        report.sent = sum(len(v) for v in acked.values())
-        start = time.perf_counter()
-        async with PullConsumer(namesrv.addr, "demo-consumer") as consumer:
-            for queue in await consumer.queues(TOPIC):
-                offset = await consumer.committed(queue) or 0
-                seen: list[tuple[int, bytes]] = []
-                while True:
-                    result = await consumer.pull(queue, offset, max_messages=256)
-                    if result.status is not PullStatus.FOUND:
-                        break
-                    seen += [(m.queue_offset, m.body) for m in result.messages]
-                    offset = result.next_offset
-                await consumer.commit(queue, offset)
-                expected = acked.get(queue, [])
-                report.consumed += len(seen)
-                report.out_of_order += sum(1 for a, b in itertools.pairwise(seen) if b[0] <= a[0])
-                bodies = [body for _, body in seen]
-                report.duplicates += len(bodies) - len(set(bodies))
-                report.missing += len({b for _, b in expected} - set(bodies))
-        report.consume_seconds = time.perf_counter() - start
+            report.old_master = await _master(admin)
+            for name, child in cluster.brokers.items():
+                role = "master" if child.addr == report.old_master else "slave"
+                console.print(f"  {name}     {child.addr}  (pid {child.pid}, {role})")
+            await _until_in_sync(rpc, report.old_master, 3)
+            console.print(f"  topic          {TOPIC}: 4 queues, sync replication to 3 replicas\n")
+            await _story(cluster, admin, rpc, messages, report, console)
     finally:
-        for child in reversed(children):
+        for child in reversed(cluster.children):
             report.clean_exits[child.name] = await child.stop()
     _print(report, console)
     return report
 
 
+async def _story(
+    cluster: ProcessCluster,
+    admin: AdminClient,
+    rpc: RpcClient,
+    messages: int,
+    report: DemoReport,
+    console: Console,
+) -> None:
+    acked: set[bytes] = set()
+    unknown: set[bytes] = set()
+    consumed: dict[bytes, int] = {}
+    last_old_ack = first_new_ack = 0.0
+    killed = asyncio.Event()
+
+    all_consumed = asyncio.Event()
+
+    async def listener(message: Message) -> None:
+        consumed[message.body] = consumed.get(message.body, 0) + 1
+        all_consumed.set()
+
+    consumer = PushConsumer(
+        cluster.namesrv_addr,
+        GROUP,
+        listener,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        commit_interval=0.5,
+        pull_wait=1.0,
+        rebalance_interval=1.0,
+    )
+    consumer.subscribe(TOPIC)
+    await consumer.start()
+    victim = next(n for n, c in cluster.brokers.items() if c.addr == report.old_master)
+    try:
+        async with Producer(cluster.namesrv_addr, "demo-producer", send_timeout=2.0) as producer:
+            start = time.perf_counter()
+            for i in range(messages):
+                if i == messages // 3:
+                    console.print(
+                        f"  [red]kill -9[/red] master {victim} (pid {cluster.brokers[victim].pid}) "
+                        f"after {i} sends"
+                    )
+                    cluster.brokers[victim].kill()
+                    killed.set()
+                body = f"order-{i:06d} amount={i % 97}".encode()
+                sent_at = time.perf_counter()
+                if not await _send_until_acked(producer, body, i, unknown, report):
+                    continue
+                now = time.perf_counter()
+                report.latencies_ms.append((now - sent_at) * 1000)
+                acked.add(body)
+                if not killed.is_set():
+                    last_old_ack = now
+                elif not first_new_ack:
+                    first_new_ack = now
+            report.send_seconds = time.perf_counter() - start
+        report.failover_gap_s = max(0.0, first_new_ack - last_old_ack) if first_new_ack else 0.0
+        report.new_master = await _master(admin, not_addr=report.old_master)
+        console.print(f"  new master     {report.new_master} (elected from the SyncStateSet)")
+
+        await cluster.brokers[victim].process.wait()
+        restarted = await cluster.restart(victim)
+        deadline = time.monotonic() + 60
+        while True:
+            mine, theirs = (
+                await _runtime(rpc, restarted.addr),
+                await _runtime(rpc, report.new_master),
+            )
+            if mine.get("brokerRole") == "SLAVE" and mine.get("commitLogMaxOffset") == theirs.get(
+                "commitLogMaxOffset"
+            ):
+                report.rejoined = True
+                break
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        found = re.search(r"truncating the log from (\d+) to (\d+)", restarted.log_path.read_text())
+        report.truncated_bytes = int(found[1]) - int(found[2]) if found else 0
+        console.print(
+            f"  old master     {restarted.addr} is back as a slave"
+            + (f", cut {report.truncated_bytes} bytes only it had" if found else "")
+        )
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(60):
+                while not acked <= consumed.keys():
+                    await all_consumed.wait()
+                    all_consumed.clear()
+    finally:
+        await consumer.close()
+    report.sent = len(acked)
+    report.unknown = len(unknown)
+    report.consumed = sum(consumed.values())
+    report.missing = len(acked - consumed.keys())
+    report.duplicates = sum(n - 1 for n in consumed.values() if n > 1)
+
+
+async def _send_until_acked(
+    producer: Producer, body: bytes, index: int, unknown: set[bytes], report: DemoReport
+) -> bool:
+    """What an application does: send again (after a pause) until the send is acknowledged.
+
+    A failed send surely stored nothing; an unknown one may have been stored, so sending it
+    again may store it twice (at least once). Gives up after 30 s.
+    """
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await producer.send(TOPIC, body, tags="Order", keys=[f"order-{index}"])
+            return True
+        except SendOutcomeUnknownError:
+            unknown.add(body)
+        except FerryError:
+            report.failed += 1
+        if time.monotonic() > deadline:
+            return False
+        report.retries += 1
+        await asyncio.sleep(0.05)
+
+
 def _print(report: DemoReport, console: Console) -> None:
     latencies = sorted(report.latencies_ms) or [0.0]
     table = Table(title="what happened", show_header=False)
-    table.add_row("messages acknowledged (fsynced)", f"{report.sent:,}")
-    table.add_row("messages consumed", f"{report.consumed:,}")
+    table.add_row("sends acknowledged (on all 3 replicas)", f"{report.sent:,}")
     table.add_row(
-        "missing / duplicated / out of order",
-        f"{report.missing} / {report.duplicates} / {report.out_of_order}",
+        "sends unknown / refused during the failover (each sent again)",
+        f"{report.unknown} / {report.failed}",
     )
+    table.add_row("messages consumed (push consumer group)", f"{report.consumed:,}")
+    table.add_row("acknowledged but never consumed", f"{report.missing}")
+    table.add_row("redelivered (at least once, around the failover)", f"{report.duplicates}")
+    table.add_row("master", f"{report.old_master} -> {report.new_master or '-'}")
+    table.add_row("failover gap (last ack on old, first on new)", f"{report.failover_gap_s:.2f} s")
+    table.add_row("old master rejoined as slave", "yes" if report.rejoined else "no")
     if report.send_seconds:
         table.add_row(
             "produce rate (one producer, one at a time)",
             f"{report.sent / report.send_seconds:,.0f} msg/s",
-        )
-    if report.consume_seconds:
-        table.add_row(
-            "consume rate (batches of 256)",
-            f"{report.consumed / report.consume_seconds:,.0f} msg/s",
         )
     table.add_row(
         "send latency p50 / p99",
@@ -172,7 +278,8 @@ def _print(report: DemoReport, console: Console) -> None:
     )
     console.print(table)
     console.print(
-        "[bold green]OK[/bold green]: every acknowledged message was consumed once, in order."
+        "[bold green]OK[/bold green]: every acknowledged message was consumed; the master "
+        "failed over and the old one came back as a slave."
         if report.ok
         else "[bold red]FAILED[/bold red]: see the table above."
     )

@@ -67,7 +67,7 @@ cli.add_command(consume_command)
     help="Where the servers keep their data and logs (default: a new temporary directory).",
 )
 def demo_command(messages: int, data_dir: Path | None) -> None:
-    """Start a NameServer and a broker, produce and consume a stream, report, stop."""
+    """Run the HA story: produce and consume, kill -9 the master, fail over, report."""
     console = Console()
     report = asyncio.run(run_demo(messages, data_dir, console))
     if not report.ok:
