@@ -19,6 +19,7 @@ import pytest
 from ferrymq.errors import NotLeaderError, ProposalDroppedError
 from ferrymq.raft.config import RaftConfig
 from ferrymq.raft.driver import RaftDriver
+from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand, encode_frame
@@ -78,10 +79,10 @@ class Cluster:
 
     def _dispatch(
         self, node_id: str
-    ) -> Callable[[object, RemotingCommand], Awaitable[RemotingCommand | None]]:
+    ) -> Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]:
         # The router of a member is rebuilt on restart, so the server looks it up per request.
-        async def handle(conn: object, request: RemotingCommand) -> RemotingCommand | None:
-            return await self.routers[node_id](conn, request)  # type: ignore[arg-type]  # Connection
+        async def handle(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+            return await self.routers[node_id](conn, request)
 
         return handle
 
