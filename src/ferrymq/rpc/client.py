@@ -44,7 +44,14 @@ class RpcClient:
         connect_timeout: float = 3.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        local_host: str | None = None,
     ) -> None:
+        """Create a client; `local_host` binds every outgoing connection to that source address.
+
+        A server that talks to its peers (a controller node) binds to its own listen address,
+        so a peer sees who it is and network rules can single it out.
+        """
+        self._local_host = local_host
         self._on_request = on_request
         self._connect_timeout = connect_timeout
         self._max_frame_bytes = max_frame_bytes
@@ -100,6 +107,7 @@ class RpcClient:
                     lambda: Connection(self._on_request, max_frame_bytes=self._max_frame_bytes),
                     host,
                     port,
+                    local_addr=(self._local_host, 0) if self._local_host else None,
                 )
         except TimeoutError:
             raise ConnectError(
