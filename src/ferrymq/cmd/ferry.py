@@ -23,6 +23,7 @@ from ferrymq.cli.admin import admin_group
 from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
 from ferrymq.cli.stream import consume_command, produce_command
 from ferrymq.cmd.bench_broker import BrokerBenchConfig, ratios_to_nats, run_broker_bench
+from ferrymq.cmd.bench_controller import ControllerBenchConfig, run_controller_bench
 from ferrymq.cmd.bench_replication import ReplicationBenchConfig, run_replication_bench
 from ferrymq.cmd.bench_replication import ratios as replication_ratios
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
@@ -379,6 +380,81 @@ def bench_replication(
             f"{'-' if r1 is None else f'{r1}x'}, ferrymq R3 / NATS R3 "
             f"{'-' if nats is None else f'{nats}x'}"
         )
+
+
+@bench.command("controller")
+@click.option(
+    "--requests",
+    type=click.IntRange(min=10),
+    default=1000,
+    show_default=True,
+    help="Sequential writes per latency row.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.2),
+    default=5.0,
+    show_default=True,
+    help="Length of each windowed row.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=1, max=1024),
+    default=32,
+    show_default=True,
+    help="Writes in flight in the windowed rows.",
+)
+@click.option(
+    "--failovers",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Leader kills (kill -9) per system.",
+)
+@click.option("--no-etcd", is_flag=True, help="Skip the etcd 3.4 rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def bench_controller(
+    requests: int, seconds: float, window: int, failovers: int, no_etcd: bool, as_json: bool
+) -> None:
+    """Three controller nodes beside a three-node etcd 3.4: commit latency, throughput, failover."""
+    config = ControllerBenchConfig(
+        requests=requests, seconds=seconds, window=window, failovers=failovers, etcd=not no_etcd
+    )
+    console = Console(stderr=True)
+    with console.status("measuring") as status:
+        try:
+            result = asyncio.run(
+                run_controller_bench(config, lambda name: status.update(f"measuring {name}"))
+            )
+        except RuntimeError as exc:  # a server did not start, or etcd is missing
+            raise click.ClickException(str(exc)) from None
+    summary = result.summary()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "benchmark": "controller",
+                    "machine": _machine(),
+                    "requests": requests,
+                    "window": window,
+                    "seconds": seconds,
+                    "rows": [r.as_json() for r in result.rows],
+                    "failovers_s": {
+                        s: [round(g, 3) for g in gaps] for s, gaps in result.failovers.items()
+                    },
+                    **summary,
+                }
+            )
+        )
+        return
+    _print_rows("ferry bench controller", result.rows)
+    for system, gaps in result.failovers.items():
+        click.echo(f"{system} failover after kill -9 (s): {', '.join(f'{g:.2f}' for g in gaps)}")
+    click.echo(
+        f"failover median {summary['failover_median_s']}, ferrymq/etcd "
+        f"{summary['failover_over_etcd']}x; commit p50 ferrymq/etcd "
+        f"{summary['commit_p50_over_etcd']}x"
+    )
 
 
 def _machine() -> dict[str, object]:
