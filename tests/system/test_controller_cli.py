@@ -91,7 +91,9 @@ async def test_embedded_controller_answers_the_admin_commands(namesrv: Server) -
         elected = controller(addr, "elect-master", NAME, "--broker-id", "2", "--json")
         assert elected.returncode == 0, elected.stderr
         result = json.loads(elected.stdout)
-        assert (result["masterBrokerId"], result["masterEpoch"]) == (2, 1)
+        # The controller may already have held the group's first election by itself.
+        assert result["masterBrokerId"] == 2
+        assert result["masterEpoch"] >= 1
 
         table = controller(addr, "sync-state-set", NAME, "--json")
         assert table.returncode == 0, table.stderr

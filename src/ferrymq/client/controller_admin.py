@@ -129,6 +129,7 @@ class ControllerAdmin:
         """
         deadline = time.monotonic() + self._timeout
         while True:
+            hint: str | None = None
             for address in self.addresses:
                 try:
                     meta = await self.metadata(address)
@@ -137,9 +138,12 @@ class ControllerAdmin:
                 if meta.is_leader:
                     self._leader = address
                     return address
-                if meta.controller_leader_address:
-                    self._leader = meta.controller_leader_address
-                    return meta.controller_leader_address
+                named = meta.controller_leader_address
+                if named and named != address and hint is None:
+                    hint = named  # a node that is not serving cannot vouch for itself
+            if hint is not None:
+                self._leader = hint
+                return hint
             if time.monotonic() >= deadline:
                 raise FerryError(f"no controller leader among {';'.join(self.addresses)}")
             await asyncio.sleep(_LEADER_RETRY_DELAY)

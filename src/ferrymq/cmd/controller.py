@@ -84,7 +84,9 @@ class ControllerParts:
             raise ValueError(
                 f"controller id {controller_id} is not among the peers {sorted(peers)}"
             )
-        self.client = RpcClient()
+        host, _ = parse_address(peers[controller_id])
+        # Connections to peers leave from this node's own address (see RpcClient).
+        self.client = RpcClient(local_host=None if host in ("0.0.0.0", "::", "") else host)
         self.state_machine = ControllerStateMachine(ControllerState())
         self.raft = RaftDriver(
             controller_id,

@@ -10,7 +10,10 @@ handler -> job queue (one worker) -> decide(request, view, now) -> propose(event
 ```
 Rules:
 1. Decisions are serialized through one bounded queue and one worker, so each is made against
-   the state every earlier decision left. A full queue answers SYSTEM_BUSY.
+   the state every earlier decision left. The worker takes what is queued (up to `_MAX_BATCH`),
+   decides it in order against an overlay of the state with the batch's earlier events applied,
+   and replicates the batch's events as one log entry: one Raft round trip and one fsync for
+   many requests. A full queue answers SYSTEM_BUSY.
 2. A node serves only as a leader that has applied a barrier entry of its own term (so its state
    holds every committed entry). Anything else answers CONTROLLER_NOT_LEADER (2007) naming the
    leader, in the remark and in `controllerLeaderId`/`controllerLeaderAddress` ext fields.
@@ -18,8 +21,8 @@ Rules:
    (heartbeats are recorded everywhere, so a new leader starts with a warm table, but only the
    leader's answer renews a master's lease).
 3. Reads go through the queue after a ReadIndex, so they are linearizable.
-4. If an event's compare-and-set fails at apply (the state moved between decide and apply), the
-   request is decided again, a bounded number of times.
+4. If an event's compare-and-set fails at apply (possible only across a leader change), that
+   request answers SYSTEM_BUSY and nothing of it was applied; its sender retries.
 5. Liveness is acted on only by the serving leader: a scan every `scanNotActiveBrokerInterval`,
    at once when a broker's connection closes, and again when a closed master's lease runs out.
 6. After a successful election the leader pushes NOTIFY_BROKER_ROLE_CHANGED (oneway, best effort;
@@ -104,7 +107,8 @@ H = TypeVar("H", bound=CommandHeader)
 
 DEFAULT_CONTROLLER_GROUP: Final = "ferrymq-controller"
 _BROKER_KEYS: Final = "controller.broker_keys"
-_MAX_REDECIDE: Final = 3
+_MAX_BATCH: Final = 256
+"""Requests decided together and replicated as one log entry."""
 _BARRIER_RETRY_DELAY: Final = 0.05
 
 
@@ -406,42 +410,61 @@ class ControllerNode:
 
     async def _work(self) -> None:
         while True:
-            job = await self._queue.get()
-            if job.future.done():
+            batch = [await self._queue.get()]
+            while len(batch) < _MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            batch = [job for job in batch if not job.future.done()]
+            if not batch:
                 continue
             try:
-                decision = await self._run(job)
+                await self._run(batch)
             except RequestError as exc:
-                if not job.future.done():
-                    job.future.set_exception(RequestError(exc.code, exc.remark))
+                self._fail(batch, RequestError(exc.code, exc.remark))
             except (FerryError, TimeoutError) as exc:
-                if not job.future.done():
-                    job.future.set_exception(
-                        RequestError(ResponseCode.SYSTEM_ERROR, f"not replicated: {exc}")
-                    )
-            else:
-                if not job.future.done():
-                    job.future.set_result(decision)
+                self._fail(batch, RequestError(ResponseCode.SYSTEM_ERROR, f"not replicated: {exc}"))
 
-    async def _run(self, job: _Job) -> Decision:
+    @staticmethod
+    def _fail(batch: list[_Job], error: RequestError) -> None:
+        for job in batch:
+            if not job.future.done():
+                job.future.set_exception(RequestError(error.code, error.remark))
+
+    async def _run(self, batch: list[_Job]) -> None:
+        """Decide a batch against an overlay, replicate its events, answer once applied (rule 1)."""
         timeout = self.config.request_timeout
-        if job.is_read:
+        if any(job.is_read for job in batch):
             await self._raft.read_index(timeout)
-        for _ in range(_MAX_REDECIDE):
-            if not self._serving:
-                raise self._not_leader()
-            decision = decide(job.request, self._view(), self._clock())
+        if not self._serving:
+            raise self._not_leader()
+        overlay = self.state.overlay()
+        view = View(overlay, self.liveness, self.policy, self._leader_since)
+        now = self._clock()
+        events: list[Event] = []
+        decided: list[tuple[_Job, Decision, int]] = []
+        for job in batch:
+            decision = decide(job.request, view, now)
             if decision.warning:
                 log.warning("%s", decision.warning)
-            if not decision.events:
-                return decision
-            outcomes = await self._raft.propose(encode_entry(decision.events), timeout)
-            if isinstance(outcomes, tuple) and all(outcomes):
-                return decision
-            log.info("state moved between decision and apply; deciding %s again", job.request)
-        raise RequestError(
-            ResponseCode.SYSTEM_BUSY, "the state kept changing under this request; retry"
-        )
+            for event in decision.events:
+                overlay.apply_event(event)
+            events.extend(decision.events)
+            decided.append((job, decision, len(events)))
+        outcomes: object = ()
+        if events:
+            outcomes = await self._raft.propose(encode_entry(events), timeout)
+        start = 0
+        for job, decision, end in decided:
+            applied = isinstance(outcomes, tuple) and all(outcomes[start:end])
+            if job.future.done():
+                pass
+            elif start == end or applied:
+                job.future.set_result(decision)
+            else:
+                log.info("state moved between decision and apply: %s", job.request)
+                job.future.set_exception(
+                    RequestError(ResponseCode.SYSTEM_BUSY, "the controller state changed; retry")
+                )
+            start = end
 
     def _applied(self, events: list[Event], outcomes: tuple[bool, ...]) -> None:
         """After every applied entry, on every node."""
@@ -556,9 +579,10 @@ class ControllerNode:
         )
 
     def _not_leader_response(self, request: RemotingCommand, remark: str) -> RemotingCommand:
+        closed = self._closed
         header = NotLeaderResponseHeader(
-            controller_leader_id=self._raft.leader_id,
-            controller_leader_address=self._raft.leader_addr,
+            controller_leader_id=None if closed else self._raft.leader_id,
+            controller_leader_address=None if closed else self._raft.leader_addr,
         )
         return request.make_response(
             ResponseCode.CONTROLLER_NOT_LEADER, remark=remark, ext_fields=to_ext_fields(header)

@@ -76,6 +76,22 @@ class BrokerGroup:
         replica = self.replicas.get(self.master_broker_id)
         return replica.broker_address if replica else None
 
+    def copy(self) -> BrokerGroup:
+        """An independent copy (for deciding against events not yet applied)."""
+        return BrokerGroup(
+            cluster_name=self.cluster_name,
+            broker_name=self.broker_name,
+            next_broker_id=self.next_broker_id,
+            replicas={
+                i: Replica(r.broker_address, r.register_check_code)
+                for i, r in self.replicas.items()
+            },
+            master_broker_id=self.master_broker_id,
+            master_epoch=self.master_epoch,
+            sync_state_set=set(self.sync_state_set),
+            sync_state_set_epoch=self.sync_state_set_epoch,
+        )
+
     def address_of(self, broker_id: int) -> str | None:
         """A replica's address, if the id is assigned."""
         replica = self.replicas.get(broker_id)
@@ -89,6 +105,22 @@ class ControllerState:
     groups: dict[str, BrokerGroup] = field(default_factory=dict)
     config_overrides: dict[str, str] = field(default_factory=dict)
     applied_index: int = 0
+    _copied: set[str] | None = field(default=None, repr=False, compare=False)
+    """Names of groups an overlay has copied (None: this is not an overlay)."""
+
+    def overlay(self) -> ControllerState:
+        """A copy to apply events to speculatively; groups are copied on first write.
+
+        The group table and config are copied now (a table of references); `apply_event` on
+        the overlay copies a group before changing it, so this state never changes.
+        """
+        overlay = ControllerState(
+            groups=dict(self.groups),
+            config_overrides=dict(self.config_overrides),
+            applied_index=self.applied_index,
+        )
+        overlay._copied = set()
+        return overlay
 
     # ------------------------------------------------------------------ the Raft state machine
 
@@ -168,6 +200,12 @@ class ControllerState:
 
     def apply_event(self, event: Event) -> bool:
         """Apply one event; False when it changed nothing (rule 2)."""
+        if self._copied is not None and not isinstance(event, UpdateControllerConfigEvent):
+            name = event.broker_name
+            group = self.groups.get(name)
+            if group is not None and name not in self._copied:
+                self.groups[name] = group.copy()
+            self._copied.add(name)
         match event:
             case ApplyBrokerIdEvent():
                 return self._apply_broker_id(event)

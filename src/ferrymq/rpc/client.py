@@ -46,7 +46,11 @@ class RpcClient:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         local_host: str | None = None,
     ) -> None:
-        """`local_host`: the source address of every connection (None: the kernel's choice)."""
+        """Create a client; `local_host` binds every outgoing connection to that source address.
+
+        A server that talks to its peers (a controller node, a broker on 127.0.0.i) binds to its
+        own listen address, so a peer sees who it is and network rules can single it out.
+        """
         self._on_request = on_request
         self._local_addr = (local_host, 0) if local_host else None
         self._connect_timeout = connect_timeout

@@ -272,3 +272,21 @@ def test_a_corrupt_snapshot_is_refused() -> None:
     for bad in (b"", b"\x02" + data[1:], data[:-3]):
         with pytest.raises(ProtocolError):
             ControllerState().restore(bad)
+
+
+@given(_batches, _batches)
+def test_an_overlay_takes_events_without_touching_the_state(
+    before: list[list[Event]], after: list[list[Event]]
+) -> None:
+    state = ControllerState()
+    for index, batch in enumerate(before, 1):
+        state.apply(index, encode_entry(batch))
+    frozen = state.snapshot()
+    direct = ControllerState()
+    direct.restore(frozen)
+    overlay = state.overlay()
+    for batch in after:
+        for event in batch:
+            assert overlay.apply_event(event) == direct.apply_event(event)
+    assert state.snapshot() == frozen
+    assert overlay.snapshot() == direct.snapshot()
