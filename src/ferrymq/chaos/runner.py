@@ -45,7 +45,6 @@ __all__ = ["RunConfig", "run_inside", "run_isolated"]
 log = logging.getLogger(__name__)
 
 INSIDE_ENV: Final = "FERRYMQ_CHAOS_NETNS"
-_CONVERGE_TIMEOUT_S: Final = 60.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +57,7 @@ class RunConfig:
     bugs: tuple[str, ...] = ()
     sends_per_second: float = 100.0
     drain_timeout_s: float = 60.0
+    converge_timeout_s: float = 60.0
 
     def argv(self) -> list[str]:
         """The `ferry chaos` arguments that repeat this run."""
@@ -73,6 +73,8 @@ class RunConfig:
             str(self.sends_per_second),
             "--drain-timeout",
             str(self.drain_timeout_s),
+            "--converge-timeout",
+            str(self.converge_timeout_s),
         ]
         for bug in self.bugs:
             args += ["--bug", bug]
@@ -239,7 +241,7 @@ async def run_inside(config: RunConfig) -> Results:
         )
         await workload.finish()
         await faults.heal_all()
-        converged = await _converge(cluster, recorder, _CONVERGE_TIMEOUT_S)
+        converged = await _converge(cluster, recorder, config.converge_timeout_s)
         drained = await workload.drain(config.drain_timeout_s)
     finally:
         await workload.finish()

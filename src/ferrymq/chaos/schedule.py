@@ -1,7 +1,8 @@
 """Fault schedules: which nemesis hits which role when, for how long; fixed shape, seeded jitter.
 
 `standard` is the ~5-minute CI run (every nemesis at least once, masters and slaves both hit);
-`smoke` is the under-a-minute version the test suite runs. The same seed always gives the same
+`smoke` is the under-a-minute version the test suite runs; `power-loss` and `bitflip` hit one
+fault three times (the bug-switch tests). The same seed always gives the same
 schedule; the schedule is written into the history, so a failing run can be replayed.
 """
 
@@ -71,7 +72,21 @@ _SMOKE: Final = (
 )
 _SMOKE_GAP_S: Final = 2.0
 
-SCHEDULES: Final = ("standard", "smoke")
+_FOCUSED: Final = {
+    "power-loss": (
+        ("power-loss", "master", 1.5),
+        ("power-loss", "master", 1.5),
+        ("power-loss", "master", 1.5),
+    ),
+    "bitflip": (
+        ("bitflip", "slave", 1.0),
+        ("bitflip", "slave", 1.0),
+        ("bitflip", "slave", 1.0),
+    ),
+}
+"""Short runs aimed at one fault (the bug-switch tests: each must catch its bug)."""
+
+SCHEDULES: Final = ("standard", "smoke", *_FOCUSED)
 
 
 def _lay_out(
@@ -102,4 +117,6 @@ def build_schedule(name: str, seed: int) -> Schedule:
         return _lay_out(name, _STANDARD, 10.0, _STANDARD_GAP_S, 8.0, rng)
     if name == "smoke":
         return _lay_out(name, _SMOKE, 3.0, _SMOKE_GAP_S, 2.0, rng)
+    if name in _FOCUSED:
+        return _lay_out(name, _FOCUSED[name], 3.0, _SMOKE_GAP_S, 1.0, rng)
     raise ValueError(f"unknown schedule {name!r}; known: {', '.join(SCHEDULES)}")

@@ -213,6 +213,13 @@ def up_command(
     "--rate", type=click.FloatRange(min=1), default=100.0, show_default=True, help="Sends/s."
 )
 @click.option("--drain-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True)
+@click.option(
+    "--converge-timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="How long the healed cluster gets to catch every replica up before the drain.",
+)
 def chaos_command(
     out_dir: Path | None,
     seed: int,
@@ -220,6 +227,7 @@ def chaos_command(
     bugs: tuple[str, ...],
     rate: float,
     drain_timeout: float,
+    converge_timeout: float,
 ) -> None:
     """Run a 3-replica group under faults, check the history; exit 1 on any anomaly.
 
@@ -232,6 +240,7 @@ def chaos_command(
         bugs=bugs,
         sends_per_second=rate,
         drain_timeout_s=drain_timeout,
+        converge_timeout_s=converge_timeout,
     )
     if is_inside():
         setup_logging("INFO")
