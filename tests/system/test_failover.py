@@ -12,6 +12,7 @@ import pytest
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer, PullStatus
+from ferrymq.client.controller_admin import broker_epoch_cache
 from ferrymq.client.producer import Producer
 from ferrymq.cmd.up import ProcessCluster, UpConfig
 from ferrymq.errors import FerryError, SendOutcomeUnknownError
@@ -76,6 +77,11 @@ async def test_kill_the_master_under_load_and_lose_nothing(tmp_path: Path) -> No
                             acked[body] = (result.queue.queue_id, result.queue_offset)
 
                 await produce(200, "before")
+                # metadata committed before the failover: a topic, a group's offset
+                await admin.create_topic("FailoverMeta", queues=1)
+                async with PullConsumer(cluster.namesrv_addr, "MetaGroup") as meta:
+                    meta_queue = (await meta.queues(TOPIC))[0]
+                    await meta.commit(meta_queue, 42)
                 victim = next(
                     name for name, child in cluster.brokers.items() if child.addr == old_master
                 )
@@ -100,6 +106,20 @@ async def test_kill_the_master_under_load_and_lose_nothing(tmp_path: Path) -> No
                     break
                 assert time.monotonic() < deadline, f"the old master did not rejoin: {info}"
                 await asyncio.sleep(0.2)
+
+            # the new master has the metadata; every replica has the same epoch history
+            async with PullConsumer(cluster.namesrv_addr, "MetaGroup") as meta:
+                assert await meta.committed(meta_queue) == 42
+            new_topics = await _runtime(client, new_master)
+            assert int(new_topics["topicCount"]) >= 2
+            route = await admin.route("FailoverMeta")
+            assert route is not None
+            caches = [
+                await broker_epoch_cache(client, child.addr) for child in cluster.brokers.values()
+            ]
+            histories = {tuple((e.epoch, e.start_offset) for e in c.epoch_list) for c in caches}
+            assert len(histories) == 1, histories
+            assert [epoch for epoch, _ in histories.pop()] == [1, 2]
 
         consumed: dict[bytes, int] = {}
         async with PullConsumer(cluster.namesrv_addr, "FailoverCheck") as consumer:

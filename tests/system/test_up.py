@@ -175,6 +175,10 @@ async def test_up_defaults_to_an_ha_group_run_by_three_controllers(
         assert namesrv.count(";") == (2 if embedded else 0)
         async with AdminClient(namesrv) as admin:
             await admin.create_topic("UpHA", queues=1)
+            deadline = time.monotonic() + 30
+            while await admin.route("UpHA") is None:  # the master registers it with the NameServer
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
         async with Producer(namesrv) as producer:
             result = await producer.send("UpHA", b"through the elected master")
         assert result.queue_offset == 0

@@ -54,6 +54,7 @@ from ferrymq.store.store import Store
 from ferrymq.wire.bodies import RegisterBrokerBody, encode_register_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.ha import EpochEntry
 from ferrymq.wire.headers import from_ext_fields, to_ext_fields
 from ferrymq.wire.namesrv import (
     RegisterBrokerRequestHeader,
@@ -257,6 +258,7 @@ class Broker:
             self.state.role = BrokerRole.SLAVE  # fenced until the controller names a role
             self.replicas = ReplicasManager(self, self._namesrv)
             self.router.add(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.replicas.notified)
+            self.router.add(RequestCode.GET_BROKER_EPOCH_CACHE, self.replicas.epoch_cache)
             self._spawn(self.replicas.run())
         elif self.config.broker_role is BrokerRole.SLAVE:
             self._start_slave()
@@ -357,6 +359,11 @@ class Broker:
             return False
         log.warning("ignoring master epoch %d: epoch %d is already known", master_epoch, known)
         return True
+
+    @property
+    def epoch_entries(self) -> tuple[EpochEntry, ...]:
+        """This broker's epoch history (epoch, start offset), oldest first."""
+        return tuple(self._require_epochs().history.entries)
 
     @property
     def log_epoch(self) -> int:

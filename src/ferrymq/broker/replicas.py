@@ -47,6 +47,8 @@ from ferrymq.wire.controller import (
     ElectMasterRequestHeader,
     ElectMasterResponseBody,
     ElectMasterResponseHeader,
+    EpochEntry,
+    EpochEntryCache,
     GetNextBrokerIdRequestHeader,
     GetNextBrokerIdResponseHeader,
     GetReplicaInfoRequestHeader,
@@ -259,6 +261,28 @@ class ReplicasManager:
                 may_elect=False,
             )
         return request.make_response(ResponseCode.SUCCESS)
+
+    async def epoch_cache(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_EPOCH_CACHE (1007): this broker's epoch file and max offset."""
+        broker = self.broker
+        config = broker.config
+        entries = broker.epoch_entries
+        end = broker.store.max_log_offset
+        body = EpochEntryCache(
+            cluster_name=config.broker_cluster_name,
+            broker_name=config.broker_name,
+            broker_id=broker.broker_id,
+            epoch_list=[
+                EpochEntry(
+                    epoch=entry.epoch,
+                    start_offset=entry.start_offset,
+                    end_offset=entries[i + 1].start_offset if i + 1 < len(entries) else end,
+                )
+                for i, entry in enumerate(entries)
+            ],
+            max_offset=end,
+        )
+        return request.make_response(ResponseCode.SUCCESS, body=encode_body(body))
 
     async def _sync_loop(self) -> None:
         config = self.broker.config

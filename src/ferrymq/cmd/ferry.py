@@ -26,6 +26,7 @@ from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
 from ferrymq.cli.stream import consume_command, produce_command
 from ferrymq.cmd.bench_broker import BrokerBenchConfig, ratios_to_nats, run_broker_bench
 from ferrymq.cmd.bench_controller import ControllerBenchConfig, run_controller_bench
+from ferrymq.cmd.bench_failover import FailoverBenchConfig, run_failover_bench
 from ferrymq.cmd.bench_replication import ReplicationBenchConfig, run_replication_bench
 from ferrymq.cmd.bench_replication import ratios as replication_ratios
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
@@ -552,6 +553,85 @@ def bench_controller(
         f"{summary['failover_over_etcd']}x; commit p50 ferrymq/etcd "
         f"{summary['commit_p50_over_etcd']}x"
     )
+
+
+@bench.command("failover")
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1, max=100),
+    default=5,
+    show_default=True,
+    help="Failures per system and mode.",
+)
+@click.option(
+    "--rate",
+    type=click.IntRange(min=1, max=10_000),
+    default=200,
+    show_default=True,
+    help="Messages per second (open loop).",
+)
+@click.option(
+    "--mode",
+    "modes",
+    type=click.Choice(["kill", "stop"]),
+    multiple=True,
+    default=("kill", "stop"),
+    show_default=True,
+    help="kill: kill -9 (a crash); stop: SIGSTOP (a silent failure). Repeat for both.",
+)
+@click.option("--no-nats", is_flag=True, help="Skip the NATS JetStream R3 rounds.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def bench_failover(
+    rounds: int, rate: int, modes: tuple[str, ...], no_nats: bool, as_json: bool
+) -> None:
+    """Master (leader) failures under load: unavailability gap, election, loss, beside NATS R3."""
+    config = FailoverBenchConfig(rounds=rounds, rate=rate, modes=modes, nats=not no_nats)
+    console = Console(stderr=True)
+    with console.status("measuring") as status:
+        try:
+            summaries = asyncio.run(
+                run_failover_bench(config, lambda name: status.update(f"measuring {name}"))
+            )
+        except RuntimeError as exc:  # a server did not start, or a failover never finished
+            raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "benchmark": "failover",
+                    "machine": _machine(),
+                    "rate": rate,
+                    "results": [s.as_json() for s in summaries],
+                }
+            )
+        )
+        return
+    table = Table(title=f"ferry bench failover ({rounds} rounds, {rate} msg/s)")
+    for column in (
+        "system",
+        "mode",
+        "gap median s",
+        "gap p99 s",
+        "elect median s",
+        "follow median s",
+        "acked",
+        "lost",
+        "duplicated",
+    ):
+        table.add_column(column, justify="right")
+    for s in summaries:
+        table.add_row(
+            s.system,
+            s.mode,
+            f"{s.stat('gap_s', 0.5):.2f}",
+            f"{s.stat('gap_s', 0.99):.2f}",
+            f"{s.stat('elect_s', 0.5):.2f}",
+            f"{s.stat('follow_s', 0.5):.2f}",
+            f"{s.acknowledged:,}",
+            str(s.lost),
+            str(s.duplicated),
+        )
+    _wide_console().print(table)
 
 
 def _machine() -> dict[str, object]:
