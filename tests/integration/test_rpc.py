@@ -202,3 +202,32 @@ async def test_oneway_requests_get_no_response() -> None:
 def test_header_field_error_names_the_field() -> None:
     error = HeaderFieldError("H", "queueId", "Expected `int`")
     assert (error.field, str(error)) == ("queueId", "H.queueId: Expected `int`")
+
+
+async def test_a_peer_that_stops_reading_times_calls_out_instead_of_hanging() -> None:
+    # a server that accepts and then reads nothing (a SIGSTOPped process looks like this): the
+    # socket buffers fill, the client's transport pauses writing, and calls must still end
+    # within their timeout
+    held: list[asyncio.StreamWriter] = []
+
+    async def never_read(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(never_read, "127.0.0.1", 0, limit=1024)
+    address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    big = RemotingCommand(code=RequestCode.SEND_MESSAGE, body=b"x" * (1 << 20))
+    try:
+        async with RpcClient() as client:
+            outcomes = await asyncio.gather(
+                *(client.call(address, big, 0.5) for _ in range(64)), return_exceptions=True
+            )
+            assert all(isinstance(o, RequestTimeoutError) for o in outcomes), outcomes[:3]
+            conn = await client.connection(address)
+            assert not conn._writable.is_set()  # the buffers really are full
+            with pytest.raises(RequestTimeoutError):  # before: a hang as long as the peer's
+                await client.call(address, big, 0.3)
+    finally:
+        for writer in held:
+            writer.transport.abort()
+        server.close()
+        await server.wait_closed()

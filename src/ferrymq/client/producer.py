@@ -228,6 +228,9 @@ class Producer:
                 continue
             except RpcError as exc:
                 self.routes.mark_failed(target.broker_name)
+                # a master that stopped answering may have been replaced: the next send asks
+                # the NameServers again instead of waiting for the periodic refresh
+                self.routes.invalidate(topic)
                 raise SendOutcomeUnknownError(str(exc), msg_id) from exc
             status = _NOT_COMMITTED_CODES.get(response.code)
             if status is not None:

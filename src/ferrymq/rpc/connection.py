@@ -217,11 +217,17 @@ class Connection(asyncio.Protocol):
         if self.is_closed:
             raise ConnectionClosedError(self.peer)
         request.opaque = next_opaque()
-        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[request.opaque] = future
+        started = loop.time()
         try:
-            await self.send(request)
-            return await wait_future(future, timeout)
+            if not self._writable.is_set():
+                # a peer that stopped reading (SIGSTOP, a full socket): the wait for room counts
+                # against the same timeout, or callers would hang as long as the peer does
+                await asyncio.wait_for(self._writable.wait(), timeout)
+            self.write(request)
+            return await wait_future(future, max(0.0, timeout - (loop.time() - started)))
         except TimeoutError:
             raise RequestTimeoutError(self.peer, request.code, timeout) from None
         finally:
