@@ -335,10 +335,9 @@ class RaftNode:
                 )
                 self._become_follower(message.term, leader)
         elif message.term < self.term:
-            if (self._config.check_quorum or self._config.pre_vote) and isinstance(
-                message, AppendRequest | Heartbeat
-            ):
-                # A leader cut off (and at a lower term) learns the new term and steps down.
+            if isinstance(message, AppendRequest | Heartbeat | InstallSnapshot):
+                # Figure 2, AppendEntries rule 1: answer with our term, so a leader that was cut
+                # off (or removed, so nobody else writes to it) learns it and steps down.
                 self._send(
                     AppendResponse(**self._head(message.sender), success=False, match_index=0)
                 )

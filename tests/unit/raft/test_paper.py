@@ -74,9 +74,13 @@ def test_a_higher_term_turns_any_role_into_a_follower_of_that_term() -> None:
     assert leader.vote is None
 
 
-def test_a_message_of_a_stale_term_is_refused_and_tells_the_sender_the_term() -> None:
+@pytest.mark.parametrize("features", [True, False], ids=["pre-vote+check-quorum", "plain"])
+def test_a_message_of_a_stale_term_is_refused_and_tells_the_sender_the_term(
+    features: bool,
+) -> None:
     """Figure 2, AppendEntries rule 1: reply false if term < currentTerm (5.1)."""
-    follower = node("a", term=5)
+    cfg = dataclasses.replace(CONFIG, pre_vote=features, check_quorum=features)
+    follower = node("a", term=5, config=cfg)
     follower.step(
         AppendRequest(
             term=3,
