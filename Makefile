@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: setup test lint unit bench bench-store demo clean
+.PHONY: setup test lint unit bench bench-store demo clean soak-raft
 
 setup: $(STAMP)
 
@@ -26,6 +26,14 @@ test: lint
 
 unit: setup
 	$(BIN)/pytest -q tests/unit
+
+# The Raft simulation over many more seeds than `make test` runs (2000); not part of `make test`.
+# SEEDS=N and FIRST_SEED=K choose the range; a failure names its seed for replay.
+SEEDS ?= 50000
+FIRST_SEED ?= 2000
+soak-raft: setup
+	RAFT_SIM_SEEDS=$(SEEDS) RAFT_SIM_FIRST_SEED=$(FIRST_SEED) $(BIN)/pytest -q -p no:cacheprovider \
+		tests/unit/raft/test_sim.py -k test_raft_stays_safe_and_live_under_faults
 
 bench: bench-store
 

@@ -19,6 +19,7 @@ import pytest
 from ferrymq.errors import NotLeaderError, ProposalDroppedError
 from ferrymq.raft.config import RaftConfig
 from ferrymq.raft.driver import RaftDriver
+from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand, encode_frame
@@ -78,10 +79,10 @@ class Cluster:
 
     def _dispatch(
         self, node_id: str
-    ) -> Callable[[object, RemotingCommand], Awaitable[RemotingCommand | None]]:
+    ) -> Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]:
         # The router of a member is rebuilt on restart, so the server looks it up per request.
-        async def handle(conn: object, request: RemotingCommand) -> RemotingCommand | None:
-            return await self.routers[node_id](conn, request)  # type: ignore[arg-type]  # Connection
+        async def handle(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+            return await self.routers[node_id](conn, request)
 
         return handle
 
@@ -175,7 +176,8 @@ async def test_membership_add_and_remove(cluster: Cluster) -> None:
     await leader.propose(b"before", timeout=5)
     fourth = await cluster.add_server("n4")
     await leader.add_member("n4", fourth.server.address, timeout=5)
-    joined = await cluster.start("n4", cluster.peers)
+    existing = {k: v for k, v in cluster.peers.items() if k != "n4"}
+    joined = await cluster.start("n4", existing)  # joins: not a member until the log says so
     await wait_until(lambda: fourth.state.commands == [b"before"])
     assert set(joined.members) == {"n1", "n2", "n3", "n4"}
     await leader.remove_member("n4", timeout=5)

@@ -105,9 +105,12 @@ class RaftDriver:
         """Create a driver (nothing runs until `start`).
 
         Args:
-            node_id: this node's id; must be a key of `peers` on a first start.
-            peers: id -> `host:port` of every initial member, this node included. Used until
-                the log or a snapshot says otherwise (membership lives in the log).
+            node_id: this node's id.
+            peers: id -> `host:port` of the members to start with, used until the log or a
+                snapshot says otherwise (membership lives in the log). A new cluster: every
+                initial member, this node included, the same on every node. A node joining a
+                running cluster: the current members without itself, so that it cannot
+                campaign before the leader's `add_member` entry reaches it.
             data_dir: where the node's files live (created if missing).
             state_machine: what the log drives.
             config: timings and sizes.
@@ -447,7 +450,20 @@ class RaftDriver:
         for _ in range(ticks):
             node.tick()
         while self._inbox:
-            node.step(self._inbox.popleft())
+            message = self._inbox.popleft()
+            try:
+                node.step(message)
+            except AssertionError as exc:
+                # Only a peer that broke Raft's rules (a wiped data directory rejoining under its
+                # old id, another cluster on the same port) gets here; the node checks before it
+                # changes anything, so dropping the message keeps this node safe.
+                log.error(
+                    "raft %s: dropped %s from %s: %s",
+                    self.node_id,
+                    type(message).__name__,
+                    message.sender,
+                    exc,
+                )
         while self._commands:
             self._commands.popleft()(node)
         self._publish_state(node)

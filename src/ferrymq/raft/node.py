@@ -603,6 +603,13 @@ class RaftNode:
             progress.probe_sent = False
             progress.snapshot_sent = False
             if (
+                progress.state is ProgressState.REPLICATE
+                and len(progress.inflight) >= self._config.max_inflight_appends
+            ):
+                # The window may be full of appends that were lost: let one more through, whose
+                # rejection (if the gap is real) sends the follower back to probing.
+                progress.inflight.popleft()
+            if (
                 progress.match_index < self.log.last_index
                 or progress.state is ProgressState.SNAPSHOT
             ):
@@ -864,7 +871,10 @@ class RaftNode:
                     progress.become_probe()
                 self._send_append(message.sender)
             return
-        if not progress.maybe_update(message.match_index):
+        updated = progress.maybe_update(message.match_index)
+        if not updated and not (
+            progress.state is ProgressState.PROBE and progress.match_index == message.match_index
+        ):
             return
         if progress.state is ProgressState.PROBE or (
             progress.state is ProgressState.SNAPSHOT
