@@ -98,7 +98,7 @@ __all__ = [
     "ControllerNode",
     "ControllerNodeConfig",
     "ControllerStateMachine",
-    "RaftNode",
+    "RaftHandle",
 ]
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ _MAX_BATCH: Final = 256
 _BARRIER_RETRY_DELAY: Final = 0.05
 
 
-class RaftNode(Protocol):
+class RaftHandle(Protocol):
     """What the controller uses of `ferrymq.raft.driver.RaftDriver`."""
 
     @property
@@ -211,7 +211,7 @@ class ControllerNode:
         config: ControllerNodeConfig,
         policy: ControllerConfig,
         state_machine: ControllerStateMachine,
-        raft: RaftNode,
+        raft: RaftHandle,
         client: RpcClient,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -449,22 +449,23 @@ class ControllerNode:
                 overlay.apply_event(event)
             events.extend(decision.events)
             decided.append((job, decision, len(events)))
-        outcomes: object = ()
+        first_failed = len(events)
         if events:
             outcomes = await self._raft.propose(encode_entry(events), timeout)
-        start = 0
+            if not isinstance(outcomes, tuple):
+                raise RequestError(ResponseCode.SYSTEM_ERROR, f"unexpected apply result {outcomes}")
+            first_failed = next((i for i, ok in enumerate(outcomes) if not ok), len(events))
         for job, decision, end in decided:
-            applied = isinstance(outcomes, tuple) and all(outcomes[start:end])
             if job.future.done():
-                pass
-            elif start == end or applied:
+                continue
+            if end <= first_failed:
                 job.future.set_result(decision)
-            else:
-                log.info("state moved between decision and apply: %s", job.request)
-                job.future.set_exception(
-                    RequestError(ResponseCode.SYSTEM_BUSY, "the controller state changed; retry")
-                )
-            start = end
+                continue
+            # Decided after an event that did not apply: it may rest on that event.
+            log.info("state moved between decision and apply: %s", job.request)
+            job.future.set_exception(
+                RequestError(ResponseCode.SYSTEM_BUSY, "the controller state changed; retry")
+            )
 
     def _applied(self, events: list[Event], outcomes: tuple[bool, ...]) -> None:
         """After every applied entry, on every node."""
