@@ -50,5 +50,12 @@ CHAOS_OUT  ?= chaos-out
 chaos: setup
 	$(BIN)/ferry chaos --schedule standard --seed $(CHAOS_SEED) --out $(CHAOS_OUT)
 
+# Coverage-guided fuzzing of every wire and on-disk decoder, FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	for target in $$($(BIN)/python -c 'from tests.fuzz.targets import TARGETS; print(*TARGETS)'); do \
+		$(BIN)/python -m tests.fuzz.run $$target -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

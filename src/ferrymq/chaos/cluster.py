@@ -227,6 +227,10 @@ class Cluster:
                 "2000",
                 "--register-name-server-period",
                 "1000",
+                # RocketMQ's forced deletion of the oldest segments above 75 % disk use would
+                # delete unconsumed acked messages when the full-disk fault fills the disk
+                "--disk-max-used-space-ratio",
+                "100",
             ]
             self.brokers.append(
                 Node(name, ip, args, logs / f"{name}.log", env, broker_id, store_dir)

@@ -332,6 +332,18 @@ class Workload:
                             self.recorder.record("drain", "info", "drain", error=str(exc))
                             await asyncio.sleep(0.5)
                             continue
+                        if (
+                            result.status is PullStatus.OFFSET_ILLEGAL
+                            and result.next_offset > position
+                        ):
+                            self.recorder.record(
+                                "drain",
+                                "info",
+                                "drain",
+                                error=f"{q}: offsets {position}..{result.next_offset} are gone",
+                            )
+                            position = result.next_offset
+                            continue
                         reads = [(m.queue_offset, value_of(m.body)) for m in result.messages]
                         self.recorder.record(
                             "drain", "ok", "drain", gen=0, reads={q: reads}, node=None

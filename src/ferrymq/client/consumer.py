@@ -14,7 +14,7 @@ from typing import Self
 
 from ferrymq.client.message import Message
 from ferrymq.client.routing import MASTER_ID, Routes
-from ferrymq.errors import RemoteError, TopicNotFoundError
+from ferrymq.errors import ConnectError, RemoteError, TopicNotFoundError
 from ferrymq.model import MessageQueue, validate_group
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.broker import (
@@ -121,11 +121,15 @@ class PullConsumer:
         header: CommandHeader,
         timeout: float | None = None,
         broker_id: int = MASTER_ID,
+        *,
+        master_only: bool = False,
     ) -> RemotingCommand:
         route = await self.routes.get(queue.topic)
         address = route.brokers.get(queue.broker_name, {}).get(broker_id)
-        if address is None:
+        if address is None and not master_only:
             address = route.any_replica(queue.broker_name)
+        if address is None and master_only:
+            raise ConnectError(queue.broker_name, "the broker group has no master in the route")
         if address is None:
             raise TopicNotFoundError(queue.topic)
         request = RemotingCommand(code=code, ext_fields=to_ext_fields(header))
@@ -247,6 +251,10 @@ class PullConsumer:
             queue_id=queue.queue_id,
             commit_offset=offset,
         )
-        response = await self._call(queue, RequestCode.UPDATE_CONSUMER_OFFSET, header)
+        # only the master: a slave would acknowledge a commit the master never hears of (and
+        # its copy is overwritten by the master's replicated offsets): found by `ferry chaos`
+        response = await self._call(
+            queue, RequestCode.UPDATE_CONSUMER_OFFSET, header, master_only=True
+        )
         if response.code != ResponseCode.SUCCESS:
             raise RemoteError(response.code, response.remark)
