@@ -424,9 +424,14 @@ class Broker:
             if self._stale(master_epoch):
                 return False
             self._master_epoch = master_epoch
+            moved = master_address != self._master_address
             self._master_address = master_address
             if self.slave is not None:
                 self.slave.expected_epoch = master_epoch
+                if moved:
+                    # the address learned for the old master is stale; follow the new one now
+                    self._master_ha_address = None
+                    self.slave.reconnect()
             else:
                 await self._stop_role()
                 self._master_ha_address = None

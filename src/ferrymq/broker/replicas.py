@@ -205,16 +205,27 @@ class ReplicasManager:
             if may_elect:
                 await self._elect()
             return
+        newer_set = members is not None and (
+            members.sync_state_set_epoch > self.sync_state_set_epoch
+        )
+        if members is not None and newer_set:
+            self.sync_state_set_epoch = members.sync_state_set_epoch
+        ids = frozenset(members.sync_state_set) if members else frozenset()
+        if master_epoch < broker.master_epoch or (
+            master_epoch == broker.master_epoch and not broker.fenced
+        ):
+            # what this broker already acts on (the periodic poll): at most a newer SyncStateSet
+            replication = broker.replication
+            if (
+                master_id == broker.broker_id
+                and master_epoch == broker.master_epoch
+                and replication is not None
+                and newer_set
+            ):
+                replication.apply_change(SyncStateChange(ids | {broker.broker_id}, "controller"))
+            return
         if master_id == broker.broker_id:
-            if members is not None and members.sync_state_set_epoch >= self.sync_state_set_epoch:
-                self.sync_state_set_epoch = members.sync_state_set_epoch
-            ids = frozenset(members.sync_state_set) if members else frozenset()
-            if not await broker.change_to_master(master_epoch, ids) and ids:
-                replication = broker.replication
-                if replication is not None and master_epoch == broker.master_epoch:
-                    replication.apply_change(
-                        SyncStateChange(ids | {broker.broker_id}, "controller")
-                    )
+            await broker.change_to_master(master_epoch, ids)
         else:
             await broker.change_to_slave(master_address, master_epoch)
 

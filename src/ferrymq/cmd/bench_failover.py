@@ -451,13 +451,26 @@ class _Nats:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         found: Counter[bytes] = Counter()
-        last = (await self.js.stream_info("FAILOVER")).state.last_seq
-        subscription = await self.js.pull_subscribe(
-            "failover.x",
-            durable="check",
-            stream="FAILOVER",
-            config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL),
-        )
+        ready: list[Any] = []
+
+        async def subscribed() -> bool:
+            # JetStream answers 503 for a moment after a node rejoins: ask again
+            with contextlib.suppress(Exception):
+                last = (await self.js.stream_info("FAILOVER")).state.last_seq
+                subscription = await self.js.pull_subscribe(
+                    "failover.x",
+                    durable="check",
+                    stream="FAILOVER",
+                    config=ConsumerConfig(
+                        ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL
+                    ),
+                )
+                ready[:] = [last, subscription]
+                return True
+            return False
+
+        await _until(subscribed, "a NATS read-back consumer")
+        last, subscription = ready
         seen = 0
         deadline = time.monotonic() + 60
         while seen < last and time.monotonic() < deadline:

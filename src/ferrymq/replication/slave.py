@@ -77,6 +77,7 @@ class ReplicationSlave:
         self.connected = asyncio.Event()
         self.master_confirm_offset = 0
         self.expected_epoch = 0
+        self._writer: asyncio.StreamWriter | None = None
         """The master epoch a controller named: a master with an older last epoch is refused."""
         self._tail = b""
         self._reported = 0
@@ -111,12 +112,19 @@ class ReplicationSlave:
             ),
             self.config.housekeeping_interval,
         )
+        self._writer = writer
         try:
             await self._session(reader, writer)
         finally:
+            self._writer = None
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def reconnect(self) -> None:
+        """Drop the current master connection (a new master was named); `run` connects again."""
+        if self._writer is not None:
+            self._writer.transport.abort()
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = MasterPacketDecoder()
