@@ -143,7 +143,8 @@ class _Load:
     def __init__(self, system: _System, rate: int) -> None:
         self.system = system
         self.rate = rate
-        self.acks: list[float] = []
+        self.acks: list[tuple[float, float]] = []
+        """(attempt started, acknowledged) per acknowledged message, monotonic seconds."""
         self.acked: set[bytes] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
@@ -164,21 +165,25 @@ class _Load:
         body = b"%012d" % i
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            attempt = time.monotonic()
             try:
                 await self.system.send(body, str(i))
             except Exception:  # noqa: BLE001 - any failed attempt: send it again
                 await asyncio.sleep(0.02)
                 continue
-            self.acks.append(time.monotonic())
+            self.acks.append((attempt, time.monotonic()))
             self.acked.add(body)
             self._acked_one.set()
             return
 
     async def first_ack_after(self, moment: float, limit_s: float = 60.0) -> float:
-        """When the first acknowledgement after `moment` came."""
+        """When the first acknowledgement of an attempt started after `moment` came.
+
+        (An answer already on its way when the node failed does not count as service.)
+        """
         deadline = time.monotonic() + limit_s
         while True:
-            later = [t for t in self.acks[-1000:] if t > moment]
+            later = [acked for started, acked in self.acks[-2000:] if started > moment]
             if later:
                 return min(later)
             if time.monotonic() > deadline:

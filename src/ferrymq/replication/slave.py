@@ -43,6 +43,9 @@ __all__ = ["ReplicationSlave", "SlaveConfig"]
 log = logging.getLogger(__name__)
 
 _READ_BYTES = 256 * 1024
+_FAST_RETRY_S = 5.0
+"""How long after a new master was named the slave retries every `_FAST_RETRY_INTERVAL_S`."""
+_FAST_RETRY_INTERVAL_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,7 @@ class ReplicationSlave:
         self.master_confirm_offset = 0
         self.expected_epoch = 0
         self._writer: asyncio.StreamWriter | None = None
+        self._fast_retry_until = 0.0
         """The master epoch a controller named: a master with an older last epoch is refused."""
         self._tail = b""
         self._reported = 0
@@ -89,7 +93,7 @@ class ReplicationSlave:
         while True:
             address = await self._master_address()
             if not address:
-                await asyncio.sleep(self.config.retry_interval)
+                await asyncio.sleep(self._retry_interval())
                 continue
             try:
                 await self._replicate(address)
@@ -100,7 +104,13 @@ class ReplicationSlave:
             finally:
                 self.connected.clear()
                 self._tail = b""
-            await asyncio.sleep(self.config.retry_interval)
+            await asyncio.sleep(self._retry_interval())
+
+    def _retry_interval(self) -> float:
+        """Seconds before the next attempt: short for a while after a new master was named."""
+        if time.monotonic() < self._fast_retry_until:
+            return min(_FAST_RETRY_INTERVAL_S, self.config.retry_interval)
+        return self.config.retry_interval
 
     async def _replicate(self, address: str) -> None:
         host, port = parse_address(address)
@@ -122,7 +132,8 @@ class ReplicationSlave:
                 await writer.wait_closed()
 
     def reconnect(self) -> None:
-        """Drop the current master connection (a new master was named); `run` connects again."""
+        """Drop the master connection (a new master was named) and look for the new one now."""
+        self._fast_retry_until = time.monotonic() + _FAST_RETRY_S
         if self._writer is not None:
             self._writer.transport.abort()
 
