@@ -19,9 +19,10 @@ BORN = pack_host("127.0.0.1", 40000)
 SEGMENT = 4096
 
 
-def _config(root: Path, gated: bool) -> StoreConfig:
+def _config(root: Path, gated: bool, flush_interval: float = 0.5) -> StoreConfig:
     return StoreConfig(
         root_dir=root,
+        flush_interval=flush_interval,
         commitlog_segment_bytes=SEGMENT,
         consume_queue_entries=64,
         index_slot_count=64,
@@ -54,7 +55,9 @@ class Group:
     def __init__(self, root: Path, config: HAConfig) -> None:
         self.root = root
         self.config = config
-        self.master_store = Store.open(_config(root / "master", config.sync))
+        # durable_only: the master's own flush only when a test asks for it
+        flush_interval = 3600.0 if config.durable_only else 0.5
+        self.master_store = Store.open(_config(root / "master", config.sync, flush_interval))
         self.master = ReplicationMaster(
             self.master_store, EpochFile.open(root / "master"), config, members=None
         )
@@ -226,3 +229,21 @@ async def test_garbage_on_the_ha_port_closes_that_connection_only(
         assert len(rest) < 10_000
     end = g.put(b"still replicating")
     await _until(lambda: slave.max_log_offset == end)
+
+
+async def test_with_sync_flush_the_confirm_offset_waits_for_the_masters_own_fsync(
+    group: Callable[..., Group],
+) -> None:
+    g = group(sync=True, durable_only=True, heartbeat_interval=0.2)
+    await g.start()
+    slave = await g.add_slave(1)
+    end = g.put(b"acked by the slave, not yet on the master's disk")
+    await _until(lambda: slave.max_log_offset == end)
+    await asyncio.sleep(0.3)  # the slave's ack is in
+    assert g.master.state.ack_of(1) == end
+    assert g.master.state.confirm_offset <= g.master_store.flushed_log_offset < end
+    assert g.master_store.get("T", 0, 0, 10).records == []  # consumers cannot see it yet
+    g.master_store.flush()
+    g.master.appended()
+    assert g.master.state.confirm_offset == end
+    assert len(g.master_store.get("T", 0, 0, 10).records) == 1

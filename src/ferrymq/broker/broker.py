@@ -49,6 +49,7 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.store.atomic import write_atomic
+from ferrymq.store.config import FlushDiskType
 from ferrymq.store.epochs import EpochFile
 from ferrymq.store.store import Store
 from ferrymq.wire.bodies import RegisterBrokerBody, encode_register_body
@@ -305,6 +306,7 @@ class Broker:
                 max_lag_seconds=config.ha_max_time_slave_not_catchup / 1000,
                 min_in_sync_replicas=config.min_in_sync_replicas,
                 commit_timeout=config.slave_timeout / 1000,
+                durable_only=config.flush_disk_type is FlushDiskType.SYNC_FLUSH,
             ),
             master_id=self.broker_id,
             members=members,

@@ -158,6 +158,8 @@ async def put_messages(
             await wait_future(flushed, state.config.sync_flush_timeout / 1000)
         except TimeoutError:
             return result, ResponseCode.FLUSH_DISK_TIMEOUT
+        if replication is not None:
+            replication.appended()  # the master's own fsynced end moved (`own_end`)
     if (
         wait_flush
         and replication is not None

@@ -65,6 +65,8 @@ class HAConfig:
     """`minInSyncReplicas`."""
     commit_timeout: float = 3.0
     """`slaveTimeout`: how long a sync send waits to be committed."""
+    durable_only: bool = False
+    """SYNC_FLUSH: the master counts only its fsynced bytes towards the confirm offset."""
 
 
 class ReplicationMaster:
@@ -178,12 +180,23 @@ class ReplicationMaster:
         finally:
             handle.cancel()
 
-    def _apply_confirm(self) -> None:
+    def own_end(self) -> int:
+        """What this master itself holds: its log's end or, with `durable_only`, what is fsynced.
+
+        With SYNC_FLUSH the confirm offset never passes the master's fsynced bytes: a message
+        consumers saw must survive the master's power failure too (found by `ferry chaos`).
+        """
         end = self.store.max_log_offset
+        if self.config.durable_only:
+            return min(end, self.store.flushed_log_offset)
+        return end
+
+    def _apply_confirm(self) -> None:
+        written = self.store.max_log_offset
         before = self.state.confirm_offset
-        confirm = self.state.update_confirm(end)
+        confirm = self.state.update_confirm(self.own_end())
         if self.config.sync:
-            limit = confirm if confirm < end else None
+            limit = confirm if confirm < written else None
             if self._on_confirm is None:
                 self.store.set_confirm_offset(limit)
             else:
@@ -208,7 +221,7 @@ class ReplicationMaster:
             sorted(change.members),
             change.reason,
         )
-        self.state.apply(change, self.store.max_log_offset, self.clock())
+        self.state.apply(change, self.own_end(), self.clock())
         self._apply_confirm()
 
     def _change(self, change: SyncStateChange | None) -> None:
@@ -222,6 +235,8 @@ class ReplicationMaster:
         while True:
             await asyncio.sleep(min(1.0, self.config.max_lag_seconds / 4))
             self._change(self.state.check_lag(self.store.max_log_offset, self.clock()))
+            if self.config.durable_only:
+                self._apply_confirm()  # fsyncs with no send waiting on them (metadata records)
 
     # ------------------------------------------------------------------ one slave
 
@@ -370,7 +385,13 @@ class _SlaveLink:
             if not self.request_offset.done():
                 self.request_offset.set_result(packet.ack_offset)
             master._change(
-                master.state.on_ack(self.broker_id, packet.ack_offset, end, master.clock())
+                master.state.on_ack(
+                    self.broker_id,
+                    packet.ack_offset,
+                    end,
+                    master.clock(),
+                    own_end=master.own_end(),
+                )
             )
             master._apply_confirm()
 

@@ -69,13 +69,24 @@ class SyncState:
         self._acks.pop(broker_id, None)
 
     def on_ack(
-        self, broker_id: int, ack_offset: int, master_end: int, now: float
+        self,
+        broker_id: int,
+        ack_offset: int,
+        master_end: int,
+        now: float,
+        *,
+        own_end: int | None = None,
     ) -> SyncStateChange | None:
-        """Record an ack; returns an expansion when this slave just qualified."""
+        """Record an ack; returns an expansion when this slave just qualified.
+
+        `master_end` is the master's log end (a slave at it is caught up); `own_end`, what the
+        master counts for itself in the confirm offset (default `master_end`; less with
+        SYNC_FLUSH, where only its fsynced bytes count).
+        """
         self._acks[broker_id] = ack_offset
         if ack_offset >= master_end:
             self._caught_up_at[broker_id] = now
-        self.update_confirm(master_end)
+        self.update_confirm(master_end if own_end is None else own_end)
         if broker_id not in self.members and ack_offset >= self.confirm_offset:
             return SyncStateChange(
                 self.members | {broker_id},
