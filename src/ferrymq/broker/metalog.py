@@ -74,6 +74,9 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Change).decode
 
 
+_RETRY_S = 1.0
+
+
 class MetadataLog:
     """A master's writer: attach it to the tables, and every change is appended to the log."""
 
@@ -83,8 +86,8 @@ class MetadataLog:
         self._offsets: dict[tuple[str, int], int] = {}
         self._delays: dict[int, int] = {}
         self._flush_scheduled = False
-        state.topics.listener = lambda topic, config: self._append(TopicChange(topic, config))
-        state.groups.listener = lambda group, config: self._append(GroupChange(group, config))
+        state.topics.listener = self._topic_changed
+        state.groups.listener = self._group_changed
         state.offsets.listener = self._offset_changed
         state.delay_offsets.listener = self._delay_changed
 
@@ -114,6 +117,12 @@ class MetadataLog:
             await asyncio.sleep(self.snapshot_interval)
             self.snapshot()
 
+    def _topic_changed(self, topic: str, config: TopicConfig | None) -> None:
+        self._append(TopicChange(topic, config))
+
+    def _group_changed(self, group: str, config: GroupConfig | None) -> None:
+        self._append(GroupChange(group, config))
+
     def _offset_changed(self, key: str, queue_id: int, queue_offset: int) -> None:
         self._offsets[(key, queue_id)] = queue_offset
         self._schedule_flush()
@@ -131,12 +140,20 @@ class MetadataLog:
         self._flush_scheduled = False
         offsets, self._offsets = self._offsets, {}
         delays, self._delays = self._delays, {}
-        if offsets:
-            self._append(OffsetChanges([(k, q, o) for (k, q), o in offsets.items()]))
-        if delays:
-            self._append(DelayChanges(list(delays.items())))
+        kept = True
+        if offsets and not self._append(
+            OffsetChanges([(k, q, o) for (k, q), o in offsets.items()])
+        ):
+            self._offsets = {**offsets, **self._offsets}  # newer changes win
+            kept = False
+        if delays and not self._append(DelayChanges(list(delays.items()))):
+            self._delays = {**delays, **self._delays}
+            kept = False
+        if not kept:  # the disk refused: try again in a second, not in a tight loop
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_later(_RETRY_S, self._flush)
 
-    def _append(self, change: Change) -> None:
+    def _append(self, change: Change) -> bool:
         state = self._state
         try:
             state.store.put(
@@ -146,12 +163,13 @@ class MetadataLog:
                 born_host=_BORN,
                 born_timestamp_ms=time.time_ns() // 1_000_000,
             )
-        except FerryError as exc:  # the table changed; slaves will get it in the next snapshot
+        except (FerryError, OSError) as exc:  # a full disk; slaves get it in a later snapshot
             log.error("could not log a metadata change (%s): %s", type(change).__name__, exc)
-            return
+            return False
         if state.replication is not None:
             state.replication.appended()
         state.schedule_dispatch()
+        return True
 
 
 class MetadataFollower:

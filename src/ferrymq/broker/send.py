@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import random
 
 from ferrymq import testbugs
@@ -60,6 +61,8 @@ from ferrymq.wire.records import (
 )
 
 __all__ = ["consumer_send_back", "put_messages", "send_message", "topic_for_send"]
+
+log = logging.getLogger(__name__)
 
 _SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC})
 
@@ -146,6 +149,12 @@ async def put_messages(
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
     except InvalidNameError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    except OSError as exc:  # a full or failing disk: nothing was stored (RocketMQ: code 14)
+        log.warning("cannot store a message in %s: %s", topic, exc.strerror or exc)
+        raise RequestError(
+            ResponseCode.SERVICE_NOT_AVAILABLE,
+            f"the broker cannot store messages now: {exc.strerror or exc}",
+        ) from None
     if replication is not None:
         replication.appended()
     state.schedule_dispatch()
