@@ -133,6 +133,15 @@ async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path
                 with pytest.raises(NotCommittedError) as refused_by_sdk:
                     await producer.send("R3", b"while a member is down")
                 assert refused_by_sdk.value.status == "FLUSH_SLAVE_TIMEOUT"
+            # an offset commit is acknowledged only once replicated too
+            early = UpdateConsumerOffsetRequestHeader(
+                consumer_group="G", topic="R3", queue_id=0, commit_offset=7
+            )
+            response = await client.call(
+                master.addr, command(RequestCode.UPDATE_CONSUMER_OFFSET, early), 10
+            )
+            assert response.code == ResponseCode.SYSTEM_ERROR
+            assert "not replicated" in (response.remark or "")
             await produce(300, "during")
             slaves[1] = _broker(tmp_path, namesrv, "slave1", "SLAVE", 1, *readable)
             await produce(300, "after")

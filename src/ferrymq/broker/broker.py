@@ -322,6 +322,7 @@ class Broker:
         metalog = MetadataLog(state)
         metalog.snapshot()
         self._metalog = metalog
+        state.metadata_committed = metalog.committed
         self._spawn_role(metalog.run())
 
     def _require_epochs(self) -> EpochFile:
@@ -347,6 +348,7 @@ class Broker:
         if self._metalog is not None:
             self._metalog.detach()
             self._metalog = None
+            self.state.metadata_committed = None
         self.slave = None
         self._follower = None
 

@@ -164,6 +164,13 @@ async def update_consumer_offset(
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad commitOffset {header.commit_offset}")
     state.group_config(header.consumer_group)
     state.offsets.commit(header.topic, header.consumer_group, header.queue_id, header.commit_offset)
+    # acknowledged once replicated, as a send is: a failover (or a master's power failure with
+    # SYNC_FLUSH) must not take a committed position back (found by `ferry chaos`)
+    if state.metadata_committed is not None and not await state.metadata_committed():
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            "the offset commit was not replicated in time; commit again",
+        )
     return request.make_response(ResponseCode.SUCCESS)
 
 

@@ -86,6 +86,7 @@ class MetadataLog:
         self._offsets: dict[tuple[str, int], int] = {}
         self._delays: dict[int, int] = {}
         self._flush_scheduled = False
+        self._last_end = 0
         state.topics.listener = self._topic_changed
         state.groups.listener = self._group_changed
         state.offsets.listener = self._offset_changed
@@ -156,7 +157,7 @@ class MetadataLog:
     def _append(self, change: Change) -> bool:
         state = self._state
         try:
-            state.store.put(
+            result = state.store.put(
                 METADATA_TOPIC,
                 0,
                 [BatchItem.of(_encode(change))],
@@ -166,10 +167,33 @@ class MetadataLog:
         except (FerryError, OSError) as exc:  # a full disk; slaves get it in a later snapshot
             log.error("could not log a metadata change (%s): %s", type(change).__name__, exc)
             return False
+        self._last_end = result.end_log_offset
         if state.replication is not None:
             state.replication.appended()
         state.schedule_dispatch()
         return True
+
+    async def committed(self) -> bool:
+        """Write pending changes now and wait until the SyncStateSet has them.
+
+        False when they were not committed in `slaveTimeout` (or could not be written).
+        """
+        if self._flush_scheduled:
+            self._flush()
+            if self._offsets or self._delays:
+                return False  # the disk refused them; they are retried
+        replication = self._state.replication
+        if replication is None or not replication.config.sync:
+            return True
+        if replication.config.durable_only:  # SYNC_FLUSH: the master's own copy must be fsynced
+            loop = asyncio.get_running_loop()
+
+            def flushed(_: object) -> None:  # on the flusher thread
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(replication.appended)
+
+            self._state.store.wait_flushed(self._last_end).add_done_callback(flushed)
+        return await replication.wait_committed(self._last_end)
 
 
 class MetadataFollower:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ferrymq.broker.clients import ClientTable, QueueLocks
@@ -64,6 +64,9 @@ class BrokerState:
     """This master's HA side (None on a slave)."""
     role: BrokerRole = BrokerRole.ASYNC_MASTER
     """The role now: `brokerRole` at start; a controller changes it (`Broker.change_to_*`)."""
+    metadata_committed: Callable[[], Awaitable[bool]] | None = None
+    """On a replicating master: write pending metadata changes and wait until they are
+    committed (`metalog.MetadataLog.committed`)."""
     lease_until: float | None = None
     """Controller mode, on a master: `clock()` time its lease from the controller ends (writes
     stop then; the controller elects no successor before it). None: no lease (classic mode)."""
