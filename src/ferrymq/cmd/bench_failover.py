@@ -386,12 +386,16 @@ class _Nats:
         for name in self.names:
             await self._spawn(name)
         servers = [f"nats://127.0.0.1:{self.client_ports[n]}" for n in self.names]
+        # what NATS users configure for fast failover: a server that stops answering pings is
+        # left within ~2 s, reconnects are immediate
         self.connection = await nats.connect(
             servers=servers,
             error_cb=quiet_nats_errors,
             reconnect_time_wait=0.05,
             max_reconnect_attempts=-1,
             connect_timeout=1,
+            ping_interval=1,
+            max_outstanding_pings=2,
         )
         self.js = self.connection.jetstream(timeout=1.0)
 
@@ -412,11 +416,15 @@ class _Nats:
         await _until(stream_ready, "the NATS R3 stream")
 
     async def _leader_name(self) -> str:
-        info = await self.js.stream_info("FAILOVER")
+        # bounded here too: a client still attached to a stopped server can wait on its buffer
+        info = await asyncio.wait_for(self.js.stream_info("FAILOVER"), 1.5)
         return str(info.cluster.leader or "") if info.cluster else ""
 
     async def send(self, body: bytes, msg_id: str) -> None:
-        await self.js.publish("failover.x", body, timeout=1.0, headers={"Nats-Msg-Id": msg_id})
+        await asyncio.wait_for(
+            self.js.publish("failover.x", body, timeout=1.0, headers={"Nats-Msg-Id": msg_id}),
+            1.5,
+        )
 
     async def fail(self, mode: str) -> Recover:
         self._leader = await self._leader_name()
@@ -433,7 +441,7 @@ class _Nats:
 
             async def current() -> bool:
                 with contextlib.suppress(Exception):
-                    info = await self.js.stream_info("FAILOVER")
+                    info = await asyncio.wait_for(self.js.stream_info("FAILOVER"), 1.5)
                     replicas = info.cluster.replicas or [] if info.cluster else []
                     return len(replicas) == 2 and all(r.current for r in replicas)
                 return False
@@ -461,7 +469,7 @@ class _Nats:
         async def subscribed() -> bool:
             # JetStream answers 503 for a moment after a node rejoins: ask again
             with contextlib.suppress(Exception):
-                last = (await self.js.stream_info("FAILOVER")).state.last_seq
+                last = (await asyncio.wait_for(self.js.stream_info("FAILOVER"), 1.5)).state.last_seq
                 subscription = await self.js.pull_subscribe(
                     "failover.x",
                     durable="check",
