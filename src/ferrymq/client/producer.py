@@ -203,6 +203,7 @@ class Producer:
         queue: MessageQueue | None,
         *,
         batch: bool = False,
+        sys_flag: int = 0,
     ) -> SendResult:
         avoid: str | None = None
         last_failure = "no attempt"
@@ -218,7 +219,7 @@ class Producer:
                 self.routes.mark_failed(target.broker_name)
                 avoid = target.broker_name
                 continue
-            request = self._request(topic, code, target, body, properties, batch)
+            request = self._request(topic, code, target, body, properties, batch, sys_flag)
             try:
                 response = await self._rpc.call(address, request, self._send_timeout)
             except ConnectError as exc:
@@ -261,6 +262,7 @@ class Producer:
         body: bytes,
         properties: bytes,
         batch: bool,
+        sys_flag: int,
     ) -> RemotingCommand:
         header = SendMessageRequestHeader(
             producer_group=self.group,
@@ -268,7 +270,7 @@ class Producer:
             default_topic="TBW102",
             default_topic_queue_nums=4,
             queue_id=queue.queue_id,
-            sys_flag=0,
+            sys_flag=sys_flag,
             born_timestamp=time.time_ns() // 1_000_000,
             flag=0,
             properties=properties.decode() if properties else None,
