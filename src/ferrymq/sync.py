@@ -153,6 +153,10 @@ class Producer(_Facade):
     def _close_client(self) -> Coroutine[Any, Any, None]:
         return self._producer.close()
 
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues, in a stable order (to pick one by a key's hash)."""
+        return self._runner.run(self._producer.queues(topic))
+
     def send(
         self,
         topic: str,

@@ -131,6 +131,10 @@ class Producer:
     ) -> None:
         await self.close()
 
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues, in a stable order (to pick one by a key's hash)."""
+        return list((await self.routes.get(validate_topic(topic))).write_queues)
+
     def new_msg_id(self) -> str:
         """A fresh unique key in RocketMQ's UNIQ_KEY layout."""
         return self._ids.next_id(time.time_ns() // 1_000_000)
