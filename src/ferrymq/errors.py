@@ -22,8 +22,10 @@ __all__ = [
     "FerryError",
     "FrameTooLargeError",
     "HeaderFieldError",
+    "InvalidMessageError",
     "InvalidNameError",
     "MessageTooLargeError",
+    "NotCommittedError",
     "NotLeaderError",
     "ProposalDroppedError",
     "ProposalOutcomeUnknownError",
@@ -178,6 +180,13 @@ class TopicNotFoundError(FerryError):
 
 class SendFailedError(FerryError):
     """The message was surely not stored (refused, or never sent); sending again is safe."""
+
+
+class InvalidMessageError(SendFailedError, ValueError):
+    """A message that cannot be sent as given (a bad delivery time, say); it was not stored.
+
+    Raised by the SDK before sending, and for a broker's MESSAGE_ILLEGAL answer.
+    """
 
 
 class SendOutcomeUnknownError(FerryError):

@@ -6,8 +6,8 @@ Background tasks (one `TaskGroup`, stopped by `close`):
 - consumer offsets saved every `flushConsumerOffsetInterval` when changed;
 - silent clients expired, and their groups told to rebalance;
 - expired commit-log segments deleted at `deleteWhen` hours, or whenever the disk is too full;
-- delayed messages delivered on time (`schedule.py`); unresolved transactions checked
-  (`transactions.py`);
+- delayed messages delivered on time (`schedule.py` for delay levels, `timer.py` for delivery
+  times); unresolved transactions checked (`transactions.py`);
 - replication (`replication/`): a master serves its slaves on the HA port and, as SYNC_MASTER,
   acknowledges sends once its SyncStateSet has them; a slave follows the master the NameServer
   names for its broker name (or `haMasterAddress`).
@@ -39,6 +39,7 @@ from ferrymq.broker.metalog import MetadataFollower, MetadataLog
 from ferrymq.broker.replicas import ReplicasManager
 from ferrymq.broker.schedule import ScheduleService
 from ferrymq.broker.state import BrokerState
+from ferrymq.broker.timer import TimerService
 from ferrymq.broker.transactions import TransactionService, end_transaction
 from ferrymq.errors import FerryError, RequestError
 from ferrymq.model import format_address
@@ -141,6 +142,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self.schedule: ScheduleService | None = None
+        self.timer: TimerService | None = None
         self.transactions: TransactionService | None = None
         self.replication: ReplicationMaster | None = None
         self.slave: ReplicationSlave | None = None
@@ -233,6 +235,7 @@ class Broker:
             role=config.broker_role,
         )
         self.schedule = ScheduleService(self._state)
+        self.timer = TimerService(self._state)
         self.transactions = TransactionService(self._state)
         await self._start_replication(store)
         for work in (
@@ -241,6 +244,7 @@ class Broker:
             self._clients_loop(),
             self._retention_loop(),
             self.schedule.run(),
+            self.timer.run(),
             self.transactions.run(),
         ):
             self._spawn(work)

@@ -89,6 +89,10 @@ class BrokerConfig:
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    timer_wheel_enable: bool = True
+    """Whether messages with a delivery time (TIMER_DELIVER_MS, TIMER_DELAY_SEC/MS) wait for it."""
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    """The furthest delivery time a timer message may ask for, in seconds from now."""
     transaction_timeout: int = 6000
     """Milliseconds before an unresolved half message is checked (`transactionTimeOut`)."""
     transaction_check_max: int = 15
@@ -131,6 +135,7 @@ class BrokerConfig:
             ("brokerHeartbeatInterval", self.broker_heartbeat_interval),
             ("controllerHeartBeatTimeoutMills", self.controller_heart_beat_timeout_mills),
             ("syncBrokerMetadataPeriod", self.sync_broker_metadata_period),
+            ("timerMaxDelaySec", self.timer_max_delay_sec),
         ):
             if number <= 0:
                 raise ConfigError(key, f"must be positive, not {number}")

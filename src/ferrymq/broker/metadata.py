@@ -4,7 +4,8 @@
   `TopicConfigManager`), with the system topics the broker needs.
 - `GroupTable` (`subscriptionGroup.json`): subscription group configs.
 - `OffsetTable` (`consumerOffset.json`): committed queue offsets per `topic@group`.
-- `DelayOffsetTable` (`delayOffset.json`): how far each delay level has been delivered.
+- `DelayOffsetTable` (`delayOffset.json`): how far each delay level has been delivered, and the
+  timer (delivery-time) messages' progress.
 
 Every change also goes to `listener` when one is set: a master's `metalog.MetadataLog` writes it
 into the replicated commit log, so slaves hold the same tables (ARCHITECTURE.md section 6
@@ -42,6 +43,7 @@ __all__ = [
     "METADATA_TOPIC",
     "RETRY_GROUP_PREFIX",
     "SCHEDULE_TOPIC",
+    "TIMER_TOPIC",
     "TRANS_HALF_TOPIC",
     "TRANS_OP_HALF_TOPIC",
     "DelayOffsetTable",
@@ -49,6 +51,7 @@ __all__ = [
     "GroupFile",
     "GroupTable",
     "OffsetTable",
+    "TimerProgress",
     "TopicTable",
     "dlq_topic",
     "retry_topic",
@@ -59,6 +62,8 @@ log = logging.getLogger(__name__)
 DEFAULT_TOPIC: Final = "TBW102"
 """The template topic auto-created topics copy (`AUTO_CREATE_TOPIC_KEY_TOPIC`)."""
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+TIMER_TOPIC: Final = "rmq_sys_wheel_timer"
+"""Where timer messages wait for their delivery time (RocketMQ 5's timer topic, one queue)."""
 TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 METADATA_TOPIC: Final = "rmq_sys_ferry_metadata"
@@ -113,6 +118,7 @@ class TopicTable:
                 read_queue_nums=delay_levels,
                 write_queue_nums=delay_levels,
             ),
+            TopicConfig(topic_name=TIMER_TOPIC, read_queue_nums=1, write_queue_nums=1),
             TopicConfig(topic_name=TRANS_HALF_TOPIC, read_queue_nums=1, write_queue_nums=1),
             TopicConfig(topic_name=TRANS_OP_HALF_TOPIC, read_queue_nums=1, write_queue_nums=1),
             TopicConfig(topic_name=METADATA_TOPIC, read_queue_nums=1, write_queue_nums=1),
@@ -346,25 +352,52 @@ class OffsetTable:
             write_atomic(self.path, data)
 
 
+class TimerProgress(msgspec.Struct, rename="camel", frozen=True):
+    """How far timer messages (queue 0 of `TIMER_TOPIC`) have been delivered.
+
+    Every message below `pending_floor_offset` is delivered; of the messages below
+    `scan_queue_offset`, every one due at or before `delivered_ms` is delivered. A master that
+    starts on this progress reloads the rest from `pending_floor_offset` (`broker.timer`).
+    """
+
+    pending_floor_offset: int = 0
+    scan_queue_offset: int = 0
+    delivered_ms: int = 0
+
+
 class _DelayFile(msgspec.Struct, rename="camel", forbid_unknown_fields=False):
     offset_table: dict[int, int] = msgspec.field(default_factory=dict)
+    timer_progress: TimerProgress | None = None
+    """ferrymq's: RocketMQ keeps its timer checkpoint in a file of its own."""
 
 
 class DelayOffsetTable:
-    """How far each delay level of the schedule topic has been delivered."""
+    """How far each delay level of the schedule topic, and the timer topic, have been delivered."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offsets: dict[int, int] = {}
+        self.timer = TimerProgress()
         self.dirty = False
         self.listener: Callable[[int, int], None] | None = None
         """Hears (level, offset) on every change."""
+        self.timer_listener: Callable[[TimerProgress], None] | None = None
+        """Hears every change of the timer progress."""
 
     def load(self) -> None:
         """Read the file."""
         loaded = _load(self.path, _DelayFile)
         if isinstance(loaded, _DelayFile):
             self.offsets = dict(loaded.offset_table)
+            self.timer = loaded.timer_progress or TimerProgress()
+
+    def set_timer(self, progress: TimerProgress) -> None:
+        """Record the timer messages' progress."""
+        if progress != self.timer:
+            self.timer = progress
+            self.dirty = True
+            if self.timer_listener is not None:
+                self.timer_listener(progress)
 
     def set(self, level: int, queue_offset: int) -> None:
         """Record that level `level` is delivered up to `queue_offset`."""
@@ -385,7 +418,7 @@ class DelayOffsetTable:
         if not self.dirty:
             return None
         self.dirty = False
-        return encode_body(_DelayFile(self.offsets))
+        return encode_body(_DelayFile(self.offsets, self.timer))
 
     def save_if_dirty(self) -> None:
         """Replace the file atomically if anything changed."""

@@ -2,12 +2,13 @@
 
 ARCHITECTURE.md section 6 item 5 (RocketMQ polls the master's tables every 10 s instead, and a
 failover loses what changed since; reference section 9 item 6). Every change of a master's
-topic, subscription-group, consumer-offset or delay-offset table becomes a JSON record of the
-system topic `METADATA_TOPIC` (one queue). Slaves replicate it like any record, so it is
-committed and visible under the same confirm offset, and `MetadataFollower` applies each record
-to the slave's tables in log order. Offset changes of one loop turn share one record. A full
-snapshot is written when a master starts and every `snapshot_interval`, so a slave that starts
-after old segments expired still gets every table whole.
+topic, subscription-group, consumer-offset or delay-offset table (with the timer progress)
+becomes a JSON record of the system topic `METADATA_TOPIC` (one queue). Slaves replicate it
+like any record, so it is committed and visible under the same confirm offset, and
+`MetadataFollower` applies each record to the slave's tables in log order. Offset changes of one
+loop turn share one record. A full snapshot is written when a master starts and every
+`snapshot_interval`, so a slave that starts after old segments expired still gets every table
+whole.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Final
 
 import msgspec
 
-from ferrymq.broker.metadata import METADATA_TOPIC, GroupConfig
+from ferrymq.broker.metadata import METADATA_TOPIC, GroupConfig, TimerProgress
 from ferrymq.broker.state import BrokerState
 from ferrymq.errors import FerryError
 from ferrymq.store.store import GetStatus
@@ -59,6 +60,12 @@ class DelayChanges(msgspec.Struct, tag="delay"):
     changes: list[tuple[int, int]]
 
 
+class TimerChange(msgspec.Struct, tag="timer"):
+    """The timer messages' delivery progress."""
+
+    progress: TimerProgress
+
+
 class Snapshot(msgspec.Struct, tag="snapshot"):
     """Every table whole."""
 
@@ -66,9 +73,10 @@ class Snapshot(msgspec.Struct, tag="snapshot"):
     groups: dict[str, GroupConfig]
     offsets: dict[str, dict[int, int]]
     delay_offsets: dict[int, int]
+    timer_progress: TimerProgress | None = None
 
 
-Change = TopicChange | GroupChange | OffsetChanges | DelayChanges | Snapshot
+Change = TopicChange | GroupChange | OffsetChanges | DelayChanges | TimerChange | Snapshot
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Change).decode
@@ -85,12 +93,14 @@ class MetadataLog:
         self.snapshot_interval = snapshot_interval
         self._offsets: dict[tuple[str, int], int] = {}
         self._delays: dict[int, int] = {}
+        self._timer: TimerProgress | None = None
         self._flush_scheduled = False
         self._last_end = 0
         state.topics.listener = self._topic_changed
         state.groups.listener = self._group_changed
         state.offsets.listener = self._offset_changed
         state.delay_offsets.listener = self._delay_changed
+        state.delay_offsets.timer_listener = self._timer_changed
 
     def snapshot(self) -> None:
         """Append every table whole."""
@@ -101,6 +111,7 @@ class MetadataLog:
                 dict(state.groups.configs),
                 {key: dict(queues) for key, queues in state.offsets.offsets.items()},
                 dict(state.delay_offsets.offsets),
+                state.delay_offsets.timer,
             )
         )
 
@@ -132,6 +143,10 @@ class MetadataLog:
         self._delays[level] = queue_offset
         self._schedule_flush()
 
+    def _timer_changed(self, progress: TimerProgress) -> None:
+        self._timer = progress
+        self._schedule_flush()
+
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -141,6 +156,7 @@ class MetadataLog:
         self._flush_scheduled = False
         offsets, self._offsets = self._offsets, {}
         delays, self._delays = self._delays, {}
+        timer, self._timer = self._timer, None
         kept = True
         if offsets and not self._append(
             OffsetChanges([(k, q, o) for (k, q), o in offsets.items()])
@@ -149,6 +165,9 @@ class MetadataLog:
             kept = False
         if delays and not self._append(DelayChanges(list(delays.items()))):
             self._delays = {**delays, **self._delays}
+            kept = False
+        if timer is not None and not self._append(TimerChange(timer)):
+            self._timer = timer  # none was queued meanwhile: _append ran synchronously
             kept = False
         if not kept:  # the disk refused: try again in a second, not in a tight loop
             self._flush_scheduled = True
@@ -243,8 +262,12 @@ class MetadataFollower:
         elif isinstance(change, DelayChanges):
             for level, queue_offset in change.changes:
                 state.delay_offsets.set(level, queue_offset)
+        elif isinstance(change, TimerChange):
+            state.delay_offsets.set_timer(change.progress)
         else:
             state.topics.replace_all(change.topics)
             state.groups.replace_all(change.groups)
             state.offsets.replace_all(change.offsets)
             state.delay_offsets.replace_all(change.delay_offsets)
+            if change.timer_progress is not None:
+                state.delay_offsets.set_timer(change.timer_progress)

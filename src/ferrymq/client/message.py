@@ -32,6 +32,8 @@ class Message:
     store_timestamp_ms: int = 0
     reconsume_times: int = 0
     log_offset: int = -1
+    transaction_id: str = ""
+    """A transactional message's transaction id (its unique key)."""
 
     @property
     def queue(self) -> MessageQueue:

@@ -6,6 +6,10 @@
 - A send to an explicit queue (ordered messages) is never moved to another queue.
 - A send whose request left but got no answer raises `SendOutcomeUnknownError`: the message may be
   stored. It is not retried by default, so the SDK never turns one send into two silently.
+- Scheduled messages: `delay_level` (RocketMQ 4 levels: 1 s, 5 s, 10 s, 30 s, 1 m, ...), or a
+  delivery time (RocketMQ 5 timer messages): `delay_ms` from when the broker stores it
+  (TIMER_DELAY_MS, so the producer's clock does not matter), or `deliver_at_ms`, epoch
+  milliseconds (TIMER_DELIVER_MS). A time already past delivers at once.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ferrymq.client.message import SendResult
 from ferrymq.client.routing import Routes
 from ferrymq.errors import (
     ConnectError,
+    InvalidMessageError,
     NotCommittedError,
     RpcError,
     SendFailedError,
@@ -64,6 +69,27 @@ def _client_ip() -> bytes:
     return bytes([127, 0, 0, 1])
 
 
+def _check_schedule(delay_level: int, delay_ms: int | None, deliver_at_ms: int | None) -> None:
+    for name, value in (
+        ("delay_level", delay_level),
+        ("delay_ms", delay_ms),
+        ("deliver_at_ms", deliver_at_ms),
+    ):
+        if value is not None and (type(value) is not int or value < 0):
+            raise InvalidMessageError(f"{name} must be a non-negative int, not {value!r}")
+    chosen = [
+        name
+        for name, value in (
+            ("delay_level", delay_level or None),
+            ("delay_ms", delay_ms),
+            ("deliver_at_ms", deliver_at_ms),
+        )
+        if value is not None
+    ]
+    if len(chosen) > 1:
+        raise InvalidMessageError(f"give one of {' and '.join(chosen)}, not both")
+
+
 class Producer:
     """Sends messages; use as an async context manager (or `start`/`close`)."""
 
@@ -105,6 +131,10 @@ class Producer:
     ) -> None:
         await self.close()
 
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues, in a stable order (to pick one by a key's hash)."""
+        return list((await self.routes.get(validate_topic(topic))).write_queues)
+
     def new_msg_id(self) -> str:
         """A fresh unique key in RocketMQ's UNIQ_KEY layout."""
         return self._ids.next_id(time.time_ns() // 1_000_000)
@@ -115,8 +145,15 @@ class Producer:
         keys: list[str] | str | None,
         properties: dict[str, str] | None,
         delay_level: int,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
     ) -> dict[str, str]:
         result = dict(properties or {})
+        _check_schedule(delay_level, delay_ms, deliver_at_ms)
+        if delay_ms is not None:
+            result[props.TIMER_DELAY_MS] = str(delay_ms)
+        if deliver_at_ms is not None:
+            result[props.TIMER_DELIVER_MS] = str(deliver_at_ms)
         if tags:
             result[props.TAGS] = tags
         if keys:
@@ -145,10 +182,17 @@ class Producer:
         properties: dict[str, str] | None = None,
         queue: MessageQueue | None = None,
         delay_level: int = 0,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
     ) -> SendResult:
         """Send one message and wait until the broker stored it.
 
+        At most one of `delay_level`, `delay_ms` (delivered that many milliseconds after the
+        broker stores it) and `deliver_at_ms` (epoch milliseconds) schedules the message.
+
         Raises:
+            InvalidMessageError: a bad schedule (negative, not an int, two kinds at once, or
+                further ahead than the broker's `timerMaxDelaySec`); nothing was stored.
             SendFailedError: the message was surely not stored.
             SendOutcomeUnknownError: the request left but no answer came.
             NotCommittedError: stored, but not replicated or flushed in time (a
@@ -156,7 +200,9 @@ class Producer:
             TopicNotFoundError: the topic has no route.
         """
         validate_topic(topic)
-        message_properties = self._properties(tags, keys, properties, delay_level)
+        message_properties = self._properties(
+            tags, keys, properties, delay_level, delay_ms, deliver_at_ms
+        )
         msg_id = message_properties[props.UNIQ_KEY]
         return await self._send(
             topic,
@@ -203,6 +249,7 @@ class Producer:
         queue: MessageQueue | None,
         *,
         batch: bool = False,
+        sys_flag: int = 0,
     ) -> SendResult:
         avoid: str | None = None
         last_failure = "no attempt"
@@ -218,7 +265,7 @@ class Producer:
                 self.routes.mark_failed(target.broker_name)
                 avoid = target.broker_name
                 continue
-            request = self._request(topic, code, target, body, properties, batch)
+            request = self._request(topic, code, target, body, properties, batch, sys_flag)
             try:
                 response = await self._rpc.call(address, request, self._send_timeout)
             except ConnectError as exc:
@@ -250,6 +297,8 @@ class Producer:
                     transaction_id=response.ext_fields.get("transactionId"),
                 )
             last_failure = f"{address} refused: {response.remark} (code {response.code})"
+            if response.code == ResponseCode.MESSAGE_ILLEGAL:
+                raise InvalidMessageError(f"send to {topic} refused: {response.remark}")
             if response.code not in _RETRY_CODES:
                 break
             self.routes.invalidate(topic)
@@ -264,6 +313,7 @@ class Producer:
         body: bytes,
         properties: bytes,
         batch: bool,
+        sys_flag: int,
     ) -> RemotingCommand:
         header = SendMessageRequestHeader(
             producer_group=self.group,
@@ -271,7 +321,7 @@ class Producer:
             default_topic="TBW102",
             default_topic_queue_nums=4,
             queue_id=queue.queue_id,
-            sys_flag=0,
+            sys_flag=sys_flag,
             born_timestamp=time.time_ns() // 1_000_000,
             flag=0,
             properties=properties.decode() if properties else None,

@@ -440,27 +440,27 @@ class Store:
         """Index records in log order: consume-queue entries and keys (one path for all sources).
 
         Prepared and rolled-back transaction messages get no consume-queue entry (RocketMQ
-        `CommitLogDispatcherBuildConsumeQueue`); consecutive entries of one queue are written
-        with one call.
+        `CommitLogDispatcherBuildConsumeQueue`); the entries of one queue that follow each other
+        in queue order are written with one call, even when other queues' records come between
+        (producers spread over queues interleave them).
         """
         if not infos:
             return
-        run_queue: ConsumeQueue | None = None
-        run_first = 0
-        run: list[tuple[int, int, int]] = []
+        runs: dict[ConsumeQueue, tuple[int, list[tuple[int, int, int]]]] = {}
         keyed: list[RecordInfo] = []
         for info in infos:
             if transaction_type(info.sys_flag) not in _NO_QUEUE_ENTRY:
                 queue = self.queues.get_or_create(info.topic, info.queue_id)
-                if queue is not run_queue or info.queue_offset != run_first + len(run):
-                    if run_queue is not None:
-                        self._put_entries(run_queue, run_first, run)
-                    run_queue, run_first, run = queue, info.queue_offset, []
-                run.append((info.log_offset, info.size, info.tags_code))
+                found = runs.get(queue)
+                if found is None or info.queue_offset != found[0] + len(found[1]):
+                    if found is not None:
+                        self._put_entries(queue, *found)
+                    found = runs[queue] = (info.queue_offset, [])
+                found[1].append((info.log_offset, info.size, info.tags_code))
             if info.keys or info.uniq_key:
                 keyed.append(info)
-        if run_queue is not None:
-            self._put_entries(run_queue, run_first, run)
+        for queue, (first, run) in runs.items():
+            self._put_entries(queue, first, run)
         self.index.add_many(keyed)
         last = infos[-1]
         self._dispatched_log_offset = last.log_offset + last.size
