@@ -37,7 +37,7 @@ BROKERS = [f"127.0.0.{20 + i}" for i in (1, 2, 3)]
 NAMESRV = "127.0.0.1:9876"
 TABLE = "ferrymq_master_partition"
 TOPIC = "Partitioned"
-LEASE_S = 1.5  # the controller's default masterLeaseMillis
+LEASE_S = 1.2  # the controller's default masterLeaseMillis
 
 
 def isolate(host: str) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ferrymq.client.controller_admin import ControllerAdmin
+from ferrymq.controller.config import ControllerConfig
 from ferrymq.wire.controller import BrokerHeartbeatRequestHeader
 
 from .procs import Server, start
@@ -70,7 +71,7 @@ async def test_embedded_controller_answers_the_admin_commands(namesrv: Server) -
                     heartbeat_timeout_mills=120_000,
                 )
             )
-            assert lease.master_lease_mills == 1500
+            assert lease.master_lease_mills == ControllerConfig().master_lease_millis
 
         # The heartbeats' connection stays open: closing it would mark both brokers dead.
         meta = controller(addr, "meta", "--json")

@@ -70,7 +70,7 @@ class BrokerConfig:
     """The persistent broker id file; default `<storePathRootDir>/brokerIdentity`."""
     broker_heartbeat_interval: int = 500
     """Milliseconds between heartbeats to the controller leader (controller mode; RocketMQ:
-    1000). Each answer renews the master lease (1.5 s by default), so three renewals fit in it."""
+    1000). Each answer renews the master lease (1.2 s by default): two renewals fit in it."""
     controller_heart_beat_timeout_mills: int = 3000
     """How long the controller keeps this broker alive without a heartbeat (RocketMQ: 10 000;
     shorter here for failover in seconds)."""

@@ -9,11 +9,11 @@ heartbeat timeout gives failovers of 10 s and more):
 
 - brokers heartbeat every 0.5 s (issue 7); one silent for `brokerHeartbeatTimeoutMillis` (3 s) is
   dead; a closed connection marks it dead at once.
-- a master holds a lease of `masterLeaseMillis` (1.5 s) from each heartbeat the leader answers and
+- a master holds a lease of `masterLeaseMillis` (1.2 s) from each heartbeat the leader answers and
   stops accepting writes when it runs out. The controller elects a replacement only once
   `masterLeaseMillis + leaseMarginMillis` have passed since the master's last heartbeat, so the old
   master has stopped writing before the new one starts. A master killed with kill -9 is replaced
-  about 1.75 s after its last heartbeat; one that hangs, after the 3 s heartbeat timeout.
+  about 1.4 s after its last heartbeat; one that hangs, after the 3 s heartbeat timeout.
 - a new controller leader elects nobody for `electionGracePeriodMillis` (at least the heartbeat
   timeout and the lease plus margin), so brokers find it and live masters are heard first.
 - the first election of a group waits up to `firstElectionWaitMillis` for its registered replicas
@@ -55,9 +55,9 @@ class ControllerConfig:
     """Push NOTIFY_BROKER_ROLE_CHANGED to a group's brokers after an election."""
     broker_heartbeat_timeout_millis: int = 3000
     """A broker silent this long is dead (a heartbeat may carry its own timeout)."""
-    master_lease_millis: int = 1500
+    master_lease_millis: int = 1200
     """How long a master may accept writes after the leader last answered its heartbeat."""
-    lease_margin_millis: int = 250
+    lease_margin_millis: int = 200
     """Extra wait past a master's lease before electing its replacement."""
     election_grace_period_millis: int = 3000
     """No controller-triggered election this long after this node became leader."""
