@@ -204,8 +204,8 @@ def _assign(text: str) -> dict[str, tuple[int, ...]]:
     return result
 
 
-def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
-    """Check the options of a read; `raw` keys are looked up in lower case.
+def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
+    """Check the options of a read (None: batch or stream, not known yet); keys ignore case.
 
     Raises:
         OptionError: naming the first bad option.
@@ -232,9 +232,9 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
             raise OptionError("subscribePattern", f"not a regular expression: {exc}") from None
     else:
         assign = _assign(options["assign"])
-    if streaming and "endingoffsets" in options:
+    if streaming is True and "endingoffsets" in options:
         raise OptionError("endingOffsets", "only a batch read (spark.read) takes it")
-    if not streaming and "maxoffsetspertrigger" in options:
+    if streaming is False and "maxoffsetspertrigger" in options:
         raise OptionError(
             "maxOffsetsPerTrigger", "only a streaming read (spark.readStream) takes it"
         )

@@ -83,10 +83,10 @@ class FerryDataSource(DataSource):
 
     def schema(self) -> StructType:
         """The read columns (Kafka's, plus headers and ferrymq columns when asked)."""
-        options = {k.lower(): v for k, v in self.options.items()}
+        options = parse_read_options(dict(self.options), streaming=None)
         return read_schema(
-            include_headers=options.get("includeheaders", "false").lower() == "true",
-            include_ferry_columns=options.get("includeferrycolumns", "false").lower() == "true",
+            include_headers=options.include_headers,
+            include_ferry_columns=options.include_ferry_columns,
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
