@@ -1,4 +1,4 @@
-"""Streaming reads: maxOffsetsPerTrigger, Trigger.AvailableNow, queues and topics added mid-stream."""
+"""Streaming reads: maxOffsetsPerTrigger, AvailableNow, queues and topics added mid-stream."""
 
 import asyncio
 from pathlib import Path
