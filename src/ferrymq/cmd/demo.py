@@ -4,7 +4,9 @@ What a newcomer sees: two real server processes start; a producer sends a stream
 with keys and tags (synchronous flush, so every acknowledged message is on disk); a consumer
 reads every queue from offset 0 and commits its offsets; the report checks that every
 acknowledged message was consumed exactly once and in queue order, and shows the rates and
-latencies measured; the servers stop cleanly.
+latencies measured; a Spark pipeline reads the topic (`format("ferrymq")`) and writes an
+aggregate to Parquet, printed (skipped, saying so, when pyspark is not installed); the servers
+stop cleanly.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -45,6 +48,9 @@ class DemoReport:
     consume_seconds: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
     clean_exits: dict[str, int | None] = field(default_factory=dict)
+    spark_rows: list[dict[str, Any]] | None = None
+    """The Spark pipeline's aggregate (None: skipped)."""
+    spark_skipped: str = ""
 
     @property
     def ok(self) -> bool:
@@ -54,6 +60,10 @@ class DemoReport:
             and self.consumed == self.sent
             and self.duplicates == self.missing == self.out_of_order == 0
             and all(code == 0 for code in self.clean_exits.values())
+            and (
+                self.spark_rows is None
+                or sum(row["orders"] for row in self.spark_rows) == self.consumed
+            )
         )
 
 
@@ -136,11 +146,42 @@ async def run_demo(messages: int, data_dir: Path | None, console: Console) -> De
                 report.duplicates += len(bodies) - len(set(bodies))
                 report.missing += len({b for _, b in expected} - set(bodies))
         report.consume_seconds = time.perf_counter() - start
+        await _spark_pipeline(namesrv.addr, workdir, report, console)
     finally:
         for child in reversed(children):
             report.clean_exits[child.name] = await child.stop()
     _print(report, console)
     return report
+
+
+async def _spark_pipeline(
+    servers: str, workdir: Path, report: DemoReport, console: Console
+) -> None:
+    try:
+        from ferrymq.spark.session import demo_aggregate
+    except ImportError as exc:
+        report.spark_skipped = f"pyspark is not installed ({exc}); pip install 'ferrymq[spark]'"
+        return
+    out = workdir / "spark-aggregate.parquet"
+    console.print(f"\n[bold]Spark[/bold]: {TOPIC} -> aggregate per tag and partition -> {out}")
+    with console.status("starting Spark (local[2]) and running the pipeline"):
+        report.spark_rows = await asyncio.to_thread(demo_aggregate, servers, TOPIC, out)
+
+
+def _print_spark(report: DemoReport, console: Console) -> None:
+    if report.spark_rows is None:
+        console.print(f"Spark pipeline skipped: {report.spark_skipped}")
+        return
+    table = Table(title="Spark: orders per tag and partition (read back from Parquet)")
+    for name in ("tags", "partition", "orders", "amount"):
+        table.add_column(name, justify="left" if name == "tags" else "right")
+    for row in report.spark_rows:
+        table.add_row(
+            str(row["tags"]), str(row["partition"]), f"{row['orders']:,}", f"{row['amount']:,}"
+        )
+    console.print(table)
+    orders = sum(row["orders"] for row in report.spark_rows)
+    console.print(f"Spark read {orders:,} messages of {report.consumed:,} consumed.")
 
 
 def _print(report: DemoReport, console: Console) -> None:
@@ -171,6 +212,7 @@ def _print(report: DemoReport, console: Console) -> None:
         ", ".join(f"{n}: exit {c}" for n, c in report.clean_exits.items()),
     )
     console.print(table)
+    _print_spark(report, console)
     console.print(
         "[bold green]OK[/bold green]: every acknowledged message was consumed once, in order."
         if report.ok
