@@ -38,6 +38,7 @@ from ferrymq.broker.metadata import DelayOffsetTable, GroupTable, OffsetTable, T
 from ferrymq.broker.metalog import MetadataFollower, MetadataLog
 from ferrymq.broker.replicas import ReplicasManager
 from ferrymq.broker.schedule import ScheduleService
+from ferrymq.broker.sink import SINK_CODES, SinkService
 from ferrymq.broker.state import BrokerState
 from ferrymq.broker.timer import TimerService
 from ferrymq.broker.transactions import TransactionService, end_transaction
@@ -130,6 +131,8 @@ class Broker:
         self.router = Router("broker")
         for code, handler in _HANDLERS.items():
             self.router.add(code, self._bind(handler))
+        for code in SINK_CODES:
+            self.router.add(code, self._bind(self._sink_request))
         self._server = RpcServer(
             self.router,
             host=config.listen_host,
@@ -144,6 +147,7 @@ class Broker:
         self.schedule: ScheduleService | None = None
         self.timer: TimerService | None = None
         self.transactions: TransactionService | None = None
+        self.sink: SinkService | None = None
         self.replication: ReplicationMaster | None = None
         self.slave: ReplicationSlave | None = None
         self._master_ha_address: str | None = None
@@ -195,6 +199,13 @@ class Broker:
 
         return run
 
+    async def _sink_request(
+        self, state: BrokerState, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        if self.sink is None:
+            raise RequestError(ResponseCode.SYSTEM_BUSY, "the broker is starting")
+        return await self.sink.handle(conn, request)
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -237,6 +248,7 @@ class Broker:
         self.schedule = ScheduleService(self._state)
         self.timer = TimerService(self._state)
         self.transactions = TransactionService(self._state)
+        self.sink = SinkService(self._state, prepared_timeout_ms=config.sink_prepared_timeout)
         await self._start_replication(store)
         for work in (
             self._register_loop(),
@@ -246,6 +258,7 @@ class Broker:
             self.schedule.run(),
             self.timer.run(),
             self.transactions.run(),
+            self.sink.run(),
         ):
             self._spawn(work)
         log.info(

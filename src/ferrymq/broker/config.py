@@ -96,6 +96,8 @@ class BrokerConfig:
     transaction_timeout: int = 6000
     """Milliseconds before an unresolved half message is checked (`transactionTimeOut`)."""
     transaction_check_max: int = 15
+    sink_prepared_timeout: int = 86_400_000
+    """ferrymq key: milliseconds an exactly-once sink's uncommitted prepared rows are kept."""
     transaction_check_interval: int = 30_000
     channel_expired_timeout: int = 120_000
     """Milliseconds without a heartbeat after which a client is dropped."""

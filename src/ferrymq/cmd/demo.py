@@ -6,7 +6,9 @@ sends a stream with sync replication while a push consumer group consumes it; th
 killed with SIGKILL mid-stream; the controllers elect a new master from the SyncStateSet; the
 producer and the consumer carry on through the new master; the old master restarts, rejoins as a
 slave and truncates what only it had; finally every acknowledged message is checked to have been
-consumed, and the report shows the failover gap, rates, latencies and what was duplicated and why.
+consumed, and the report shows the failover gap, rates, latencies and what was redelivered. It
+ends with the data pipeline: Spark reads the topic (`format("ferrymq")`) and writes an aggregate
+to Parquet, printed (skipped, saying so, when pyspark is not installed).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
 from ferrymq.client.push import ConsumeFrom, PushConsumer
@@ -64,6 +68,11 @@ class DemoReport:
     send_seconds: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
     clean_exits: dict[str, int | None] = field(default_factory=dict)
+    stored: int = 0
+    """Messages in the topic when the story ends (acknowledged ones, and unknown sends stored)."""
+    spark_rows: list[dict[str, Any]] | None = None
+    """The Spark pipeline's aggregate (None: skipped)."""
+    spark_skipped: str = ""
 
     @property
     def ok(self) -> bool:
@@ -75,6 +84,10 @@ class DemoReport:
             and self.new_master != self.old_master
             and self.rejoined
             and all(code == 0 for code in self.clean_exits.values())
+            and (
+                self.spark_rows is None
+                or sum(row["orders"] for row in self.spark_rows) == self.stored
+            )
         )
 
 
@@ -124,6 +137,8 @@ async def run_demo(messages: int, data_dir: Path | None, console: Console) -> De
             await _until_in_sync(rpc, report.old_master, 3)
             console.print(f"  topic          {TOPIC}: 4 queues, sync replication to 3 replicas\n")
             await _story(cluster, admin, rpc, messages, report, console)
+            report.stored = await _stored(cluster.namesrv_addr)
+            await _spark_pipeline(cluster.namesrv_addr, workdir, report, console)
     finally:
         for child in reversed(cluster.children):
             report.clean_exits[child.name] = await child.stop()
@@ -249,6 +264,43 @@ async def _send_until_acked(
         await asyncio.sleep(0.05)
 
 
+async def _stored(namesrv: str) -> int:
+    """How many messages the topic holds (every queue's max offset; nothing expired here)."""
+    async with PullConsumer(namesrv, "demo-count") as consumer:
+        return sum([await consumer.max_offset(q) for q in await consumer.queues(TOPIC)])
+
+
+async def _spark_pipeline(
+    servers: str, workdir: Path, report: DemoReport, console: Console
+) -> None:
+    """The data pipeline: Spark reads the topic and writes an aggregate to Parquet."""
+    try:
+        from ferrymq.spark.session import demo_aggregate
+    except ImportError as exc:
+        report.spark_skipped = f"pyspark is not installed ({exc}); pip install 'ferrymq[spark]'"
+        return
+    out = workdir / "spark-aggregate.parquet"
+    console.print(f"\n[bold]Spark[/bold]: {TOPIC} -> aggregate per tag and partition -> {out}")
+    with console.status("starting Spark (local[2]) and running the pipeline"):
+        report.spark_rows = await asyncio.to_thread(demo_aggregate, servers, TOPIC, out)
+
+
+def _print_spark(report: DemoReport, console: Console) -> None:
+    if report.spark_rows is None:
+        console.print(f"Spark pipeline skipped: {report.spark_skipped}")
+        return
+    table = Table(title="Spark: orders per tag and partition (read back from Parquet)")
+    for name in ("tags", "partition", "orders", "amount"):
+        table.add_column(name, justify="left" if name == "tags" else "right")
+    for row in report.spark_rows:
+        table.add_row(
+            str(row["tags"]), str(row["partition"]), f"{row['orders']:,}", f"{row['amount']:,}"
+        )
+    console.print(table)
+    orders = sum(row["orders"] for row in report.spark_rows)
+    console.print(f"Spark read {orders:,} messages of the {report.stored:,} the topic holds.")
+
+
 def _print(report: DemoReport, console: Console) -> None:
     latencies = sorted(report.latencies_ms) or [0.0]
     table = Table(title="what happened", show_header=False)
@@ -277,6 +329,7 @@ def _print(report: DemoReport, console: Console) -> None:
         ", ".join(f"{n}: exit {c}" for n, c in report.clean_exits.items()),
     )
     console.print(table)
+    _print_spark(report, console)
     console.print(
         "[bold green]OK[/bold green]: every acknowledged message was consumed; the master "
         "failed over and the old one came back as a slave."

@@ -171,6 +171,11 @@ class RequestCode(IntEnum):
     NOTIFICATION = 3446
     POLLING_INFO = 3447
     BATCH_ACK_MESSAGE = 3543
+    # ferrymq's own (RocketMQ's RequestCode.java uses no value in 9000-9999): the exactly-once
+    # Spark sink's prepare / decide / commit (wire/sink.py, broker/sink.py)
+    SINK_PREPARE = 9201
+    SINK_DECIDE = 9202
+    SINK_COMMIT = 9203
 
 
 class ResponseCode(IntEnum):

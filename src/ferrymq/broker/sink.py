@@ -1,0 +1,467 @@
+"""Exactly-once sink batches: prepared rows, a replicated winner per batch, one commit per batch.
+
+The Spark sink (`ferrymq.spark.sink`) writes a micro-batch in three steps; this module serves
+them (request codes and bodies in `wire/sink.py`):
+
+1. SINK_PREPARE: each Spark task stores its rows as prepared records of the system topic
+   `SINK_TOPIC` (one queue), tagged (sink id, batch id, transaction id) and carrying their real
+   topic and queue. No consumer sees them.
+2. SINK_DECIDE, on the sink's coordinator broker: the driver proposes the batch's winner (the
+   transactions of the tasks Spark reported, with their rows per broker); the first proposal
+   recorded for (sink id, batch id) wins and every later one gets that first winner back. So a
+   batch replayed after a driver crash, whose tasks prepared new transactions, still commits the
+   transactions of the first decision (some of whose rows may be visible already).
+3. SINK_COMMIT, on every broker holding rows: the winner's rows there become visible (copied into
+   their real queues in transaction and log order), once: a batch committed before answers
+   `duplicate`; other prepared transactions of the batch are dropped.
+
+Every decision is a record of `SINK_TOPIC` (decide-then-apply): handlers validate, append, and
+answer once `SinkFollower` has applied the record to the `SinkTable` (it is committed and
+visible); slaves and restarts rebuild the same table by reading the topic from its start. A
+commit appends BEGIN, the rows and DONE with no await in between; if a crash or failover leaves a
+BEGIN without DONE (a prefix of the rows), the next commit of the batch skips rows whose unique
+key its topic already holds. Prepared transactions nobody commits within
+`sinkPreparedTimeout` are expired (an EXPIRE record). A table entry of a committed batch is
+forgotten after 64 newer batches of the same sink; batches at or below a forgotten one count
+as committed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+
+from ferrymq.broker.send import put_messages, topic_for_send
+from ferrymq.broker.state import BrokerState
+from ferrymq.errors import CorruptRecordError, ProtocolError, RequestError
+from ferrymq.rpc.connection import Connection
+from ferrymq.store.store import GetStatus
+from ferrymq.wire import properties as props
+from ferrymq.wire.bodies import Perm, decode_body, encode_body
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import from_ext_fields, to_ext_fields
+from ferrymq.wire.properties import encode_properties
+from ferrymq.wire.records import BatchItem, decode_batch, decode_record, pack_host
+from ferrymq.wire.sink import (
+    SinkBatchHeader,
+    SinkCommit,
+    SinkCommitResponseHeader,
+    SinkPrepareRequestHeader,
+    SinkWinner,
+)
+
+__all__ = ["SINK_CODES", "SINK_TOPIC", "SinkService", "SinkTable"]
+
+log = logging.getLogger(__name__)
+
+SINK_TOPIC: Final = "rmq_sys_ferry_sink"
+"""Prepared rows and decisions of exactly-once sinks (one queue)."""
+
+SINK_CODES: Final = (RequestCode.SINK_PREPARE, RequestCode.SINK_DECIDE, RequestCode.SINK_COMMIT)
+
+_SINK: Final = "FERRY_SINK"
+_BATCH: Final = "FERRY_SINK_BATCH"
+_TXN: Final = "FERRY_SINK_TXN"
+_OP: Final = "FERRY_SINK_OP"
+_OWN_PROPERTIES: Final = frozenset(
+    {_SINK, _BATCH, _TXN, props.REAL_TOPIC, props.REAL_QUEUE_ID, props.PROPERTY_CRC32}
+)
+_KEEP_DONE: Final = 64
+_BORN: Final = pack_host("127.0.0.1", 0)
+_APPLY_WAIT_S: Final = 10.0
+
+
+# ---------------------------------------------------------------------- records
+
+
+class Decide(msgspec.Struct, tag="decide"):
+    """A proposed winner of a batch (the first one applied wins)."""
+
+    sink: str
+    batch: int
+    winner: dict[str, dict[str, int]]
+
+
+class Begin(msgspec.Struct, tag="begin"):
+    """A commit of a batch starts: its rows follow."""
+
+    sink: str
+    batch: int
+    transactions: list[str]
+
+
+class Done(msgspec.Struct, tag="done"):
+    """Every row of the batch is visible."""
+
+    sink: str
+    batch: int
+    rows: int
+
+
+class Expire(msgspec.Struct, tag="expire"):
+    """The batch's prepared rows are dropped uncommitted."""
+
+    sink: str
+    batch: int
+
+
+Op = Decide | Begin | Done | Expire
+_encode_op = msgspec.json.Encoder().encode
+_decode_op = msgspec.json.Decoder(Op).decode
+
+
+# ---------------------------------------------------------------------- the table (pure)
+
+
+@dataclass
+class BatchState:
+    """What this broker knows of one batch of one sink."""
+
+    staged: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """transaction id -> (log offset, size) of its prepared records, in log order."""
+    last_staged_ms: int = 0
+    winner: dict[str, dict[str, int]] | None = None
+    begun: bool = False
+    done: bool = False
+    rows: int = 0
+
+
+class SinkTable:
+    """Batches by (sink id, batch id); changed only by applying `SINK_TOPIC` records in order."""
+
+    def __init__(self) -> None:
+        self.batches: dict[tuple[str, int], BatchState] = {}
+        self.forgotten_upto: dict[str, int] = {}
+        """Per sink, the highest batch id whose entry was forgotten (it counts as committed)."""
+
+    def is_done(self, sink: str, batch: int) -> bool:
+        """Whether the batch was committed here."""
+        state = self.batches.get((sink, batch))
+        if state is not None:
+            return state.done
+        return batch <= self.forgotten_upto.get(sink, -1)
+
+    def stage(self, sink: str, batch: int, txn: str, log_offset: int, size: int, ms: int) -> None:
+        """A prepared record was applied."""
+        if self.is_done(sink, batch):
+            return
+        state = self.batches.setdefault((sink, batch), BatchState())
+        rows = state.staged.setdefault(txn, [])
+        if not rows or rows[-1][0] < log_offset:
+            rows.append((log_offset, size))
+        state.last_staged_ms = max(state.last_staged_ms, ms)
+
+    def apply(self, op: Op) -> None:
+        """Apply one decision record."""
+        key = (op.sink, op.batch)
+        if isinstance(op, Decide):
+            if op.batch <= self.forgotten_upto.get(op.sink, -1):
+                return
+            state = self.batches.setdefault(key, BatchState())
+            if state.winner is None:
+                state.winner = op.winner
+        elif isinstance(op, Begin):
+            if not self.is_done(*key):
+                self.batches.setdefault(key, BatchState()).begun = True
+        elif isinstance(op, Done):
+            state = self.batches.setdefault(key, BatchState())
+            state.done, state.rows, state.staged = True, op.rows, {}
+            self._forget_old(op.sink)
+        else:
+            expired = self.batches.get(key)
+            if expired is not None and not expired.done:
+                expired.staged = {}
+
+    def _forget_old(self, sink: str) -> None:
+        done = sorted(b for (s, b), st in self.batches.items() if s == sink and st.done)
+        for batch in done[:-_KEEP_DONE]:
+            del self.batches[(sink, batch)]
+            self.forgotten_upto[sink] = max(self.forgotten_upto.get(sink, -1), batch)
+
+    def expired(self, now_ms: int, timeout_ms: int) -> list[tuple[str, int]]:
+        """Batches with prepared rows, no commit begun, untouched for `timeout_ms`."""
+        return [
+            key
+            for key, state in self.batches.items()
+            if state.staged
+            and not (state.done or state.begun)
+            and now_ms - state.last_staged_ms > timeout_ms
+        ]
+
+
+# ---------------------------------------------------------------------- the service
+
+
+class SinkService:
+    """The broker side of exactly-once sinks: the follower of `SINK_TOPIC` and the handlers."""
+
+    def __init__(self, state: BrokerState, *, prepared_timeout_ms: int) -> None:
+        self._state = state
+        self.table = SinkTable()
+        self.applied_queue_offset = 0
+        self.prepared_timeout_ms = prepared_timeout_ms
+        self._committing: set[tuple[str, int]] = set()
+
+    # -------------------------------------------------------------- follower
+
+    def catch_up(self) -> None:
+        """Apply every visible `SINK_TOPIC` record not applied yet (no await: one loop turn)."""
+        store = self._state.store
+        for _ in range(1_000_000):
+            result = store.get(SINK_TOPIC, 0, self.applied_queue_offset, 256, max_bytes=1 << 22)
+            if result.status is GetStatus.FOUND:
+                for queue_offset, raw in zip(result.queue_offsets, result.records, strict=True):
+                    self._apply_record(queue_offset, raw)
+            moved = result.next_queue_offset > self.applied_queue_offset
+            self.applied_queue_offset = max(self.applied_queue_offset, result.next_queue_offset)
+            if result.status is not GetStatus.FOUND and not moved:
+                return
+
+    def _apply_record(self, queue_offset: int, raw: bytes) -> None:
+        try:
+            record = decode_record(raw)
+        except ProtocolError as exc:
+            log.error("%s offset %d: unreadable record skipped: %s", SINK_TOPIC, queue_offset, exc)
+            return
+        properties = record.properties
+        if _OP in properties:
+            try:
+                self.table.apply(_decode_op(record.body))
+            except msgspec.ValidationError as exc:
+                log.error("%s offset %d: unreadable decision: %s", SINK_TOPIC, queue_offset, exc)
+            else:
+                self._committing.discard(self._key_of(record.body))
+            return
+        batch = properties.get(_BATCH, "")
+        if _SINK in properties and _TXN in properties and batch.lstrip("-").isdigit():
+            self.table.stage(
+                properties[_SINK],
+                int(batch),
+                properties[_TXN],
+                record.log_offset,
+                len(raw),
+                record.store_timestamp_ms,
+            )
+
+    def _key_of(self, body: bytes) -> tuple[str, int]:
+        op = _decode_op(body)
+        return (op.sink, op.batch) if isinstance(op, Done) else ("", -1)
+
+    async def run(self) -> None:
+        """Follow `SINK_TOPIC` and expire old prepared batches (as master), forever."""
+        state = self._state
+        next_expiry = time.monotonic()
+        period = max(1.0, min(60.0, self.prepared_timeout_ms / 4000))
+        while True:
+            self.catch_up()
+            if state.is_master and time.monotonic() >= next_expiry:
+                next_expiry = time.monotonic() + period
+                for sink, batch in self.table.expired(state.wall_ms(), self.prepared_timeout_ms):
+                    log.warning(
+                        "sink %s batch %d: prepared rows expired uncommitted after %d ms",
+                        sink,
+                        batch,
+                        self.prepared_timeout_ms,
+                    )
+                    await self._append_op(Expire(sink, batch), wait=False)
+            await state.longpoll.wait(SINK_TOPIC, 0, self.applied_queue_offset, period)
+
+    async def _wait_applied(self, queue_offset: int) -> None:
+        deadline = time.monotonic() + _APPLY_WAIT_S
+        while True:
+            self.catch_up()
+            if self.applied_queue_offset > queue_offset:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestError(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"the decision at {SINK_TOPIC} offset {queue_offset} is not committed yet",
+                )
+            await self._state.longpoll.wait(
+                SINK_TOPIC, 0, self.applied_queue_offset, min(remaining, 1.0)
+            )
+
+    async def _append_op(self, op: Op, *, wait: bool) -> tuple[int, int]:
+        """Append a decision; returns its queue offset and the response code of the append."""
+        result, code = await put_messages(
+            self._state,
+            SINK_TOPIC,
+            0,
+            [BatchItem.of(_encode_op(op), {_OP: type(op).__name__.lower()})],
+            born_host=_BORN,
+            born_timestamp_ms=self._state.wall_ms(),
+            wait_flush=wait,
+        )
+        return result.first_queue_offset, code
+
+    # -------------------------------------------------------------- handlers
+
+    async def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Serve SINK_PREPARE, SINK_DECIDE or SINK_COMMIT."""
+        self._state.check_writable()
+        if request.code == RequestCode.SINK_PREPARE:
+            return await self._prepare(conn, request)
+        if request.code == RequestCode.SINK_DECIDE:
+            return await self._decide(request)
+        return await self._commit(request)
+
+    async def _prepare(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        state = self._state
+        header = from_ext_fields(SinkPrepareRequestHeader, request.ext_fields)
+        topic = header.topic
+        if topic.startswith(("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC")):
+            raise RequestError(ResponseCode.NO_PERMISSION, f"a sink may not write {topic}")
+        config = topic_for_send(state, topic, state.config.default_topic_queue_nums)
+        if not config.perm & Perm.WRITE:
+            raise RequestError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] is not writable")
+        if not 0 <= header.queue_id < config.write_queue_nums:
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{header.queue_id}] is illegal: {topic} has "
+                f"{config.write_queue_nums} write queues",
+            )
+        self.catch_up()
+        if self.table.is_done(header.sink_id, header.batch_id):
+            # a replay of a batch committed here: its winner's rows are visible; drop these
+            return request.make_response(
+                ResponseCode.SUCCESS, remark="the batch is committed already: rows dropped"
+            )
+        try:
+            items = decode_batch(request.body)
+        except ProtocolError as exc:
+            raise RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        if not items:
+            raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "no rows to prepare")
+        tags = {
+            _SINK: header.sink_id,
+            _BATCH: str(header.batch_id),
+            _TXN: header.transaction_id,
+            props.REAL_TOPIC: topic,
+            props.REAL_QUEUE_ID: str(header.queue_id),
+        }
+        prepared = [
+            BatchItem(item.body, encode_properties({**item.property_map, **tags}), item.flag)
+            for item in items
+        ]
+        _, code = await put_messages(
+            state,
+            SINK_TOPIC,
+            0,
+            prepared,
+            born_host=state.born_host(conn),
+            born_timestamp_ms=state.wall_ms(),
+        )
+        return request.make_response(code)
+
+    async def _decide(self, request: RemotingCommand) -> RemotingCommand:
+        header = from_ext_fields(SinkBatchHeader, request.ext_fields)
+        proposal = decode_body(request.body, SinkWinner)
+        key = (header.sink_id, header.batch_id)
+        self.catch_up()
+        batch = self.table.batches.get(key)
+        if batch is None or batch.winner is None:
+            if header.batch_id <= self.table.forgotten_upto.get(header.sink_id, -1):
+                raise RequestError(
+                    ResponseCode.TRANSACTION_FAILED,
+                    f"sink {header.sink_id} batch {header.batch_id} is older than the batches "
+                    "this broker remembers (committed long ago)",
+                )
+            queue_offset, code = await self._append_op(
+                Decide(header.sink_id, header.batch_id, proposal.transactions), wait=True
+            )
+            if code != ResponseCode.SUCCESS:
+                return request.make_response(code, remark="the decision is not committed yet")
+            await self._wait_applied(queue_offset)
+            batch = self.table.batches[key]
+        assert batch.winner is not None
+        return request.make_response(
+            ResponseCode.SUCCESS, body=encode_body(SinkWinner(batch.winner))
+        )
+
+    async def _commit(self, request: RemotingCommand) -> RemotingCommand:
+        header = from_ext_fields(SinkBatchHeader, request.ext_fields)
+        wanted = decode_body(request.body, SinkCommit).transactions
+        sink, batch_id = header.sink_id, header.batch_id
+        key = (sink, batch_id)
+        self.catch_up()
+        if self.table.is_done(sink, batch_id):
+            done = self.table.batches.get(key)
+            fields = SinkCommitResponseHeader(rows=done.rows if done else 0, duplicate=True)
+            return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(fields))
+        if key in self._committing:
+            raise RequestError(
+                ResponseCode.SYSTEM_BUSY, f"sink {sink} batch {batch_id}: a commit is under way"
+            )
+        batch = self.table.batches.get(key, BatchState())
+        for txn, rows in sorted(wanted.items()):
+            have = len(batch.staged.get(txn, []))
+            if have != rows:
+                raise RequestError(
+                    ResponseCode.TRANSACTION_FAILED,
+                    f"sink {sink} batch {batch_id}: transaction {txn} has {have} of its {rows} "
+                    f"prepared rows here (expired after {self.prepared_timeout_ms} ms, or lost)",
+                )
+        self._committing.add(key)
+        try:
+            queue_offset, code, rows = await self._write_batch(sink, batch_id, wanted, batch)
+        except BaseException:
+            self._committing.discard(key)
+            raise
+        if code != ResponseCode.SUCCESS:
+            return request.make_response(code, remark="the commit is not durable yet")
+        await self._wait_applied(queue_offset)
+        fields = SinkCommitResponseHeader(rows=rows)
+        return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(fields))
+
+    async def _write_batch(
+        self, sink: str, batch_id: int, wanted: dict[str, int], batch: BatchState
+    ) -> tuple[int, int, int]:
+        """BEGIN, the rows, DONE, with no await until DONE is appended (one loop turn)."""
+        state = self._state
+        store = state.store
+        rows: list[tuple[str, int, BatchItem, bytes, int]] = []
+        for txn in sorted(wanted):
+            for log_offset, size in batch.staged[txn]:
+                try:
+                    record = decode_record(store.read_record(log_offset, size))
+                except (CorruptRecordError, ProtocolError) as exc:
+                    raise RequestError(
+                        ResponseCode.SYSTEM_ERROR, f"prepared row at {log_offset}: {exc}"
+                    ) from None
+                properties = {
+                    k: v for k, v in record.properties.items() if k not in _OWN_PROPERTIES
+                }
+                topic = record.properties[props.REAL_TOPIC]
+                queue_id = int(record.properties[props.REAL_QUEUE_ID])
+                if batch.begun and _stored_already(state, topic, properties.get(props.UNIQ_KEY)):
+                    continue  # an earlier commit wrote it before a crash or failover cut it short
+                item = BatchItem(record.body, encode_properties(properties), record.flag)
+                rows.append((topic, queue_id, item, record.born_host, record.born_timestamp_ms))
+        await self._append_op(Begin(sink, batch_id, sorted(wanted)), wait=False)
+        for (topic, queue_id, born_host, born_ms), group in itertools.groupby(
+            rows, key=lambda row: (row[0], row[1], row[3], row[4])
+        ):
+            await put_messages(
+                state,
+                topic,
+                queue_id,
+                [row[2] for row in group],
+                born_host=born_host,
+                born_timestamp_ms=born_ms,
+                wait_flush=False,
+            )
+        queue_offset, code = await self._append_op(
+            Done(sink, batch_id, sum(wanted.values())), wait=True
+        )
+        return queue_offset, code, len(rows)
+
+
+def _stored_already(state: BrokerState, topic: str, uniq_key: str | None) -> bool:
+    return uniq_key is not None and bool(state.store.query_by_key(topic, uniq_key, max_count=1))

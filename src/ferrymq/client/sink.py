@@ -1,0 +1,196 @@
+"""The client of exactly-once sink batches (SINK_PREPARE / SINK_DECIDE / SINK_COMMIT).
+
+Used by the Spark sink: tasks `prepare` rows under (sink id, batch id, transaction id); the
+driver `decide`s the batch's winner on the sink's `coordinator` broker and `commit`s it on every
+broker that holds rows of the batch. Decide and commit are idempotent, so they are retried on
+connection errors and while a broker answers that a commit is under way; a prepare is not (a
+second copy of the rows would break the counts the commit checks), so a prepare whose outcome
+is unknown raises and the Spark task fails (Spark then prepares the rows again under a new
+transaction id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import Final, Self
+
+from ferrymq.client.routing import Routes
+from ferrymq.errors import ConnectError, FerryError, RemoteError, RpcError
+from ferrymq.model import MessageQueue
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire.bodies import ClusterInfo, decode_body, encode_body
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import from_ext_fields, to_ext_fields
+from ferrymq.wire.records import BatchItem, encode_batch
+from ferrymq.wire.sink import (
+    SinkBatchHeader,
+    SinkCommit,
+    SinkCommitResponseHeader,
+    SinkPrepareRequestHeader,
+    SinkWinner,
+)
+
+__all__ = ["SinkClient"]
+
+_ATTEMPTS: Final = 8
+_RETRY_CODES: Final = frozenset(
+    {ResponseCode.SYSTEM_BUSY, ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.FLUSH_DISK_TIMEOUT}
+)
+
+
+class SinkClient:
+    """Prepare, decide and commit sink batches; use as an async context manager."""
+
+    def __init__(
+        self,
+        namesrv_addr: str,
+        *,
+        group: str = "ferrymq-spark-sink",
+        timeout: float = 10.0,
+        rpc: RpcClient | None = None,
+    ) -> None:
+        self._namesrvs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
+        self._rpc = rpc or RpcClient()
+        self._owns_rpc = rpc is None
+        self.routes = Routes(self._rpc, self._namesrvs)
+        self.group = group
+        self._timeout = timeout
+
+    async def close(self) -> None:
+        """Close connections (when this client owns them)."""
+        if self._owns_rpc:
+            await self._rpc.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues, in partition order."""
+        return (await self.routes.get(topic)).write_queues
+
+    async def _cluster(self) -> ClusterInfo:
+        last: FerryError = FerryError("no NameServer address given")
+        for address in self._namesrvs:
+            request = RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)
+            try:
+                response = await self._rpc.call(address, request, self._timeout)
+            except FerryError as exc:
+                last = exc
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                return decode_body(response.body, ClusterInfo)
+            last = RemoteError(response.code, response.remark)
+        raise last
+
+    async def coordinator(self, topic: str | None) -> str:
+        """The broker group that decides a sink's batches.
+
+        The first broker name (sorted) of the topic's route when every row goes to one topic,
+        else the first of the cluster: the same across restarts while the groups stay.
+        """
+        if topic is not None:
+            route = await self.routes.get(topic)
+            names = sorted({q.broker_name for q in route.write_queues})
+        else:
+            names = sorted((await self._cluster()).broker_addr_table)
+        if not names:
+            raise FerryError("no broker group to coordinate the sink")
+        return names[0]
+
+    async def _master(self, broker_name: str, *, refresh: bool) -> str:
+        address = None if refresh else self.routes.master_of(broker_name)
+        if address is None:
+            data = (await self._cluster()).broker_addr_table.get(broker_name)
+            address = data.broker_addrs.get(0) if data else None
+        if address is None:
+            raise FerryError(f"broker group {broker_name} has no master")
+        return address
+
+    async def _call(
+        self, broker_name: str, request: RemotingCommand, *, retry: bool
+    ) -> RemotingCommand:
+        delay = 0.1
+        for attempt in range(_ATTEMPTS):
+            address = await self._master(broker_name, refresh=attempt > 0)
+            fresh = RemotingCommand(
+                code=request.code, ext_fields=dict(request.ext_fields), body=request.body
+            )
+            try:
+                response = await self._rpc.call(address, fresh, self._timeout)
+            except ConnectError:
+                pass  # never sent: safe to send again
+            except RpcError:
+                if not retry:
+                    raise
+            else:
+                if response.code == ResponseCode.SUCCESS:
+                    return response
+                if not retry or response.code not in _RETRY_CODES:
+                    raise RemoteError(response.code, response.remark)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise FerryError(f"broker group {broker_name}: no answer after {_ATTEMPTS} attempts")
+
+    async def prepare(
+        self,
+        queue: MessageQueue,
+        sink_id: str,
+        batch_id: int,
+        transaction_id: str,
+        items: list[BatchItem],
+    ) -> None:
+        """Store rows for `queue`, invisible until their batch is committed.
+
+        Raises:
+            RemoteError: the broker refused them.
+            RpcError: no answer: they may be stored (the transaction must not be committed).
+        """
+        header = SinkPrepareRequestHeader(
+            sink_id=sink_id,
+            batch_id=batch_id,
+            transaction_id=transaction_id,
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            producer_group=self.group,
+        )
+        request = RemotingCommand(
+            code=RequestCode.SINK_PREPARE,
+            ext_fields=to_ext_fields(header),
+            body=encode_batch(items),
+        )
+        await self._call(queue.broker_name, request, retry=False)
+
+    async def decide(
+        self, coordinator: str, sink_id: str, batch_id: int, proposal: dict[str, dict[str, int]]
+    ) -> dict[str, dict[str, int]]:
+        """Record `proposal` as the batch's winner unless one is recorded; returns the winner."""
+        request = RemotingCommand(
+            code=RequestCode.SINK_DECIDE,
+            ext_fields=to_ext_fields(SinkBatchHeader(sink_id=sink_id, batch_id=batch_id)),
+            body=encode_body(SinkWinner(proposal)),
+        )
+        response = await self._call(coordinator, request, retry=True)
+        return decode_body(response.body, SinkWinner).transactions
+
+    async def commit(
+        self, broker_name: str, sink_id: str, batch_id: int, transactions: dict[str, int]
+    ) -> tuple[int, bool]:
+        """Make the transactions' rows on one broker visible; returns (rows, was a duplicate)."""
+        request = RemotingCommand(
+            code=RequestCode.SINK_COMMIT,
+            ext_fields=to_ext_fields(SinkBatchHeader(sink_id=sink_id, batch_id=batch_id)),
+            body=encode_body(SinkCommit(transactions)),
+        )
+        response = await self._call(broker_name, request, retry=True)
+        result = from_ext_fields(SinkCommitResponseHeader, response.ext_fields)
+        return result.rows, result.duplicate

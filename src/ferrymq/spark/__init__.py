@@ -1,0 +1,24 @@
+"""ferrymq for Spark: the `ferrymq` PySpark data source (the only package that imports pyspark).
+
+```python
+from ferrymq.spark import register
+register(spark)
+df = spark.read.format("ferrymq").options(servers="127.0.0.1:9876", subscribe="t").load()
+```
+
+Installing `ferrymq[spark]` also installs the top-level module `pyspark_ferrymq`, which Spark finds
+by itself, so `format("ferrymq")` works without `register`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferrymq.spark.source import FerryDataSource
+
+__all__ = ["FerryDataSource", "register"]
+
+
+def register(spark: Any) -> None:
+    """Make `format("ferrymq")` available in a SparkSession."""
+    spark.dataSource.register(FerryDataSource)
