@@ -49,7 +49,7 @@ def test_streaming_read_into_parquet_survives_kill_9_of_the_driver(
     spark: Any, ferry: Ferry, tmp_path: Path
 ) -> None:
     asyncio.run(create_topic(ferry.servers, "CrashRead", 4))
-    produced = asyncio.run(produce_bulk(ferry.servers, "CrashRead", "r1", 12_000))
+    produced = asyncio.run(produce_bulk(ferry.servers, "CrashRead", "r1", 6_000))
     out, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "driver.log"
     args = {
         "mode": "read",
@@ -57,7 +57,7 @@ def test_streaming_read_into_parquet_survives_kill_9_of_the_driver(
         "source": "CrashRead",
         "target": str(out),
         "checkpoint": str(checkpoint),
-        "max_offsets": 1500,
+        "max_offsets": 700,
     }
     driver = start_driver(log, **args, trigger="300 milliseconds")
     try:
@@ -66,13 +66,13 @@ def test_streaming_read_into_parquet_survives_kill_9_of_the_driver(
             assert driver.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "no micro-batch committed in time"
             time.sleep(0.2)
-        produced += asyncio.run(produce_bulk(ferry.servers, "CrashRead", "r2", 3_000))
+        produced += asyncio.run(produce_bulk(ferry.servers, "CrashRead", "r2", 1_500))
     finally:
         kill_tree(driver.pid)
         driver.wait(30)
     done_before = committed_batches(checkpoint)
     assert done_before < 10, "the query finished before the crash; nothing was tested"
-    produced += asyncio.run(produce_bulk(ferry.servers, "CrashRead", "r3", 3_000))
+    produced += asyncio.run(produce_bulk(ferry.servers, "CrashRead", "r3", 1_500))
 
     finish(start_driver(log, **args, trigger="available_now"), log)
     rows = spark.read.parquet(str(out))

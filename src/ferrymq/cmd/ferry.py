@@ -386,6 +386,45 @@ def bench_broker(
         )
 
 
+@bench.command("spark")
+@click.option("--rows", type=click.IntRange(min=1000), default=500_000, show_default=True)
+@click.option("--size", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def bench_spark(rows: int, size: int, as_json: bool) -> None:
+    """The ferrymq Spark data source beside Spark reading Parquet: batch, stream read, write."""
+    from ferrymq.cmd.bench_spark import SparkBenchConfig, ratios, run_spark_bench
+
+    config = SparkBenchConfig(rows=rows, size=size, max_offsets_per_trigger=max(1, rows // 2))
+    console = Console(stderr=True)
+    with console.status("measuring") as status:
+        try:
+            results = asyncio.run(run_spark_bench(config, status.update))
+        except (RuntimeError, ImportError) as exc:
+            raise click.ClickException(str(exc)) from None
+    to_parquet = ratios(results)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "benchmark": "spark",
+                    "machine": _machine(),
+                    "rows": [r.as_json() for r in results],
+                    "ratios": to_parquet,
+                }
+            )
+        )
+        return
+    table = Table(title=f"ferry bench spark ({rows:,} rows of {size} B, local[2])")
+    for column in ("job", "source", "sink", "rows", "seconds", "rows/s"):
+        table.add_column(column, justify="left" if column in ("job", "source", "sink") else "right")
+    for r in results:
+        table.add_row(
+            r.job, r.source, r.sink, f"{r.rows:,}", f"{r.seconds:.2f}", f"{r.rows_per_s:,.0f}"
+        )
+    _wide_console().print(table)
+    click.echo(" ".join(f"{k}={v}x" for k, v in to_parquet.items()) + " (ferrymq/Parquet)")
+
+
 def _print_rows(title: str, rows: list[Row]) -> None:
     table = Table(title=title)
     for column in (
