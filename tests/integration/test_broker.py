@@ -169,6 +169,8 @@ async def test_batches_take_consecutive_queue_offsets(
         ("T", 9, b"x", ResponseCode.SYSTEM_ERROR, "queueId[9] is illegal"),
         ("T", 0, b"x" * 2000, ResponseCode.MESSAGE_ILLEGAL, "over the limit"),
         ("SCHEDULE_TOPIC_XXXX", 0, b"x", ResponseCode.NO_PERMISSION, "forbidden"),
+        ("rmq_sys_ferry_metadata", 0, b"x", ResponseCode.NO_PERMISSION, "forbidden"),
+        ("rmq_sys_ferry_sink", 0, b"x", ResponseCode.NO_PERMISSION, "forbidden"),
     ],
 )
 @pytest.mark.parametrize("cluster", [{"max_message_size": 1024}], indirect=True)

@@ -68,6 +68,8 @@ TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 METADATA_TOPIC: Final = "rmq_sys_ferry_metadata"
 """Topic, group and offset changes, replicated through the commit log (one queue)."""
+SINK_TOPIC: Final = "rmq_sys_ferry_sink"
+"""Exactly-once sink batches: prepared rows and decisions (`sink.py`)."""
 RETRY_GROUP_PREFIX: Final = "%RETRY%"
 DLQ_GROUP_PREFIX: Final = "%DLQ%"
 

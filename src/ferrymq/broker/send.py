@@ -28,8 +28,10 @@ from ferrymq import testbugs
 from ferrymq.broker.metadata import (
     DEFAULT_TOPIC,
     DLQ_GROUP_PREFIX,
+    METADATA_TOPIC,
     RETRY_GROUP_PREFIX,
     SCHEDULE_TOPIC,
+    SINK_TOPIC,
     TIMER_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
@@ -70,7 +72,17 @@ log = logging.getLogger(__name__)
 
 _PERM_WRITE = int(Perm.WRITE)
 """As a plain int: `IntFlag` arithmetic costs microseconds per send."""
-_SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC})
+_SYSTEM_TOPICS = frozenset(
+    {
+        METADATA_TOPIC,  # a forged record would be applied by every slave
+        SCHEDULE_TOPIC,
+        SINK_TOPIC,
+        TIMER_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+    }
+)
+"""Topics only the broker itself writes: a client's send to them is refused."""
 _TIMER_MARK = b"TIMER_DEL"
 """Every timer property (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) starts so."""
 

@@ -36,6 +36,7 @@ from typing import Final
 
 import msgspec
 
+from ferrymq.broker.metadata import SINK_TOPIC
 from ferrymq.broker.send import put_messages, topic_for_send
 from ferrymq.broker.state import BrokerState
 from ferrymq.errors import CorruptRecordError, ProtocolError, RequestError
@@ -60,7 +61,6 @@ __all__ = ["SINK_CODES", "SINK_TOPIC", "SinkService", "SinkTable"]
 
 log = logging.getLogger(__name__)
 
-SINK_TOPIC: Final = "rmq_sys_ferry_sink"
 """Prepared rows and decisions of exactly-once sinks (one queue)."""
 
 SINK_CODES: Final = (RequestCode.SINK_PREPARE, RequestCode.SINK_DECIDE, RequestCode.SINK_COMMIT)
