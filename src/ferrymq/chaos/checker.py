@@ -316,15 +316,18 @@ def _check_epoch_list(dump: Event, report: _Report) -> None:
 
 
 def _check_masters(index: _Index, report: _Report) -> None:
-    last_epoch: dict[str, int] = {}
+    last_epoch: dict[tuple[str, str], int] = {}  # (who observed, node) -> epoch
     masters: dict[tuple[str, int], set[str]] = defaultdict(set)
     for role in index.roles:
         if role.node is None or role.epoch is None:
             continue
-        previous = last_epoch.get(role.node)
+        previous = last_epoch.get((role.proc, role.node))
         if previous is not None and role.epoch < previous:
-            report.add("epoch-regression", f"{role.node}: epoch {role.epoch} after {previous}")
-        last_epoch[role.node] = max(role.epoch, previous or role.epoch)
+            report.add(
+                "epoch-regression",
+                f"{role.node}: epoch {role.epoch} after {previous} ({role.proc})",
+            )
+        last_epoch[role.proc, role.node] = max(role.epoch, previous or role.epoch)
         if role.role == "master":
             masters[role.group or "", role.epoch].add(role.node)
     for (group, epoch), nodes in masters.items():

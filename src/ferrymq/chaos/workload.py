@@ -48,6 +48,8 @@ CONSUMER_GROUP: Final = "chaos-group"
 PRODUCER_IP: Final = "127.0.0.10"
 CONSUMER_IP: Final = "127.0.0.11"
 OBSERVER_IP: Final = "127.0.0.12"
+CONTROLLER_VIEW: Final = "controller-view"
+"""The `proc` of role events that come from the controllers' GET_REPLICA_INFO."""
 CLIENT_IPS: Final = (PRODUCER_IP, CONSUMER_IP, OBSERVER_IP, "127.0.0.9")
 
 log = logging.getLogger(__name__)
@@ -307,8 +309,29 @@ class Workload:
                         role=info.role,
                         epoch=info.epoch,
                     )
+            await self._observe_controllers(seen)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), 1.0)
+
+    async def _observe_controllers(self, seen: dict[str, tuple[str, int | None]]) -> None:
+        """Record the controllers' master and epoch when they change (controller mode)."""
+        info = await self.cluster.replica_info()
+        if info is None or not info.master_address:
+            return
+        node = self.cluster.node_at(info.master_address)
+        now = ("master", info.master_epoch)
+        if node is None or seen.get(CONTROLLER_VIEW) == now:
+            return
+        seen[CONTROLLER_VIEW] = now
+        self.recorder.record(
+            CONTROLLER_VIEW,
+            "ok",
+            "role",
+            node=node.name,
+            group=self.cluster.config.group,
+            role="master",
+            epoch=info.master_epoch,
+        )
 
     async def drain(self, timeout: float) -> bool:
         """Read every queue from 0 past its highest acked offset; True when all got there."""
