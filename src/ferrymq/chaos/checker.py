@@ -336,21 +336,44 @@ def _check_masters(index: _Index, report: _Report) -> None:
     _check_ack_interleaving(index, report)
 
 
+_OBSERVE_LAG_NS: Final = 1_500_000_000
+"""How late an observer may see a role change (it polls every second)."""
+
+
+def _master_epochs(index: _Index) -> dict[str, list[tuple[int, int]]]:
+    """Node -> [(time, epoch)] of every observation of it as master, in time order."""
+    seen: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for role in index.roles:
+        if role.role == "master" and role.node is not None and role.epoch is not None:
+            seen[role.node].append((role.t_ns, role.epoch))
+    for observations in seen.values():
+        observations.sort()
+    return seen
+
+
+def _epoch_at(observations: list[tuple[int, int]], t_ns: int) -> int | None:
+    """The newest master epoch seen for a node by `t_ns` plus the observers' lag."""
+    epochs = [epoch for t, epoch in observations if t <= t_ns + _OBSERVE_LAG_NS]
+    return max(epochs) if epochs else None
+
+
 def _check_ack_interleaving(index: _Index, report: _Report) -> None:
     """A deposed master must not acknowledge after its successor did (same or older epoch).
 
     Acks of node A, then (strictly later) node B, then (strictly later) A again mean two
-    masters took writes at once unless A came back with a newer epoch.
+    masters took writes at once unless A came back with a newer epoch: the master epoch an
+    observer saw for A by its second ack (allowing the observers' polling lag) is above the one
+    seen for B by B's ack. Sends whose route moved while they ran name no node and are skipped.
     """
+    epochs = _master_epochs(index)
     by_group: dict[str, list[_Send]] = defaultdict(list)
     for send in index.acked.values():
         if send.node is not None:
             by_group[send.q.split("/", 1)[0]].append(send)
     for group, sends in by_group.items():
         sends.sort(key=lambda s: s.complete_ns)
-        # per node: the last ack before each handover, as (complete time, epoch)
         current: _Send | None = None
-        deposed: dict[str, tuple[int, _Send]] = {}  # node -> (time it was replaced, its ack)
+        deposed: dict[str, tuple[int, _Send]] = {}  # node -> (time it was replaced, successor ack)
         for send in sends:
             assert send.node is not None
             if (
@@ -363,16 +386,16 @@ def _check_ack_interleaving(index: _Index, report: _Report) -> None:
             replaced = deposed.get(send.node)
             if replaced is not None and send.invoke_ns > replaced[0]:
                 successor = replaced[1]
-                newer = (
-                    send.epoch is not None
-                    and successor.epoch is not None
-                    and send.epoch > successor.epoch
+                assert successor.node is not None
+                mine = send.epoch or _epoch_at(epochs.get(send.node, []), send.complete_ns)
+                theirs = successor.epoch or _epoch_at(
+                    epochs.get(successor.node, []), successor.complete_ns
                 )
-                if not newer:
+                if mine is None or theirs is None or mine <= theirs:
                     report.add(
                         "dual-master",
-                        f"{group}: {send.node} acked {send.v} after {successor.node} acked "
-                        f"{successor.v} as master",
+                        f"{group}: {send.node} (epoch {mine}) acked {send.v} after "
+                        f"{successor.node} (epoch {theirs}) acked {successor.v} as master",
                     )
                 del deposed[send.node]
             current = send

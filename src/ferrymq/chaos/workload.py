@@ -149,6 +149,7 @@ class Workload:
                     queue = queues[(k + n) % len(queues)]
                     q, v = queue_name(queue), f"{proc}-{n}"
                     self.recorder.record(proc, "invoke", "send", q=q, v=v)
+                    before = producer.routes.master_of(queue.broker_name)
                     try:
                         result = await producer.send(
                             TOPIC, v.encode() + b" " + padding, queue=queue
@@ -161,9 +162,14 @@ class Workload:
                         self.recorder.record(proc, "info", "send", q=q, v=v, error=str(exc))
                         await asyncio.sleep(interval)
                         continue
-                    address = producer.routes.master_of(queue.broker_name)
                     self.recorder.record(
-                        proc, "ok", "send", q=q, v=v, off=result.queue_offset, node=address
+                        proc,
+                        "ok",
+                        "send",
+                        q=q,
+                        v=v,
+                        off=result.queue_offset,
+                        node=self._acked_by(before, producer.routes.master_of(queue.broker_name)),
                     )
                     self.acked_high[q] = max(self.acked_high.get(q, -1), result.queue_offset)
                     await asyncio.sleep(interval * self.rng.uniform(0.5, 1.5))
@@ -289,6 +295,13 @@ class Workload:
                 continue
             self.recorder.record(proc, "ok", "commit", group=CONSUMER_GROUP, offsets=offsets)
             committed[queue] = offset
+
+    def _acked_by(self, before: str | None, after: str | None) -> str | None:
+        """The broker that acknowledged a send: the route's master, unless it moved meanwhile."""
+        if before is None or before != after:
+            return None
+        node = self.cluster.node_at(before)
+        return node.name if node is not None else before
 
     async def _observe(self) -> None:
         seen: dict[str, tuple[str, int | None]] = {}
