@@ -38,11 +38,11 @@ from ferrymq.chaos.nemesis import NEMESES, Faults
 from ferrymq.chaos.net import Net, nft_available
 from ferrymq.chaos.recorder import Recorder
 from ferrymq.chaos.schedule import Schedule, Step, build_schedule
-from ferrymq.chaos.workload import TOPIC, Workload, WorkloadConfig, queue_name
+from ferrymq.chaos.workload import CONTROLLER_VIEW, TOPIC, Workload, WorkloadConfig, queue_name
 from ferrymq.errors import FerryError
 from ferrymq.testbugs import BUGS
 
-__all__ = ["RunConfig", "ack_gaps", "run_inside", "run_isolated"]
+__all__ = ["RunConfig", "ack_gaps", "failovers", "run_inside", "run_isolated"]
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +213,42 @@ def ack_gaps(events: list[Event], *, min_gap_s: float = 1.0) -> list[dict[str, o
     return gaps
 
 
+def failovers(events: list[Event]) -> list[dict[str, object]]:
+    """Each fault aimed at the master that moved it, and how long the move took.
+
+    `elected_after_s`: until the observer saw the controllers name a new master (it polls every
+    second); `acked_after_s`: until the new master acknowledged a send.
+    """
+    out: list[dict[str, object]] = []
+    views = [e for e in events if e.proc == CONTROLLER_VIEW and e.f == "role"]
+    acks = [e for e in events if e.f == "send" and e.type == "ok"]
+    hits = [
+        e
+        for e in events
+        if e.proc == NEMESIS and e.type == "info" and (e.error or "").startswith("master:")
+    ]
+    for hit in hits:
+        old = hit.targets[0] if hit.targets else None
+        elected = next((v for v in views if v.t_ns > hit.t_ns), None)
+        if elected is None or elected.node == old:
+            continue  # the fault ended before the controllers moved the master
+        acked = next((a for a in acks if a.t_ns > elected.t_ns and a.node == elected.node), None)
+        out.append(
+            {
+                "fault": hit.f,
+                "at_s": round(hit.t_ns / 1e9, 2),
+                "old_master": old,
+                "new_master": elected.node,
+                "epoch": elected.epoch,
+                "elected_after_s": round((elected.t_ns - hit.t_ns) / 1e9, 2),
+                "acked_after_s": (
+                    round((acked.t_ns - hit.t_ns) / 1e9, 2) if acked is not None else None
+                ),
+            }
+        )
+    return out
+
+
 def _write_results(
     config: RunConfig, schedule: Schedule, results: Results, extra: dict[str, object]
 ) -> None:
@@ -317,6 +353,7 @@ async def run_inside(config: RunConfig) -> Results:
             "drained": drained,
             "duration_s": round(time.monotonic() - started, 1),
             "ack_gaps": ack_gaps(recorder.events),
+            "failovers": failovers(recorder.events),
             "nemeses_available": sorted(NEMESES),
         },
     )
