@@ -57,7 +57,7 @@ def test_a_smoke_run_on_controllers_hits_every_fault_and_finds_no_anomaly(tmp_pa
 @pytest.mark.parametrize(
     ("bug", "schedule", "topology"),
     [
-        ("ack-before-replication", "power-loss", "controller"),
+        ("ack-before-replication", "power-loss", "classic"),  # a failover would hide it
         ("skip-truncation", "power-loss", "classic"),
         ("skip-crc-on-recovery", "bitflip", "controller"),
         ("elect-outside-sync-state-set", "strand-slave", "controller"),
