@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: setup test lint unit bench bench-store demo clean soak-raft chaos fuzz
+.PHONY: setup test lint unit bench bench-store demo clean soak-raft chaos soak fuzz
 
 setup: $(STAMP)
 
@@ -43,12 +43,23 @@ bench-store: setup
 demo: setup
 	$(BIN)/ferry demo
 
-# About 5 minutes: a 3-replica group under every available nemesis, fixed seed, checked history;
-# fails on any anomaly. Needs root, unshare, nftables, mkfs.ext4. Not part of `make test`.
-CHAOS_SEED ?= 1
-CHAOS_OUT  ?= chaos-out
+# About 5 minutes: 3 controllers and a 3-replica group in controller mode under every nemesis
+# (failovers, controller leader and follower kills, a master cut off from the cluster, disk
+# faults), fixed seed, checked history; fails on any anomaly. CHAOS_TOPOLOGY=classic runs static
+# master/slave roles instead. Needs root, unshare, nftables, mkfs.ext4. Not part of `make test`.
+CHAOS_SEED     ?= 1
+CHAOS_OUT      ?= chaos-out
+CHAOS_TOPOLOGY ?= controller
 chaos: setup
-	$(BIN)/ferry chaos --schedule standard --seed $(CHAOS_SEED) --out $(CHAOS_OUT)
+	$(BIN)/ferry chaos --schedule standard --topology $(CHAOS_TOPOLOGY) --seed $(CHAOS_SEED) --out $(CHAOS_OUT)
+
+# A long chaos run: seeded rounds of every fault for DURATION seconds, one history, one check.
+# docs/reliability.md records what a soak measured. Not part of `make test`.
+DURATION  ?= 900
+SOAK_SEED ?= 1
+SOAK_OUT  ?= soak-out
+soak: setup
+	$(BIN)/ferry chaos --schedule soak --duration $(DURATION) --topology $(CHAOS_TOPOLOGY) --seed $(SOAK_SEED) --out $(SOAK_OUT) --drain-timeout 180 --converge-timeout 120
 
 # Coverage-guided fuzzing of every wire and on-disk decoder, FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 60

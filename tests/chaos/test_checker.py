@@ -101,6 +101,17 @@ def test_an_acked_send_never_read_is_lost() -> None:
     assert _found(h) == {"lost": 1}
 
 
+def test_an_acked_send_read_during_the_run_but_not_by_the_final_drain_is_lost() -> None:
+    h = History()
+    h.send("p0", "p0-0", off=0)
+    h.send("p0", "p0-1", off=1)
+    h.poll("c0", {Q0: [(0, "p0-0"), (1, "p0-1")]})
+    h.drain({Q0: [(0, "p0-0")]})  # a failover truncated p0-1 away after c0 read it
+    results = check(h.events)
+    assert {k: v for k, v in results.anomalies.items() if v} == {"lost": 1}
+    assert "not by the final drain" in results.examples["lost"][0]
+
+
 def test_an_unknown_send_that_was_read_is_recovered_not_an_anomaly() -> None:
     h = _clean()
     h.drain({Q0: [(3, "p1-2")]})

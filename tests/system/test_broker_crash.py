@@ -7,8 +7,10 @@ import pytest
 
 from ferrymq.errors import FerryError
 from ferrymq.rpc.client import RpcClient
+from ferrymq.wire.broker import QueryConsumerOffsetRequestHeader, UpdateConsumerOffsetRequestHeader
+from ferrymq.wire.codes import RequestCode, ResponseCode
 
-from ..integration.remoting import create_topic, pull, send
+from ..integration.remoting import command, create_topic, pull, send
 from .procs import Server, start
 
 pytestmark = pytest.mark.system
@@ -86,6 +88,39 @@ async def test_acknowledged_messages_survive_kill_9_in_order_and_once(tmp_path: 
                     assert stored[: len(expected)] == expected  # every ack, at its offset, once
         finally:
             restarted.stop()
+    finally:
+        broker.stop()
+        namesrv.stop()
+
+
+async def test_a_master_restarted_after_kill_9_keeps_the_offset_commits_it_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """The offsets come back from the metadata log, not only the periodic consumerOffset.json."""
+    namesrv = start(["namesrv", "--listen", "127.0.0.1:0"], tmp_path, "namesrv")
+    broker = _start_broker(tmp_path, namesrv, "broker-1")
+    try:
+        async with RpcClient() as client:
+            await create_topic(client, broker.addr, "Offsets", 2)
+            for offset in (5, 17, 42):  # the last one lands well inside the persist interval
+                update = UpdateConsumerOffsetRequestHeader(
+                    consumer_group="G", topic="Offsets", queue_id=1, commit_offset=offset
+                )
+                response = await client.call(
+                    broker.addr, command(RequestCode.UPDATE_CONSUMER_OFFSET, update), 5
+                )
+                assert response.code == ResponseCode.SUCCESS, response.remark
+        broker.kill()
+        broker = _start_broker(tmp_path, namesrv, "broker-2")
+        async with RpcClient() as client:
+            query = QueryConsumerOffsetRequestHeader(
+                consumer_group="G", topic="Offsets", queue_id=1, set_zero_if_not_found=False
+            )
+            response = await client.call(
+                broker.addr, command(RequestCode.QUERY_CONSUMER_OFFSET, query), 5
+            )
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            assert int(response.ext_fields["offset"]) == 42
     finally:
         broker.stop()
         namesrv.stop()

@@ -152,6 +152,11 @@ async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path
                 master.addr, command(RequestCode.UPDATE_CONSUMER_OFFSET, update), 5
             )
             assert response.code == ResponseCode.SUCCESS
+            # a slave refuses commits: the master's replicated offsets would overwrite its copy
+            response = await client.call(
+                slaves[2].addr, command(RequestCode.UPDATE_CONSUMER_OFFSET, update), 5
+            )
+            assert response.code == ResponseCode.NO_PERMISSION, response.remark
             deadline = time.monotonic() + 30
             while True:
                 info = await _runtime(client, master.addr)

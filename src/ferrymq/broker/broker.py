@@ -310,7 +310,9 @@ class Broker:
         role: BrokerRole,
         epoch: int | None = None,
         members: frozenset[int] | None = None,
+        follower: MetadataFollower | None = None,
     ) -> None:
+        """Become master; `follower`: the metadata reader this broker ran as a slave, if any."""
         config, state = self.config, self.state
         master = ReplicationMaster(
             state.store,
@@ -331,6 +333,14 @@ class Broker:
             on_confirm=state.schedule_dispatch,
         )
         self._master_epoch = master.become_master(epoch)
+        # this log is the group's now: apply every metadata record it holds before writing the
+        # snapshot. A broker that starts as master (after a crash) has only its periodic
+        # consumerOffset.json otherwise, and would forget offset commits it acknowledged since
+        # (commit-regression found by `ferry chaos`, schedule strand-slave seed 3).
+        state.store.dispatch()
+        follower = follower or MetadataFollower(state)
+        while follower.catch_up():
+            pass
         await master.start(config.listen_host, config.ha_port)
         state.role = role
         self.replication = master
@@ -416,11 +426,7 @@ class Broker:
             else:
                 follower = self._follower
                 await self._stop_role()
-                state.store.dispatch()
-                if follower is not None:
-                    while follower.catch_up():
-                        pass
-                await self._start_master(BrokerRole.SYNC_MASTER, master_epoch, members)
+                await self._start_master(BrokerRole.SYNC_MASTER, master_epoch, members, follower)
             self.fenced = False
             state.lease_until = 0.0 if self.config.enable_controller_mode else None
             self.role_assigned.set()

@@ -162,6 +162,14 @@ async def update_consumer_offset(
     header = from_ext_fields(UpdateConsumerOffsetRequestHeader, request.ext_fields)
     if header.commit_offset < 0:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad commitOffset {header.commit_offset}")
+    if not state.is_master:
+        # a slave's copy is overwritten by the master's replicated offsets: acknowledging it
+        # would let a client with a stale route commit a position the master never hears of
+        # (commit-regression found by `ferry chaos` on the controller topology)
+        raise RequestError(
+            ResponseCode.NO_PERMISSION,
+            f"the broker[{state.address}] is a slave: offsets are committed on the master",
+        )
     state.group_config(header.consumer_group)
     state.offsets.commit(header.topic, header.consumer_group, header.queue_id, header.commit_offset)
     # acknowledged once replicated, as a send is: a failover (or a master's power failure with

@@ -5,7 +5,8 @@ with the checks this system adds (replicas, epochs, masters, group commits). Pur
 `Results` out, O(n log n).
 
 Promised semantics it checks against (ARCHITECTURE.md §6-7):
-- an acknowledged send (`ok`) is never lost: after the final drain every acked value was read;
+- an acknowledged send (`ok`) is never lost: the final drain reads every acked value (a value
+  consumers read during the run and the drain does not find was lost afterwards);
 - a send that surely failed (`fail`) is never read; a send of unknown outcome (`info`) may be;
 - the SDK never retries a send whose outcome is unknown and producers pin their queues, so one
   value stored at two offsets is a duplicate, and an anomaly;
@@ -105,6 +106,8 @@ class _Index:
     unknown: set[str] = field(default_factory=set)
     log: dict[str, dict[int, set[str]]] = field(default_factory=lambda: defaultdict(dict))
     reads: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    drained: set[str] = field(default_factory=set)
+    """Values the final drain read."""
     read_positions: Counter[tuple[str, int]] = field(default_factory=Counter)
     dumps: list[Event] = field(default_factory=list)
     roles: list[Event] = field(default_factory=list)
@@ -195,6 +198,8 @@ def _index_reads(
     for q, messages in event.reads.items():
         previous: int | None = last_poll.get((event.proc, q, event.gen))
         first = True
+        if event.f == "drain":
+            index.drained.update(v for _, v in messages)
         for off, v in messages:
             index.log[q].setdefault(off, set()).add(v)
             index.reads[q].add(v)
@@ -258,10 +263,16 @@ def _check_reads(index: _Index, report: _Report) -> int:
             report.add("unexpected", f"{v} was read but never sent")
         elif v in index.failed:
             report.add("aborted-read", f"{v} was read but its send failed")
+    # with a complete final drain, what it did not find is gone, even if a consumer read it
+    # before a failover truncated it away; without one, only what nobody ever read
+    final = index.drained if index.drain_complete else read_values
     for v, send in sorted(index.acked.items()):
-        if v not in read_values:
+        if v not in final:
             where = f"{send.q}@{send.off}" if send.off is not None else send.q
-            report.add("lost", f"{v} acked by {send.node} at {where} was never read")
+            seen = (
+                "read during the run, not by the final drain" if v in read_values else "never read"
+            )
+            report.add("lost", f"{v} acked by {send.node} at {where} was {seen}")
     return len(index.unknown & read_values)
 
 
@@ -316,15 +327,18 @@ def _check_epoch_list(dump: Event, report: _Report) -> None:
 
 
 def _check_masters(index: _Index, report: _Report) -> None:
-    last_epoch: dict[str, int] = {}
+    last_epoch: dict[tuple[str, str], int] = {}  # (who observed, node) -> epoch
     masters: dict[tuple[str, int], set[str]] = defaultdict(set)
     for role in index.roles:
         if role.node is None or role.epoch is None:
             continue
-        previous = last_epoch.get(role.node)
+        previous = last_epoch.get((role.proc, role.node))
         if previous is not None and role.epoch < previous:
-            report.add("epoch-regression", f"{role.node}: epoch {role.epoch} after {previous}")
-        last_epoch[role.node] = max(role.epoch, previous or role.epoch)
+            report.add(
+                "epoch-regression",
+                f"{role.node}: epoch {role.epoch} after {previous} ({role.proc})",
+            )
+        last_epoch[role.proc, role.node] = max(role.epoch, previous or role.epoch)
         if role.role == "master":
             masters[role.group or "", role.epoch].add(role.node)
     for (group, epoch), nodes in masters.items():
@@ -333,21 +347,44 @@ def _check_masters(index: _Index, report: _Report) -> None:
     _check_ack_interleaving(index, report)
 
 
+_OBSERVE_LAG_NS: Final = 1_500_000_000
+"""How late an observer may see a role change (it polls every second)."""
+
+
+def _master_epochs(index: _Index) -> dict[str, list[tuple[int, int]]]:
+    """Node -> [(time, epoch)] of every observation of it as master, in time order."""
+    seen: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for role in index.roles:
+        if role.role == "master" and role.node is not None and role.epoch is not None:
+            seen[role.node].append((role.t_ns, role.epoch))
+    for observations in seen.values():
+        observations.sort()
+    return seen
+
+
+def _epoch_at(observations: list[tuple[int, int]], t_ns: int) -> int | None:
+    """The newest master epoch seen for a node by `t_ns` plus the observers' lag."""
+    epochs = [epoch for t, epoch in observations if t <= t_ns + _OBSERVE_LAG_NS]
+    return max(epochs) if epochs else None
+
+
 def _check_ack_interleaving(index: _Index, report: _Report) -> None:
     """A deposed master must not acknowledge after its successor did (same or older epoch).
 
     Acks of node A, then (strictly later) node B, then (strictly later) A again mean two
-    masters took writes at once unless A came back with a newer epoch.
+    masters took writes at once unless A came back with a newer epoch: the master epoch an
+    observer saw for A by its second ack (allowing the observers' polling lag) is above the one
+    seen for B by B's ack. Sends whose route moved while they ran name no node and are skipped.
     """
+    epochs = _master_epochs(index)
     by_group: dict[str, list[_Send]] = defaultdict(list)
     for send in index.acked.values():
         if send.node is not None:
             by_group[send.q.split("/", 1)[0]].append(send)
     for group, sends in by_group.items():
         sends.sort(key=lambda s: s.complete_ns)
-        # per node: the last ack before each handover, as (complete time, epoch)
         current: _Send | None = None
-        deposed: dict[str, tuple[int, _Send]] = {}  # node -> (time it was replaced, its ack)
+        deposed: dict[str, tuple[int, _Send]] = {}  # node -> (time it was replaced, successor ack)
         for send in sends:
             assert send.node is not None
             if (
@@ -360,16 +397,16 @@ def _check_ack_interleaving(index: _Index, report: _Report) -> None:
             replaced = deposed.get(send.node)
             if replaced is not None and send.invoke_ns > replaced[0]:
                 successor = replaced[1]
-                newer = (
-                    send.epoch is not None
-                    and successor.epoch is not None
-                    and send.epoch > successor.epoch
+                assert successor.node is not None
+                mine = send.epoch or _epoch_at(epochs.get(send.node, []), send.complete_ns)
+                theirs = successor.epoch or _epoch_at(
+                    epochs.get(successor.node, []), successor.complete_ns
                 )
-                if not newer:
+                if mine is None or theirs is None or mine <= theirs:
                     report.add(
                         "dual-master",
-                        f"{group}: {send.node} acked {send.v} after {successor.node} acked "
-                        f"{successor.v} as master",
+                        f"{group}: {send.node} (epoch {mine}) acked {send.v} after "
+                        f"{successor.node} (epoch {theirs}) acked {successor.v} as master",
                     )
                 del deposed[send.node]
             current = send

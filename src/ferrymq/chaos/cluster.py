@@ -1,14 +1,18 @@
 """The cluster under test: server processes on per-node loopback addresses, handled by PID.
 
-Node i listens on 127.0.0.i (node 1 is the NameServer, nodes 2.. are the brokers of one group:
-broker id 0 starts as SYNC_MASTER, the others as SLAVEs). Each broker's store lives on its own
+Node i listens on 127.0.0.i: node 1 is the NameServer, nodes 2.. are the brokers of one group,
+and (controller topology, the default) nodes 5-7 are the three controllers, a Raft group; the
+brokers run in controller mode, take persistent ids from it, and the controller picks and moves
+the master. The classic topology (`controllers=0`) has static roles instead: broker id 0 is the
+SYNC_MASTER, the others are SLAVEs. Each broker's store lives on its own
 small loop-mounted ext4 image (mounted in the harness's private mount namespace), so fsync has a
 disk's cost and a full disk can be caused for real. Logs append to `<out>/logs/<node>.log` across
 restarts. Processes are started in their own session and signalled by PID only; the namespace's PID
 1 (the harness) takes every one of them down when it exits.
 
-Roles are looked up, not assumed: `master()` asks the brokers (GET_BROKER_RUNTIME_INFO), so nemeses
-aimed at "the master" keep working once a controller moves it (issues 6/7).
+Roles are looked up, not assumed: `master()` asks the controllers (GET_REPLICA_INFO), or the
+brokers (GET_BROKER_RUNTIME_INFO) when no controller answers or there is none, so nemeses aimed
+at "the master" hit whoever holds the role when the fault begins.
 """
 
 from __future__ import annotations
@@ -25,18 +29,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ferrymq.client.controller_admin import ControllerAdmin, ReplicaInfo
 from ferrymq.errors import FerryError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 
-__all__ = ["BROKER_PORT", "NAMESRV_PORT", "Cluster", "ClusterConfig", "Node", "RuntimeInfo"]
+__all__ = [
+    "BROKER_PORT",
+    "CONTROLLER_PORT",
+    "NAMESRV_PORT",
+    "Cluster",
+    "ClusterConfig",
+    "Node",
+    "RuntimeInfo",
+]
 
 log = logging.getLogger(__name__)
 
 NAMESRV_PORT: Final = 9876
 BROKER_PORT: Final = 10911
+CONTROLLER_PORT: Final = 9878
+_CONTROLLER_FIRST_IP: Final = 5
+_HARNESS_IP: Final = "127.0.0.9"
 _FERRY: Final = [sys.executable, "-m", "ferrymq.cmd.ferry"]
 _READY_TIMEOUT_S: Final = 30.0
 
@@ -55,6 +71,13 @@ class ClusterConfig:
     bugs: tuple[str, ...] = ()
     """FERRYMQ_TEST_BUG switches for every broker (testbugs.BUGS)."""
     use_disk_images: bool = True
+    controllers: int = 3
+    """Controller nodes (a Raft group) choosing the master; 0 = classic static roles."""
+
+    @property
+    def controller_mode(self) -> bool:
+        """Whether brokers take their ids and roles from controllers."""
+        return self.controllers > 0
 
 
 @dataclass
@@ -66,7 +89,11 @@ class Node:
     args: list[str]
     log_path: Path
     env: dict[str, str]
+    port: int
+    kind: str = "broker"
+    """namesrv, controller or broker."""
     broker_id: int | None = None
+    """Classic topology: the static broker id (controller mode: the controller assigns it)."""
     store_dir: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
@@ -75,7 +102,7 @@ class Node:
     @property
     def addr(self) -> str:
         """HOST:PORT of its remoting listener."""
-        return f"{self.ip}:{NAMESRV_PORT if self.broker_id is None else BROKER_PORT}"
+        return f"{self.ip}:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -161,12 +188,18 @@ class RuntimeInfo:
     sync_state_set: str | None
 
 
+def logs_path(config: ClusterConfig, name: str) -> Path:
+    """Where node `name` logs."""
+    return config.out_dir / "logs" / f"{name}.log"
+
+
 @dataclass
 class Cluster:
-    """A NameServer and one broker group, as processes."""
+    """A NameServer, (controller topology) three controllers, and one broker group, as processes."""
 
     config: ClusterConfig
     namesrv: Node = field(init=False)
+    controllers: list[Node] = field(init=False)
     brokers: list[Node] = field(init=False)
     ledger_path: Path = field(init=False)
     rpc: RpcClient = field(init=False)
@@ -182,65 +215,103 @@ class Cluster:
             ["namesrv", "--listen", f"127.0.0.1:{NAMESRV_PORT}", "--broker-timeout", "10"],
             logs / "n1-namesrv.log",
             {},
+            NAMESRV_PORT,
+            kind="namesrv",
         )
         env = {"FERRYMQ_TEST_FSYNC_LEDGER": str(self.ledger_path)}
         if config.bugs:
             env["FERRYMQ_TEST_BUG"] = ",".join(config.bugs)
-        self.brokers = []
-        for broker_id in range(config.replicas):
-            index = broker_id + 2
-            ip = f"127.0.0.{index}"
-            name = f"n{index}-{'master' if broker_id == 0 else f'slave{broker_id}'}"
-            store_dir = config.out_dir / "data" / name
-            role = "SYNC_MASTER" if broker_id == 0 else "SLAVE"
+        self.controllers = []
+        controller_ips = [f"127.0.0.{_CONTROLLER_FIRST_IP + i}" for i in range(config.controllers)]
+        peers = ",".join(f"c{i + 1}={ip}:{CONTROLLER_PORT}" for i, ip in enumerate(controller_ips))
+        for i, ip in enumerate(controller_ips):
+            name = f"n{_CONTROLLER_FIRST_IP + i}-controller{i + 1}"
             args = [
-                "broker",
-                "--cluster",
-                "ChaosCluster",
-                "--broker-name",
-                config.group,
-                "--broker-id",
-                str(broker_id),
-                "--role",
-                role,
-                "--listen",
-                f"{ip}:{BROKER_PORT}",
-                "--broker-ip1",
-                ip,
-                "--namesrv",
-                self.namesrv.addr,
-                "--store-dir",
-                str(store_dir),
-                "--flush-disk-type",
-                "SYNC_FLUSH",
-                "--mapped-file-size-commit-log",
-                str(config.segment_bytes),
-                "--min-in-sync-replicas",
-                str(min(config.min_in_sync_replicas, config.replicas)),
-                "--ha-send-heartbeat-interval",
-                "300",
-                "--ha-housekeeping-interval",
-                "3000",
-                "--ha-max-time-slave-not-catchup",
-                "3000",
-                "--slave-timeout",
-                "2000",
-                "--register-name-server-period",
-                "1000",
-                # RocketMQ's forced deletion of the oldest segments above 75 % disk use would
-                # delete unconsumed acked messages when the full-disk fault fills the disk
-                "--disk-max-used-space-ratio",
-                "100",
+                "controller",
+                "--id",
+                f"c{i + 1}",
+                "--peers",
+                peers,
+                "--data-dir",
+                str(config.out_dir / "data" / name),
             ]
-            self.brokers.append(
-                Node(name, ip, args, logs / f"{name}.log", env, broker_id, store_dir)
+            self.controllers.append(
+                Node(name, ip, args, logs / f"{name}.log", env, CONTROLLER_PORT, kind="controller")
             )
-        self.rpc = RpcClient(local_host="127.0.0.9", connect_timeout=1.0)
+        self.brokers = [self._broker(i, env) for i in range(config.replicas)]
+        self.rpc = RpcClient(local_host=_HARNESS_IP, connect_timeout=1.0)
+
+    @property
+    def controller_addr(self) -> str:
+        """The controllers' addresses as brokers and admin tools take them (`;`-separated)."""
+        return ";".join(c.addr for c in self.controllers)
+
+    def _broker(self, index: int, env: dict[str, str]) -> Node:
+        config = self.config
+        ip = f"127.0.0.{index + 2}"
+        if config.controller_mode:
+            name = f"n{index + 2}-broker{index + 1}"
+        else:
+            name = f"n{index + 2}-{'master' if index == 0 else f'slave{index}'}"
+        store_dir = config.out_dir / "data" / name
+        args = [
+            "broker",
+            "--cluster",
+            "ChaosCluster",
+            "--broker-name",
+            config.group,
+            "--listen",
+            f"{ip}:{BROKER_PORT}",
+            "--broker-ip1",
+            ip,
+            "--namesrv",
+            self.namesrv.addr,
+            "--store-dir",
+            str(store_dir),
+            "--flush-disk-type",
+            "SYNC_FLUSH",
+            "--mapped-file-size-commit-log",
+            str(config.segment_bytes),
+            "--min-in-sync-replicas",
+            str(min(config.min_in_sync_replicas, config.replicas)),
+            "--ha-send-heartbeat-interval",
+            "300",
+            "--ha-housekeeping-interval",
+            "3000",
+            "--ha-max-time-slave-not-catchup",
+            "3000",
+            "--slave-timeout",
+            "2000",
+            "--register-name-server-period",
+            "1000",
+            # RocketMQ's forced deletion of the oldest segments above 75 % disk use would
+            # delete unconsumed acked messages when the full-disk fault fills the disk
+            "--disk-max-used-space-ratio",
+            "100",
+        ]
+        if config.controller_mode:
+            args += ["--controller-mode", "--controller", self.controller_addr]
+            broker_id = None
+        else:
+            role = "SYNC_MASTER" if index == 0 else "SLAVE"
+            args += ["--broker-id", str(index), "--role", role]
+            broker_id = index
+        return Node(
+            name,
+            ip,
+            args,
+            logs_path(config, name),
+            env,
+            BROKER_PORT,
+            "broker",
+            broker_id,
+            store_dir,
+        )
 
     @property
     def nodes(self) -> list[Node]:
-        """Every node, NameServer first."""
-        return [self.namesrv, *self.brokers]
+        """Every node: NameServer, controllers, brokers."""
+        return [self.namesrv, *self.controllers, *self.brokers]
 
     def node(self, name: str) -> Node:
         """The node called `name`."""
@@ -248,6 +319,10 @@ class Cluster:
             if node.name == name:
                 return node
         raise KeyError(name)
+
+    def node_at(self, addr: str) -> Node | None:
+        """The node listening on HOST:PORT `addr`."""
+        return next((n for n in self.nodes if n.addr == addr), None)
 
     def mount_stores(self) -> None:
         """Give each broker store its own small ext4 filesystem (inside the mount namespace).
@@ -280,13 +355,15 @@ class Cluster:
             (self.config.out_dir / "disks" / f"{broker.name}.img").unlink(missing_ok=True)
 
     async def start(self) -> None:
-        """Start the NameServer, then the brokers, and wait until each serves."""
-        self.namesrv.start()
-        await self.namesrv.wait_ready()
+        """Start the NameServer and controllers, then the brokers; wait until each serves."""
+        for node in [self.namesrv, *self.controllers]:
+            node.start()
+        for node in [self.namesrv, *self.controllers]:
+            await node.wait_ready()
         for broker in self.brokers:
             broker.start()
         for broker in self.brokers:
-            await broker.wait_ready()
+            await broker.wait_ready(timeout=60.0)
 
     async def restart(self, node: Node) -> None:
         """Start a stopped node and wait until it serves (or its start fails, logged)."""
@@ -320,11 +397,26 @@ class Cluster:
             sync_state_set=table.get("syncStateSet"),
         )
 
+    async def replica_info(self) -> ReplicaInfo | None:
+        """The controllers' view of the group (None in classic mode or when none answers)."""
+        if not self.config.controller_mode:
+            return None
+        admin = ControllerAdmin(self.controller_addr, timeout=1.5, rpc=self.rpc)
+        try:
+            return await admin.replica_info(self.config.group)
+        except (FerryError, TimeoutError):
+            return None
+
     async def master(self) -> Node | None:
-        """The broker that says it is master now (None when none answers as master)."""
+        """The current master: the controllers' choice, else the broker that says it is master."""
+        info = await self.replica_info()
+        if info is not None and info.master_address:
+            found = self.node_at(info.master_address)
+            if found is not None:
+                return found
         for broker in self.brokers:
-            info = await self.runtime(broker)
-            if info is not None and info.role == "master":
+            runtime = await self.runtime(broker)
+            if runtime is not None and runtime.role == "master":
                 return broker
         return None
 
@@ -332,8 +424,27 @@ class Cluster:
         """Every broker that is not the current master (running or not)."""
         master = await self.master()
         if master is None:
-            return [b for b in self.brokers if b.broker_id != 0]
+            return self.brokers[1:]
         return [b for b in self.brokers if b is not master]
+
+    async def controller_leader(self) -> Node | None:
+        """The controller that says it leads the Raft group (None when none does)."""
+        admin = ControllerAdmin(self.controller_addr, timeout=1.0, rpc=self.rpc)
+        for node in self.controllers:
+            if not node.running or node.paused:
+                continue
+            try:
+                meta = await admin.metadata(node.addr)
+            except (FerryError, TimeoutError):
+                continue
+            if meta.is_leader:
+                return node
+        return None
+
+    async def controller_followers(self) -> list[Node]:
+        """Every running controller that is not the leader."""
+        leader = await self.controller_leader()
+        return [c for c in self.controllers if c is not leader and c.running]
 
     def stop(self) -> None:
         """Stop every node cleanly (brokers first)."""

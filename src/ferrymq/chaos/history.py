@@ -14,7 +14,8 @@ Event kinds (`f`):
   (the assignment generation: a restarted consumer or a seek starts a new one).
 - `commit`: `offsets` = queue -> next queue offset to read; `group`.
 - `committed`: a read of the group's stored position; `ok` carries `offsets`.
-- `role`: an observer saw `node` in `group` as `role` at `epoch`.
+- `role`: an observer saw `node` in `group` as `role` at `epoch` (`proc` "observer": the broker's
+  own runtime info; "controller-view": the controllers' GET_REPLICA_INFO master).
 - `dump`: one replica's store after the run: `node`, `group`, `confirm` (confirm log offset),
   `epochs` ([[epoch, start log offset], ...]) and `entries` = queue -> [[queue_offset, value,
   log_offset], ...]; an unreadable record has the value `"!corrupt"`.

@@ -1,10 +1,12 @@
 """Nemeses: faults that start, last a while, and heal, each recorded in the history.
 
 A nemesis is a pair of steps, `begin(target)` and `end(target)`, in one table (`NEMESES`), aimed
-at a role that is resolved when the fault begins: `master` (whoever says it is master now),
-`slave` (a seeded choice among the others), or a node name. Adding a fault is one table entry;
-the controller's faults (kill its Raft leader, fail the master over) slot in the same way once
-the controller exists (issues 6/7), with targets such as `controller-leader`.
+at a role that is resolved when the fault begins (the master moves): `master` (the controllers'
+choice now, else whoever says it is master), `slave` (a seeded choice among the others),
+`controller-leader`, `controller-follower` (a seeded choice), `namesrv`, or a node name. Adding a
+fault is one table entry. In controller mode killing or pausing the master is a failover, and
+`partition-cluster` cuts the master off from the controllers and its slaves while clients still
+reach it (it must stop taking writes once its lease runs out).
 
 Every `begin` is recorded as an `info` event (`f` = the nemesis name) before or as it happens,
 every `end` as an `ok`.
@@ -30,6 +32,7 @@ __all__ = ["NEMESES", "Faults", "Nemesis"]
 log = logging.getLogger(__name__)
 
 _FREEZE_TRIES: Final = 200
+_STRAND_WAIT_S: Final = 10.0
 
 
 @dataclass
@@ -53,6 +56,11 @@ class Faults:
             return self.rng.choice(slaves) if slaves else None
         if target == "namesrv":
             return self.cluster.namesrv
+        if target == "controller-leader":
+            return await self.cluster.controller_leader()
+        if target == "controller-follower":
+            followers = await self.cluster.controller_followers()
+            return self.rng.choice(followers) if followers else None
         try:
             return self.cluster.node(target)
         except KeyError:
@@ -119,6 +127,60 @@ async def _resume(faults: Faults, node: Node) -> str:
 async def _isolate(faults: Faults, node: Node) -> str:
     faults.net.isolate(node.ip, faults.others(node))
     return f"{node.ip} cut off from {', '.join(faults.others(node))}"
+
+
+def _servers(faults: Faults, node: Node) -> list[str]:
+    """The controllers and the other brokers (not the NameServer, not the clients)."""
+    cluster = faults.cluster
+    return [n.ip for n in [*cluster.controllers, *cluster.brokers] if n is not node]
+
+
+async def _cut_from_cluster(faults: Faults, node: Node) -> str:
+    """The node loses the controllers and its peers; clients and the NameServer still reach it."""
+    servers = _servers(faults, node)
+    faults.net.isolate(node.ip, servers)
+    return f"{node.ip} cut off from {', '.join(servers)} (clients still reach it)"
+
+
+async def _strand(faults: Faults, node: Node) -> str:
+    """Leave a lagging slave as the only live replica: the controller must not make it master.
+
+    The slave is cut off from the other brokers (the controllers still hear it), so the master
+    drops it from the SyncStateSet and goes on acknowledging with the rest; then the master and
+    the other slave die. No in-sync replica is alive: the group must stay without a master (a
+    controller that elects the stranded slave loses every write it missed).
+    """
+    cluster = faults.cluster
+    peers = [b for b in cluster.brokers if b is not node]
+    faults.net.isolate(node.ip, [b.ip for b in peers])
+    deadline = asyncio.get_running_loop().time() + _STRAND_WAIT_S
+    dropped = False
+    while asyncio.get_running_loop().time() < deadline:
+        master = await cluster.master()
+        runtime = await cluster.runtime(master) if master is not None else None
+        if runtime is not None and runtime.sync_state_set is not None:
+            size = len([m for m in runtime.sync_state_set.split(",") if m])
+            if size < len(cluster.brokers):
+                dropped = True
+                break
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)  # acknowledged writes the stranded slave does not have
+    for peer in peers:
+        peer.kill()
+        faults.down.add(peer.name)
+    return (
+        f"{node.ip} cut off from its peers ({'left' if dropped else 'still in'} the "
+        f"SyncStateSet), then killed {', '.join(p.name for p in peers)}"
+    )
+
+
+async def _unstrand(faults: Faults, node: Node) -> str:
+    faults.net.heal()
+    restarted = [n for n in faults.cluster.brokers if not n.running]
+    for peer in restarted:
+        await faults.cluster.restart(peer)
+        faults.down.discard(peer.name)
+    return f"healed, restarted {', '.join(p.name for p in restarted)}"
 
 
 async def _split(faults: Faults, node: Node) -> str:
@@ -209,6 +271,8 @@ NEMESES: dict[str, Nemesis] = {
         Nemesis("partition-isolate", _isolate, _heal),
         Nemesis("partition-split", _split, _heal),
         Nemesis("partition-one-way", _one_way, _heal),
+        Nemesis("partition-cluster", _cut_from_cluster, _heal),
+        Nemesis("strand-slave", _strand, _unstrand),
         Nemesis("power-loss", _lose_unsynced, _restart),
         Nemesis("torn-tail", _tear_tail, _restart),
         Nemesis("bitflip", _flip_bits, _restart),

@@ -15,6 +15,7 @@ image: `mount -o loop`).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -32,15 +33,16 @@ import msgspec
 from ferrymq.chaos.checker import Results, check
 from ferrymq.chaos.cluster import Cluster, ClusterConfig
 from ferrymq.chaos.dump import dump_store
+from ferrymq.chaos.history import NEMESIS, Event
 from ferrymq.chaos.nemesis import NEMESES, Faults
 from ferrymq.chaos.net import Net, nft_available
 from ferrymq.chaos.recorder import Recorder
 from ferrymq.chaos.schedule import Schedule, Step, build_schedule
-from ferrymq.chaos.workload import TOPIC, Workload, WorkloadConfig, queue_name
+from ferrymq.chaos.workload import CONTROLLER_VIEW, TOPIC, Workload, WorkloadConfig, queue_name
 from ferrymq.errors import FerryError
 from ferrymq.testbugs import BUGS
 
-__all__ = ["RunConfig", "run_inside", "run_isolated"]
+__all__ = ["RunConfig", "ack_gaps", "failovers", "run_inside", "run_isolated"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,10 @@ class RunConfig:
     sends_per_second: float = 100.0
     drain_timeout_s: float = 60.0
     converge_timeout_s: float = 60.0
+    topology: str = "controller"
+    """controller (3 controllers pick the master) or classic (static master/slave roles)."""
+    duration_s: float = 900.0
+    """The soak schedule's length."""
 
     def argv(self) -> list[str]:
         """The `ferry chaos` arguments that repeat this run."""
@@ -75,6 +81,10 @@ class RunConfig:
             str(self.drain_timeout_s),
             "--converge-timeout",
             str(self.converge_timeout_s),
+            "--topology",
+            self.topology,
+            "--duration",
+            str(self.duration_s),
         ]
         for bug in self.bugs:
             args += ["--bug", bug]
@@ -134,14 +144,13 @@ def is_inside() -> bool:
 async def _converge(cluster: Cluster, recorder: Recorder, timeout: float) -> bool:
     """Wait until every broker runs, the master's SyncStateSet is full and logs match."""
     deadline = time.monotonic() + timeout
-    full = ",".join(str(b.broker_id) for b in cluster.brokers)
     while time.monotonic() < deadline:
         infos = [await cluster.runtime(b) for b in cluster.brokers]
         masters = [i for i in infos if i is not None and i.role == "master"]
         if (
             all(i is not None for i in infos)
             and len(masters) == 1
-            and masters[0].sync_state_set == full
+            and len((masters[0].sync_state_set or "").split(",")) == len(cluster.brokers)
             and len({i.max_log_offset for i in infos if i is not None}) == 1
             and masters[0].confirm_log_offset == masters[0].max_log_offset
         ):
@@ -179,12 +188,74 @@ async def _run_step(step: Step, faults: Faults) -> None:
     faults.recorder.fault(step.nemesis, [node.name], detail, end=True)
 
 
+def ack_gaps(events: list[Event], *, min_gap_s: float = 1.0) -> list[dict[str, object]]:
+    """Every stretch longer than `min_gap_s` without an acknowledged send, longest first.
+
+    Each names the faults that began during or just before it: a failover's write gap, as the
+    clients saw it (from the last ack before the gap to the first ack after it).
+    """
+    acks = sorted(e.t_ns for e in events if e.f == "send" and e.type == "ok")
+    starts = [
+        (e.t_ns, e.f, e.targets or []) for e in events if e.proc == NEMESIS and e.type == "info"
+    ]
+    gaps: list[dict[str, object]] = []
+    for before, after in itertools.pairwise(acks):
+        gap_s = (after - before) / 1e9
+        if gap_s < min_gap_s:
+            continue
+        faults = [
+            f"{f} {','.join(targets)}"
+            for t, f, targets in starts
+            if before - int(min_gap_s * 1e9) <= t <= after
+        ]
+        gaps.append({"at_s": round(before / 1e9, 2), "gap_s": round(gap_s, 2), "faults": faults})
+    gaps.sort(key=lambda g: -float(str(g["gap_s"])))
+    return gaps
+
+
+def failovers(events: list[Event]) -> list[dict[str, object]]:
+    """Each fault aimed at the master that moved it, and how long the move took.
+
+    `elected_after_s`: until the observer saw the controllers name a new master (it polls every
+    second); `acked_after_s`: until the new master acknowledged a send.
+    """
+    out: list[dict[str, object]] = []
+    views = [e for e in events if e.proc == CONTROLLER_VIEW and e.f == "role"]
+    acks = [e for e in events if e.f == "send" and e.type == "ok"]
+    hits = [
+        e
+        for e in events
+        if e.proc == NEMESIS and e.type == "info" and (e.error or "").startswith("master:")
+    ]
+    for hit in hits:
+        old = hit.targets[0] if hit.targets else None
+        elected = next((v for v in views if v.t_ns > hit.t_ns), None)
+        if elected is None or elected.node == old:
+            continue  # the fault ended before the controllers moved the master
+        acked = next((a for a in acks if a.t_ns > elected.t_ns and a.node == elected.node), None)
+        out.append(
+            {
+                "fault": hit.f,
+                "at_s": round(hit.t_ns / 1e9, 2),
+                "old_master": old,
+                "new_master": elected.node,
+                "epoch": elected.epoch,
+                "elected_after_s": round((elected.t_ns - hit.t_ns) / 1e9, 2),
+                "acked_after_s": (
+                    round((acked.t_ns - hit.t_ns) / 1e9, 2) if acked is not None else None
+                ),
+            }
+        )
+    return out
+
+
 def _write_results(
     config: RunConfig, schedule: Schedule, results: Results, extra: dict[str, object]
 ) -> None:
     document = {
         "seed": config.seed,
         "schedule": schedule.name,
+        "topology": config.topology,
         "bugs": list(config.bugs),
         **msgspec.to_builtins(results),
         **extra,
@@ -205,12 +276,13 @@ async def run_inside(config: RunConfig) -> Results:
         raise FerryError("run_inside must run inside the chaos namespaces (use run_isolated)")
     started = time.monotonic()
     await asyncio.to_thread(subprocess.run, ["ip", "link", "set", "lo", "up"], check=True)
-    schedule = build_schedule(config.schedule, config.seed)
+    schedule = build_schedule(config.schedule, config.seed, config.topology, config.duration_s)
     (config.out_dir / "schedule.json").write_text(
         json.dumps(
             {
                 "name": schedule.name,
                 "seed": config.seed,
+                "topology": config.topology,
                 "steps": [asdict(s) for s in schedule.steps],
             },
             indent=2,
@@ -220,7 +292,13 @@ async def run_inside(config: RunConfig) -> Results:
     history_path = config.out_dir / "history.jsonl"
     history_path.unlink(missing_ok=True)
     recorder = Recorder(history_path)
-    cluster = Cluster(ClusterConfig(out_dir=config.out_dir, bugs=config.bugs))
+    cluster = Cluster(
+        ClusterConfig(
+            out_dir=config.out_dir,
+            bugs=config.bugs,
+            controllers=3 if config.topology == "controller" else 0,
+        )
+    )
     cluster.mount_stores()
     rng = random.Random(config.seed)
     faults = Faults(cluster, Net(), recorder, rng)
@@ -274,6 +352,8 @@ async def run_inside(config: RunConfig) -> Results:
             "converged": converged,
             "drained": drained,
             "duration_s": round(time.monotonic() - started, 1),
+            "ack_gaps": ack_gaps(recorder.events),
+            "failovers": failovers(recorder.events),
             "nemeses_available": sorted(NEMESES),
         },
     )

@@ -1,9 +1,14 @@
 """Fault schedules: which nemesis hits which role when, for how long; fixed shape, seeded jitter.
 
-`standard` is the ~5-minute CI run (every nemesis at least once, masters and slaves both hit);
-`smoke` is the under-a-minute version the test suite runs; `power-loss` and `bitflip` hit one
-fault three times (the bug-switch tests). The same seed always gives the same
-schedule; the schedule is written into the history, so a failing run can be replayed.
+`standard` is the ~5-minute CI run (every nemesis at least once, masters and slaves both hit;
+on the controller topology also failovers, the controllers' Raft leader and followers, and a
+master cut off from the cluster); `smoke` is the under-a-minute version the test suite runs;
+`power-loss` and `bitflip` hit one fault three times, `strand-slave` once (the bug-switch
+tests: a second strand could elect a replica that still holds what the first one lost);
+`soak` rotates seeded mixes of every fault the topology has for a given duration. Each
+topology (`controller`, `classic`) has its own `standard` and `smoke`. The same seed always
+gives the same schedule; the schedule is written into the output, so a failing run can be
+replayed.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["SCHEDULES", "Schedule", "Step", "build_schedule"]
+__all__ = ["SCHEDULES", "TOPOLOGIES", "Schedule", "Step", "build_schedule"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +46,7 @@ class Schedule:
         return max((s.at_s + s.duration_s for s in self.steps), default=self.warmup_s)
 
 
-_STANDARD: Final = (
+_CLASSIC_STANDARD: Final = (
     ("kill", "slave", 8.0),
     ("kill", "master", 6.0),
     ("pause", "slave", 10.0),
@@ -59,9 +64,8 @@ _STANDARD: Final = (
     ("torn-tail", "master", 3.0),
     ("bitflip", "slave", 2.0),
 )
-_STANDARD_GAP_S: Final = 7.0
 
-_SMOKE: Final = (
+_CLASSIC_SMOKE: Final = (
     ("kill", "slave", 2.0),
     ("power-loss", "master", 1.5),
     ("pause", "slave", 2.0),
@@ -70,7 +74,56 @@ _SMOKE: Final = (
     ("torn-tail", "slave", 1.0),
     ("disk-full", "master", 2.0),
 )
+
+_STANDARD: Final = (
+    ("kill", "master", 8.0),
+    ("kill", "slave", 6.0),
+    ("kill", "controller-leader", 6.0),
+    ("pause", "master", 6.0),
+    ("partition-cluster", "master", 10.0),
+    ("kill", "controller-follower", 5.0),
+    ("pause", "slave", 6.0),
+    ("partition-isolate", "slave", 8.0),
+    ("power-loss", "master", 3.0),
+    ("torn-tail", "slave", 2.0),
+    ("pause", "controller-leader", 5.0),
+    ("partition-split", "master", 8.0),
+    ("bitflip", "slave", 2.0),
+    ("disk-full", "master", 8.0),
+    ("strand-slave", "slave", 6.0),
+    ("partition-one-way", "master", 6.0),
+    ("disk-full", "slave", 6.0),
+    ("power-loss", "slave", 2.0),
+)
+"""The controller topology's CI run: every nemesis, failovers and controller faults."""
+_STANDARD_GAP_S: Final = 7.0
+
+_SMOKE: Final = (
+    ("kill", "master", 3.0),
+    ("pause", "slave", 2.0),
+    ("partition-cluster", "master", 4.0),
+    ("kill", "controller-leader", 2.0),
+    ("bitflip", "slave", 1.0),
+    ("disk-full", "master", 2.0),
+)
 _SMOKE_GAP_S: Final = 2.0
+
+_SOAK_MIX: Final = (
+    ("kill", ("master", "slave", "controller-leader", "controller-follower"), (2.0, 8.0)),
+    ("pause", ("master", "slave", "controller-leader"), (1.0, 6.0)),
+    ("partition-cluster", ("master",), (2.0, 10.0)),
+    ("partition-isolate", ("master", "slave", "controller-leader"), (2.0, 10.0)),
+    ("partition-split", ("master", "slave"), (2.0, 8.0)),
+    ("partition-one-way", ("master", "slave"), (2.0, 8.0)),
+    ("power-loss", ("master", "slave"), (1.0, 3.0)),
+    ("torn-tail", ("master", "slave"), (1.0, 3.0)),
+    ("bitflip", ("slave",), (1.0, 2.0)),
+    ("disk-full", ("master", "slave"), (2.0, 8.0)),
+    ("strand-slave", ("slave",), (5.0, 7.0)),
+)
+"""What a soak draws from: nemesis, its targets, duration range (s)."""
+_CLASSIC_ONLY_TARGETS: Final = frozenset({"master", "slave"})
+_SOAK_GAP_S: Final = 6.0
 
 _FOCUSED: Final = {
     "power-loss": (
@@ -83,10 +136,12 @@ _FOCUSED: Final = {
         ("bitflip", "slave", 1.0),
         ("bitflip", "slave", 1.0),
     ),
+    "strand-slave": (("strand-slave", "slave", 6.0),),
 }
 """Short runs aimed at one fault (the bug-switch tests: each must catch its bug)."""
 
-SCHEDULES: Final = ("standard", "smoke", *_FOCUSED)
+SCHEDULES: Final = ("standard", "smoke", "soak", *_FOCUSED)
+TOPOLOGIES: Final = ("controller", "classic")
 
 
 def _lay_out(
@@ -106,17 +161,52 @@ def _lay_out(
     return Schedule(name, warmup_s, tuple(steps), quiet_s)
 
 
-def build_schedule(name: str, seed: int) -> Schedule:
-    """The named schedule with the seed's jitter.
+def _soak(topology: str, duration_s: float, rng: random.Random) -> Schedule:
+    """Seeded rotation through the fault mix until `duration_s`.
+
+    Shuffled rounds: each round uses every fault once, so every kind recurs evenly.
+    """
+    mix = [
+        (nemesis, [t for t in targets if topology == "controller" or t in _CLASSIC_ONLY_TARGETS])
+        for nemesis, targets, _ in _SOAK_MIX
+        if topology == "controller" or nemesis not in ("partition-cluster", "strand-slave")
+    ]
+    durations = {nemesis: span for nemesis, _, span in _SOAK_MIX}
+    steps: list[Step] = []
+    warmup_s, at = 10.0, 10.0
+    while True:
+        round_ = list(mix)
+        rng.shuffle(round_)
+        for nemesis, targets in round_:
+            low, high = durations[nemesis]
+            duration = round(rng.uniform(low, high), 1)
+            at += rng.uniform(0.0, _SOAK_GAP_S / 2)
+            if at + duration > duration_s:
+                return Schedule("soak", warmup_s, tuple(steps), 8.0)
+            steps.append(Step(round(at, 2), nemesis, rng.choice(targets), duration))
+            at += duration + _SOAK_GAP_S
+
+
+def build_schedule(
+    name: str, seed: int, topology: str = "controller", duration_s: float = 900.0
+) -> Schedule:
+    """The named schedule with the seed's jitter (`duration_s`: the soak's length).
 
     Raises:
-        ValueError: an unknown schedule name.
+        ValueError: an unknown schedule or topology name.
     """
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {topology!r}; known: {', '.join(TOPOLOGIES)}")
     rng = random.Random(f"schedule-{name}-{seed}")
+    classic = topology == "classic"
     if name == "standard":
-        return _lay_out(name, _STANDARD, 10.0, _STANDARD_GAP_S, 8.0, rng)
+        standard = _CLASSIC_STANDARD if classic else _STANDARD
+        return _lay_out(name, standard, 10.0, _STANDARD_GAP_S, 8.0, rng)
     if name == "smoke":
-        return _lay_out(name, _SMOKE, 3.0, _SMOKE_GAP_S, 2.0, rng)
+        smoke = _CLASSIC_SMOKE if classic else _SMOKE
+        return _lay_out(name, smoke, 3.0, _SMOKE_GAP_S, 2.0, rng)
+    if name == "soak":
+        return _soak(topology, duration_s, rng)
     if name in _FOCUSED:
         return _lay_out(name, _FOCUSED[name], 3.0, _SMOKE_GAP_S, 1.0, rng)
     raise ValueError(f"unknown schedule {name!r}; known: {', '.join(SCHEDULES)}")

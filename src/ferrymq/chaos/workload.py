@@ -48,6 +48,8 @@ CONSUMER_GROUP: Final = "chaos-group"
 PRODUCER_IP: Final = "127.0.0.10"
 CONSUMER_IP: Final = "127.0.0.11"
 OBSERVER_IP: Final = "127.0.0.12"
+CONTROLLER_VIEW: Final = "controller-view"
+"""The `proc` of role events that come from the controllers' GET_REPLICA_INFO."""
 CLIENT_IPS: Final = (PRODUCER_IP, CONSUMER_IP, OBSERVER_IP, "127.0.0.9")
 
 log = logging.getLogger(__name__)
@@ -147,6 +149,7 @@ class Workload:
                     queue = queues[(k + n) % len(queues)]
                     q, v = queue_name(queue), f"{proc}-{n}"
                     self.recorder.record(proc, "invoke", "send", q=q, v=v)
+                    before = producer.routes.master_of(queue.broker_name)
                     try:
                         result = await producer.send(
                             TOPIC, v.encode() + b" " + padding, queue=queue
@@ -159,9 +162,14 @@ class Workload:
                         self.recorder.record(proc, "info", "send", q=q, v=v, error=str(exc))
                         await asyncio.sleep(interval)
                         continue
-                    address = producer.routes.master_of(queue.broker_name)
                     self.recorder.record(
-                        proc, "ok", "send", q=q, v=v, off=result.queue_offset, node=address
+                        proc,
+                        "ok",
+                        "send",
+                        q=q,
+                        v=v,
+                        off=result.queue_offset,
+                        node=self._acked_by(before, producer.routes.master_of(queue.broker_name)),
                     )
                     self.acked_high[q] = max(self.acked_high.get(q, -1), result.queue_offset)
                     await asyncio.sleep(interval * self.rng.uniform(0.5, 1.5))
@@ -288,6 +296,13 @@ class Workload:
             self.recorder.record(proc, "ok", "commit", group=CONSUMER_GROUP, offsets=offsets)
             committed[queue] = offset
 
+    def _acked_by(self, before: str | None, after: str | None) -> str | None:
+        """The broker that acknowledged a send: the route's master, unless it moved meanwhile."""
+        if before is None or before != after:
+            return None
+        node = self.cluster.node_at(before)
+        return node.name if node is not None else before
+
     async def _observe(self) -> None:
         seen: dict[str, tuple[str, int | None]] = {}
         while not self.stop.is_set():
@@ -307,8 +322,29 @@ class Workload:
                         role=info.role,
                         epoch=info.epoch,
                     )
+            await self._observe_controllers(seen)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), 1.0)
+
+    async def _observe_controllers(self, seen: dict[str, tuple[str, int | None]]) -> None:
+        """Record the controllers' master and epoch when they change (controller mode)."""
+        info = await self.cluster.replica_info()
+        if info is None or not info.master_address:
+            return
+        node = self.cluster.node_at(info.master_address)
+        now = ("master", info.master_epoch)
+        if node is None or seen.get(CONTROLLER_VIEW) == now:
+            return
+        seen[CONTROLLER_VIEW] = now
+        self.recorder.record(
+            CONTROLLER_VIEW,
+            "ok",
+            "role",
+            node=node.name,
+            group=self.cluster.config.group,
+            role="master",
+            epoch=info.master_epoch,
+        )
 
     async def drain(self, timeout: float) -> bool:
         """Read every queue from 0 past its highest acked offset; True when all got there."""

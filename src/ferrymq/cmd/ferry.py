@@ -20,7 +20,7 @@ from rich.table import Table
 
 from ferrymq import __version__
 from ferrymq.chaos.runner import RunConfig, is_inside, run_inside, run_isolated
-from ferrymq.chaos.schedule import SCHEDULES
+from ferrymq.chaos.schedule import SCHEDULES, TOPOLOGIES
 from ferrymq.cli.admin import admin_group
 from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
 from ferrymq.cli.stream import consume_command, produce_command
@@ -201,7 +201,22 @@ def up_command(
     type=click.Choice(SCHEDULES),
     default="standard",
     show_default=True,
-    help="standard: about 5 minutes, every nemesis; smoke: under a minute.",
+    help="standard: about 5 minutes, every nemesis; smoke: under a minute; soak: rotating "
+    "fault mixes for --duration.",
+)
+@click.option(
+    "--topology",
+    type=click.Choice(TOPOLOGIES),
+    default="controller",
+    show_default=True,
+    help="controller: 3 controllers elect the master; classic: static master/slave roles.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=30),
+    default=900.0,
+    show_default=True,
+    help="Seconds of faults in the soak schedule.",
 )
 @click.option(
     "--bug",
@@ -225,12 +240,14 @@ def chaos_command(
     out_dir: Path | None,
     seed: int,
     schedule: str,
+    topology: str,
+    duration: float,
     bugs: tuple[str, ...],
     rate: float,
     drain_timeout: float,
     converge_timeout: float,
 ) -> None:
-    """Run a 3-replica group under faults, check the history; exit 1 on any anomaly.
+    """Run 3 controllers and a 3-replica group under faults, check; exit 1 on any anomaly.
 
     Needs root: the run happens in private network, PID and mount namespaces, on 127.0.0.x.
     """
@@ -242,13 +259,18 @@ def chaos_command(
         sends_per_second=rate,
         drain_timeout_s=drain_timeout,
         converge_timeout_s=converge_timeout,
+        topology=topology,
+        duration_s=duration,
     )
     if is_inside():
         setup_logging("INFO")
         asyncio.run(run_inside(config))
         return
     console = Console(stderr=True)
-    console.print(f"ferry chaos: seed {seed}, schedule {schedule}, output {config.out_dir}")
+    console.print(
+        f"ferry chaos: seed {seed}, schedule {schedule}, topology {topology}, "
+        f"output {config.out_dir}"
+    )
     results = run_isolated(config)
     table = Table("anomaly", "count", title=f"ferry chaos ({config.out_dir})")
     for name, count in results.anomalies.items():

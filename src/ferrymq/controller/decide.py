@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from ferrymq import testbugs
 from ferrymq.config import ConfigError
 from ferrymq.controller.config import ControllerConfig, validate_overrides
 from ferrymq.controller.election import elect
@@ -423,7 +424,8 @@ def decide_elect_master(view: View, header: ElectMasterRequestHeader, now: float
             preferred=preferred,
         )
     else:
-        in_sync = _live_candidates(view, group, group.sync_state_set, now)
+        pool = group.replicas if testbugs.ELECT_OUTSIDE_SYNC_STATE_SET else group.sync_state_set
+        in_sync = _live_candidates(view, group, pool, now)
         new_master = elect(in_sync, old_master=old_master, preferred=preferred)
         # Kafka's ISR, not RocketMQ's {new master}: the live members of the old set stay in
         # it, so what the new master acknowledges is again on every in-sync replica.

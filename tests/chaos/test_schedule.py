@@ -1,0 +1,55 @@
+"""Fault schedules: every nemesis they name exists, targets fit the topology, seeds replay."""
+
+import pytest
+
+from ferrymq.chaos.nemesis import NEMESES
+from ferrymq.chaos.schedule import SCHEDULES, TOPOLOGIES, build_schedule
+
+_CONTROLLER_TARGETS = {"controller-leader", "controller-follower"}
+_CONTROLLER_NEMESES = {"partition-cluster", "strand-slave"}
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_every_schedule_names_known_nemeses_and_fitting_targets(name: str, topology: str) -> None:
+    schedule = build_schedule(name, 1, topology, duration_s=600.0)
+    assert schedule.steps
+    for step in schedule.steps:
+        assert step.nemesis in NEMESES
+        assert step.duration_s > 0
+        if topology == "classic" and name in ("standard", "smoke", "soak"):
+            assert step.target not in _CONTROLLER_TARGETS
+            assert step.nemesis not in _CONTROLLER_NEMESES
+    starts = [s.at_s for s in schedule.steps]
+    assert starts == sorted(starts)
+    ends = [s.at_s + s.duration_s for s in schedule.steps]
+    assert all(end <= start for end, start in zip(ends, starts[1:], strict=False)), "overlap"
+
+
+def test_the_controller_standard_run_hits_failovers_and_both_controller_roles() -> None:
+    steps = {(s.nemesis, s.target) for s in build_schedule("standard", 1).steps}
+    assert {
+        ("kill", "master"),
+        ("kill", "slave"),
+        ("kill", "controller-leader"),
+        ("kill", "controller-follower"),
+        ("pause", "master"),
+        ("partition-cluster", "master"),
+        ("strand-slave", "slave"),
+    } <= steps
+    assert {n for n, _ in steps} == set(NEMESES)
+
+
+def test_a_soak_fills_its_duration_with_every_fault_and_the_same_seed_replays() -> None:
+    soak = build_schedule("soak", 5, duration_s=900.0)
+    assert {s.nemesis for s in soak.steps} == set(NEMESES)
+    assert 600.0 < soak.faults_end_s <= 900.0
+    assert build_schedule("soak", 5, duration_s=900.0) == soak
+    assert build_schedule("soak", 6, duration_s=900.0) != soak
+
+
+def test_unknown_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="topology"):
+        build_schedule("standard", 1, "mesh")
+    with pytest.raises(ValueError, match="schedule"):
+        build_schedule("forever", 1)
