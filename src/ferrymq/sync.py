@@ -185,6 +185,23 @@ class Producer(_Facade):
             )
         )
 
+    def send_oneway(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: list[str] | str | None = None,
+        properties: dict[str, str] | None = None,
+        queue: MessageQueue | None = None,
+    ) -> str:
+        """Send without waiting for an answer; see `ferrymq.Producer.send_oneway`."""
+        return self._runner.run(
+            self._producer.send_oneway(
+                topic, body, tags=tags, keys=keys, properties=properties, queue=queue
+            )
+        )
+
     def send_batch(
         self,
         topic: str,

@@ -1,5 +1,7 @@
 """The SDK's producer and offset-addressed consumer against a real broker."""
 
+import asyncio
+
 import pytest
 
 from ferrymq.client.consumer import PullConsumer, PullStatus
@@ -77,3 +79,26 @@ async def test_missing_topics_and_refused_sends_are_typed_errors(
         await cluster.restart_broker(max_message_size=10)
         with pytest.raises(SendFailedError, match="over the limit"):
             await producer.send("T", b"x" * 100)
+
+
+async def test_oneway_sends_get_no_answer_and_are_stored(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    await create_topic(client, cluster.broker.address, "OW", 2)
+    await cluster.broker.register()
+    async with (
+        Producer(cluster.namesrv_addr) as producer,
+        PullConsumer(cluster.namesrv_addr, "G") as consumer,
+    ):
+        ids = [await producer.send_oneway("OW", b"log-%d" % i, tags="log") for i in range(6)]
+        assert len(set(ids)) == 6
+        queues = await consumer.queues("OW")
+        stored: list[bytes] = []
+        for _ in range(200):  # nothing answers a oneway send: poll until the broker has them
+            stored = [m.body for q in queues for m in await consumer.fetch_range(q, 0, 10)]
+            if len(stored) == 6:
+                break
+            await asyncio.sleep(0.01)
+        assert sorted(stored) == [b"log-%d" % i for i in range(6)]
+        with pytest.raises(TopicNotFoundError):
+            await producer.send_oneway("NoSuchTopic", b"x")

@@ -48,14 +48,22 @@ def produce_pull_and_administer(namesrv: str) -> None:
                 producer.send("Missing", b"x")
             with pytest.raises(InvalidMessageError):
                 producer.send("S", b"x", delay_ms=-1)
+            oneway_id = producer.send_oneway("S", b"one-way", queue=sent[1].queue)
+            assert oneway_id
         with pytest.raises(RuntimeError, match="closed"):
             producer.send("S", b"after close")
         with sync.PullConsumer(namesrv, "SyncGroup") as consumer:
             queues = consumer.queues("S")
-            got = [m for q in queues for m in consumer.fetch_range(q, 0, consumer.max_offset(q))]
-            assert sorted(m.body for m in got) == sorted(
-                [f"m{i}".encode() for i in range(6)] + [b"b0", b"b1"]
-            )
+            expected = sorted([f"m{i}".encode() for i in range(6)] + [b"b0", b"b1", b"one-way"])
+            got = []
+            for _ in range(200):  # the oneway send has no answer to wait for
+                got = [
+                    m for q in queues for m in consumer.fetch_range(q, 0, consumer.max_offset(q))
+                ]
+                if len(got) == len(expected):
+                    break
+                time.sleep(0.01)
+            assert sorted(m.body for m in got) == expected
             consumer.commit(queues[0], 2)
             assert consumer.committed(queues[0]) == 2
             assert consumer.pull(queues[0], 0, max_messages=1).messages[0].queue_offset == 0

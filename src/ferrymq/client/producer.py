@@ -213,6 +213,50 @@ class Producer:
             queue,
         )
 
+    async def send_oneway(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: list[str] | str | None = None,
+        properties: dict[str, str] | None = None,
+        queue: MessageQueue | None = None,
+    ) -> str:
+        """Send one message without waiting for any answer (RocketMQ `sendOneway`).
+
+        For logs and metrics that may be lost: the broker does not answer, so nothing tells
+        whether the message was stored. Returns its unique key (msg id).
+
+        Raises:
+            SendFailedError: it could not even be sent (no route, no connection).
+            TopicNotFoundError: the topic has no route.
+        """
+        validate_topic(topic)
+        message_properties = self._properties(tags, keys, properties, 0, None, None)
+        route = await self.routes.get(topic)
+        target = queue if queue is not None else self._choose(route.write_queues, None)
+        if target is None:
+            raise SendFailedError(f"topic {topic} has no writable queue")
+        address = route.master(target.broker_name)
+        if address is None:
+            raise SendFailedError(f"broker group {target.broker_name} has no master")
+        request = self._request(
+            topic,
+            RequestCode.SEND_MESSAGE_V2,
+            target,
+            body,
+            encode_properties(message_properties),
+            False,
+            0,
+        )
+        try:
+            await self._rpc.oneway(address, request)
+        except RpcError as exc:
+            self.routes.mark_failed(target.broker_name)
+            raise SendFailedError(f"oneway send to {address} failed: {exc}") from exc
+        return message_properties[props.UNIQ_KEY]
+
     async def send_batch(
         self,
         topic: str,
