@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,6 +140,36 @@ def test_admin_produce_consume_and_lookups(servers: tuple[Server, Server]) -> No
     assert sum(e["maxOffset"] for e in status["offsetTable"]) == 3
 
 
+def test_produce_can_schedule_delivery(servers: tuple[Server, Server]) -> None:
+    namesrv, _ = servers
+    created = ferry("admin", "topic", "create", "CliLater", "--queues", "1", namesrv=namesrv)
+    assert created.returncode == 0, created.stderr
+    produced = ferry("produce", "CliLater", "--delay-ms", "6000", stdin="later\n", namesrv=namesrv)
+    for _ in range(50):  # the route reaches the NameServer just after the topic is created
+        if produced.returncode == 0:
+            break
+        time.sleep(0.1)
+        produced = ferry(
+            "produce", "CliLater", "--delay-ms", "6000", stdin="later\n", namesrv=namesrv
+        )
+    assert produced.returncode == 0, produced.stderr
+
+    def consume() -> list[str]:
+        done = ferry(
+            "consume", "CliLater", "--group", "later", "--from", "earliest", "--idle-exit",
+            "0.3", "--json", namesrv=namesrv,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line)["body"] for line in done.stdout.splitlines()]
+
+    assert consume() == []  # held by the broker's timer until it is due
+    deadline = time.monotonic() + 60
+    while not (got := consume()):
+        assert time.monotonic() < deadline, "the scheduled message never arrived"
+        time.sleep(0.5)
+    assert got == ["later"]
+
+
 def test_bench_commands_print_a_json_summary_last(servers: tuple[Server, Server]) -> None:
     namesrv, _ = servers
     ferry("admin", "topic", "create", "BenchCli", "--queues", "2", namesrv=namesrv)
@@ -177,6 +208,7 @@ def test_bench_commands_print_a_json_summary_last(servers: tuple[Server, Server]
         ("bench", "produce", "--topic", "T", "--size", "0"),
         ("broker", "--listen-port", "notaport"),
         ("admin", "offset", "reset", "--group", "g", "--topic", "t"),
+        ("produce", "T", "--delay-ms", "1", "--deliver-at-ms", "2"),
     ],
 )
 def test_bad_usage_is_one_line_and_nonzero(args: tuple[str, ...], tmp_path: Path) -> None:

@@ -32,18 +32,44 @@ namesrv_option = click.option(
 @click.option("--tag", help="Tag every message.")
 @click.option("--key", help="Key every message.")
 @click.option("--group", default="ferry-cli-producer", show_default=True)
+@click.option(
+    "--delay-ms",
+    type=click.IntRange(min=0),
+    help="Deliver each message this many milliseconds after the broker stores it.",
+)
+@click.option(
+    "--deliver-at-ms",
+    type=click.IntRange(min=0),
+    help="Deliver every message at this time (milliseconds since the epoch).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON result per message.")
 def produce_command(
-    topic: str, namesrv: str, tag: str | None, key: str | None, group: str, as_json: bool
+    topic: str,
+    namesrv: str,
+    tag: str | None,
+    key: str | None,
+    group: str,
+    delay_ms: int | None,
+    deliver_at_ms: int | None,
+    as_json: bool,
 ) -> None:
     """Send each line of stdin as one message."""
+    if delay_ms is not None and deliver_at_ms is not None:
+        raise click.UsageError("give --delay-ms or --deliver-at-ms, not both")
 
     async def main() -> int:
         sent = 0
         async with Producer(namesrv, group) as producer:
             for line in sys.stdin:
                 body = line.rstrip("\n").encode()
-                result = await producer.send(topic, body, tags=tag, keys=[key] if key else None)
+                result = await producer.send(
+                    topic,
+                    body,
+                    tags=tag,
+                    keys=[key] if key else None,
+                    delay_ms=delay_ms,
+                    deliver_at_ms=deliver_at_ms,
+                )
                 sent += 1
                 if as_json:
                     click.echo(
