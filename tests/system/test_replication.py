@@ -133,6 +133,7 @@ async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path
                 with pytest.raises(NotCommittedError) as refused_by_sdk:
                     await producer.send("R3", b"while a member is down")
                 assert refused_by_sdk.value.status == "FLUSH_SLAVE_TIMEOUT"
+                refused += 1
             # an offset commit is acknowledged only once replicated too
             early = UpdateConsumerOffsetRequestHeader(
                 consumer_group="G", topic="R3", queue_id=0, commit_offset=7

@@ -83,6 +83,16 @@ def _ok(request: RemotingCommand, body: bytes = b"") -> RemotingCommand:
     return request.make_response(ResponseCode.SUCCESS, body=body)
 
 
+async def _ok_once_committed(state: BrokerState, request: RemotingCommand) -> RemotingCommand:
+    """SUCCESS once a metadata change is on every in-sync replica (a failover keeps it)."""
+    if state.metadata_committed is not None and not await state.metadata_committed():
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            "the change was made but not replicated in time; a failover may undo it: retry",
+        )
+    return _ok(request)
+
+
 async def create_topic(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
@@ -116,7 +126,7 @@ async def create_topic(
             header.perm,
         )
         state.on_topics_changed()
-    return _ok(request)
+    return await _ok_once_committed(state, request)
 
 
 async def delete_topic(
@@ -129,7 +139,7 @@ async def delete_topic(
         state.offsets.delete_topic(header.topic)
         log.info("topic %s deleted", header.topic)
         state.on_topics_changed()
-    return _ok(request)
+    return await _ok_once_committed(state, request)
 
 
 async def get_all_topics(
@@ -203,7 +213,7 @@ async def update_group(
     except InvalidNameError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     state.groups.put(config)
-    return _ok(request)
+    return await _ok_once_committed(state, request)
 
 
 async def delete_group(
@@ -217,7 +227,7 @@ async def delete_group(
             key = state.offsets.key(topic, header.group_name)
             state.offsets.offsets.pop(key, None)
             state.offsets.dirty = True
-    return _ok(request)
+    return await _ok_once_committed(state, request)
 
 
 async def get_all_groups(
