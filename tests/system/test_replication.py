@@ -10,7 +10,7 @@ import pytest
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
-from ferrymq.errors import NotCommittedError
+from ferrymq.errors import ConnectError, NotCommittedError
 from ferrymq.model import MessageQueue
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
@@ -216,3 +216,48 @@ async def test_slaves_match_the_master_after_one_is_killed_mid_transfer(tmp_path
         assert _log_bytes(tmp_path / name, end) == master_log, f"{name} differs from the master"
     for body in acked:
         assert body in master_log
+
+
+async def test_committed_offsets_are_read_from_the_master_only(tmp_path: Path) -> None:
+    """With the master gone the SDK raises rather than answer from a slave, whose copy may be
+    older than a position the master acknowledged (a commit-regression `ferry chaos` found)."""
+    namesrv = start(
+        ["namesrv", "--listen", "127.0.0.1:0", "--broker-timeout", "2"], tmp_path, "namesrv"
+    )
+    master = _broker(tmp_path, namesrv, "master", "ASYNC_MASTER", 0)
+    slave = _broker(tmp_path, namesrv, "slave", "SLAVE", 1)
+    queue = MessageQueue("Offsets", "broker-a", 0)
+    try:
+        async with AdminClient(namesrv.addr) as admin:
+            await admin.create_topic("Offsets", queues=1)
+        async with PullConsumer(namesrv.addr, "G") as consumer, RpcClient() as client:
+            await consumer.commit(queue, 41)
+            assert await consumer.committed(queue) == 41
+            query = QueryConsumerOffsetRequestHeader(
+                consumer_group="G", topic="Offsets", queue_id=0
+            )
+            deadline = time.monotonic() + 10
+            while True:  # the slave has the position too: it answers direct queries (RocketMQ's)
+                response = await client.call(
+                    slave.addr, command(RequestCode.QUERY_CONSUMER_OFFSET, query), 5
+                )
+                if response.ext_fields.get("offset") == "41":
+                    break
+                assert time.monotonic() < deadline, "the offset never reached the slave"
+                await asyncio.sleep(0.1)
+            master.kill()
+            deadline = time.monotonic() + 20
+            while True:
+                consumer.routes.invalidate("Offsets")
+                route = await consumer.routes.get("Offsets")
+                if 0 not in route.brokers.get("broker-a", {}):
+                    break
+                assert time.monotonic() < deadline, "the dead master never left the route"
+                await asyncio.sleep(0.2)
+            assert 1 in route.brokers["broker-a"]  # the slave is still routed
+            with pytest.raises(ConnectError, match="no master"):
+                await consumer.committed(queue)
+    finally:
+        for server in (slave, master):
+            server.stop()
+        namesrv.stop()

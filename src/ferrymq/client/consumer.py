@@ -229,14 +229,19 @@ class PullConsumer:
         return await self._offset(queue, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)
 
     async def committed(self, queue: MessageQueue) -> int | None:
-        """The group's committed offset in the queue, or None."""
+        """The group's committed offset in the queue (asked of the master), or None."""
         header = QueryConsumerOffsetRequestHeader(
             consumer_group=self.group,
             topic=queue.topic,
             queue_id=queue.queue_id,
             set_zero_if_not_found=False,
         )
-        response = await self._call(queue, RequestCode.QUERY_CONSUMER_OFFSET, header)
+        # only the master: a slave outside the SyncStateSet may hold an older position than one
+        # the master acknowledged (commit-regression found by `ferry chaos` when the master died
+        # and only a stranded slave was left in the route); without a master this raises
+        response = await self._call(
+            queue, RequestCode.QUERY_CONSUMER_OFFSET, header, master_only=True
+        )
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         if response.code != ResponseCode.SUCCESS:

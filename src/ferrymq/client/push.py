@@ -328,7 +328,14 @@ class PushConsumer:
         for queue in [q for q in self._states if q not in wanted]:
             await self._drop(self._states.pop(queue))
         for queue in sorted(wanted - set(self._states)):
-            offset = await self._initial_offset(queue)
+            try:
+                offset = await self._initial_offset(queue)
+            except FerryError as exc:
+                # e.g. no master in the group's route during a failover: the others start now,
+                # this one at a rebalance a second from now
+                log.warning("cannot start %s of %s yet: %s", queue, self.group, exc)
+                asyncio.get_running_loop().call_later(1.0, self._rebalance_now.set)
+                continue
             state = _QueueState(queue, offset, committed=offset)
             state.room.set()
             if self.orderly:
