@@ -54,6 +54,7 @@ from pyspark.sql.types import StructType
 from ferrymq.client.sink import SinkClient
 from ferrymq.model import MessageQueue, validate_topic
 from ferrymq.spark.options import OptionError, WriteOptions
+from ferrymq.spark.retry import retryable
 from ferrymq.wire import properties as props
 from ferrymq.wire.msgid import UniqueIdGenerator
 from ferrymq.wire.properties import encode_properties
@@ -104,7 +105,7 @@ class _Stager:
         self.rows: dict[str, int] = {}
 
     def run(self, batches: Iterator[Any]) -> FerryCommit:
-        with asyncio.Runner() as runner:
+        with asyncio.Runner() as runner, retryable("preparing a task's rows"):
             client = SinkClient(self.options.servers, group=self.options.group)
             try:
                 for batch in batches:
@@ -182,9 +183,18 @@ async def commit_batch(
     """Decide the batch's winner and commit it on every broker group; returns rows made visible.
 
     Raises:
-        FerryError: a broker refused or did not answer (retrying the commit is safe).
+        RetryableQueryError: brokers stayed unavailable through the client's retries (retrying
+            the commit is safe).
+        FerryError: a broker refused.
     """
     proposal = {m.transaction_id: dict(m.rows) for m in messages if m.rows}
+    with retryable(f"committing sink {sink_id} batch {batch_id}"):
+        return await _commit(options, sink_id, batch_id, proposal)
+
+
+async def _commit(
+    options: WriteOptions, sink_id: str, batch_id: int, proposal: dict[str, dict[str, int]]
+) -> int:
     async with SinkClient(options.servers, group=options.group) as client:
         coordinator = await client.coordinator(options.topic)
         winner = await client.decide(coordinator, sink_id, batch_id, proposal)

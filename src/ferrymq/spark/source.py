@@ -56,6 +56,7 @@ from ferrymq.spark.plan import (
     parse_offsets,
     split_ranges,
 )
+from ferrymq.spark.retry import with_failover
 from ferrymq.spark.rows import arrow_schema, read_schema, to_batch
 
 __all__ = ["FerryDataSource", "RangePartition"]
@@ -146,9 +147,14 @@ def read_partition(
 async def _snapshot(
     options: ReadOptions,
 ) -> tuple[list[Partition], dict[tuple[str, int], tuple[int, int]]]:
-    async with PullConsumer(options.servers, options.group) as consumer:
-        partitions = await list_queues(consumer, options)
-        return partitions, await queue_bounds(consumer, partitions)
+    """The queues of the read and their bounds (retried across a failover)."""
+
+    async def attempt() -> tuple[list[Partition], dict[tuple[str, int], tuple[int, int]]]:
+        async with PullConsumer(options.servers, options.group) as consumer:
+            partitions = await list_queues(consumer, options)
+            return partitions, await queue_bounds(consumer, partitions)
+
+    return await with_failover("listing the queues and offsets to read", attempt)
 
 
 def _ranges(partitions: list[Partition], start: Offsets, end: Offsets) -> list[QueueRange]:
@@ -263,7 +269,8 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     ]
                 return found
 
-        ranges = _ranges(asyncio.run(queues()), begin, stop)
+        found = asyncio.run(with_failover("listing the queues of a micro-batch", queues))
+        ranges = _ranges(found, begin, stop)
         return [RangePartition(r) for r in split_ranges(ranges, options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
