@@ -53,7 +53,10 @@ async def test_a_read_waits_for_the_group_to_come_back(tmp_path: Path) -> None:
             returning = asyncio.create_task(come_back())
             r = QueueRange("Retry", 0, queue.broker_name, queue.queue_id, 10, 50)
             chunks = [
-                c async for c in read_range(consumer, r, fail_on_data_loss=True, max_bytes=1 << 20)
+                c
+                async for c in read_range(
+                    consumer, r, fail_on_data_loss=True, max_bytes=1 << 20, failover_timeout=30.0
+                )
             ]
             await returning
         offsets = [m.queue_offset for chunk in chunks for m in chunk]

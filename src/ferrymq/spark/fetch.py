@@ -146,12 +146,18 @@ def _lost(r: QueueRange, start: int, end: int, fail: bool, why: str) -> None:
 
 
 async def read_range(
-    consumer: PullConsumer, r: QueueRange, *, fail_on_data_loss: bool, max_bytes: int
+    consumer: PullConsumer,
+    r: QueueRange,
+    *,
+    fail_on_data_loss: bool,
+    max_bytes: int,
+    failover_timeout: float,
 ) -> AsyncGenerator[list[Message]]:
     """The messages of `r` in queue order, a pull's worth at a time.
 
     Raises:
         DataLossError: some offsets of the range are gone and `fail_on_data_loss`.
+        RetryableQueryError: the queue's group stayed unreachable for `failover_timeout` s.
     """
     queue = MessageQueue(r.topic, r.broker_name, r.queue_id)
     offset = r.start
@@ -167,6 +173,7 @@ async def read_range(
                 max_messages=min(_PULL_BATCH, r.end - offset),
                 max_bytes=max_bytes,
             ),
+            budget=failover_timeout,
         )
         if result.min_offset > offset:
             gone_until = min(result.min_offset, r.end)

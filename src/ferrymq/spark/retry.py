@@ -2,7 +2,8 @@
 
 A broker group without a master for a moment (its master died, the controller is electing a new
 one) answers with connection errors, timeouts and refusals that pass. `with_failover` retries
-an idempotent step (a pull, a listing of offsets) with back-off for up to `FAILOVER_BUDGET_S`;
+an idempotent step (a pull, a listing of offsets) with back-off for up to the query's
+`failoverTimeoutMs`;
 `retryable` turns such an error that outlived the client's own retries into
 `RetryableQueryError`. Restarting the query from its checkpoint after one loses and repeats
 nothing: the offsets of every uncommitted micro-batch are read again and the sink commits each
@@ -16,19 +17,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Final, TypeVar
+from typing import TypeVar
 
 from ferrymq.client.sink import RETRY_CODES
 from ferrymq.errors import FerryError, RemoteError, RpcError
 
-__all__ = ["FAILOVER_BUDGET_S", "RetryableQueryError", "is_transient", "retryable", "with_failover"]
+__all__ = ["RetryableQueryError", "is_transient", "retryable", "with_failover"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-FAILOVER_BUDGET_S: Final = 30.0
-"""How long a step keeps retrying: well above a kill -9 failover (about 1.3 s on the bench)."""
 
 
 class RetryableQueryError(FerryError):
@@ -52,9 +50,7 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, RemoteError) and exc.code in RETRY_CODES
 
 
-async def with_failover(
-    what: str, attempt: Callable[[], Awaitable[T]], *, budget: float = FAILOVER_BUDGET_S
-) -> T:
+async def with_failover(what: str, attempt: Callable[[], Awaitable[T]], *, budget: float) -> T:
     """`attempt()` until it returns, retrying transient errors for up to `budget` seconds.
 
     Raises:
