@@ -225,10 +225,10 @@ def test_kill_the_master_under_a_streaming_read_and_write(
                     turn = 0
                     while not stop.is_set():
                         await send(
-                            producer, [f"b-{turn:04d}-{i:02d}".encode() for i in range(20)], sent
+                            producer, [f"b-{turn:04d}-{i:02d}".encode() for i in range(10)], sent
                         )
                         turn += 1
-                        await asyncio.sleep(0.05)
+                        await asyncio.sleep(0.1)
 
             sending = asyncio.create_task(keep_sending())
             deadline = time.monotonic() + 150
@@ -256,7 +256,7 @@ def test_kill_the_master_under_a_streaming_read_and_write(
                 await master(admin, not_addr=old_master, timeout=60)
             acked_before = len(sent.acked)
             deadline = time.monotonic() + 30
-            while len(sent.acked) < acked_before + 100:
+            while len(sent.acked) < acked_before + 50:
                 assert time.monotonic() < deadline, "no send acknowledged by the new master"
                 await asyncio.sleep(0.1)
             stop.set()
