@@ -172,6 +172,9 @@ class SinkClient:
     ) -> None:
         """Store rows for `queue`, invisible until their batch is committed.
 
+        Every row needs its own unique key (the UNIQ_KEY property): the broker counts a
+        transaction's rows by it, so a row sent again is stored once.
+
         Raises:
             RemoteError: the broker refused them.
             RpcError: no answer within `retry_for`: some may be stored (preparing them again
