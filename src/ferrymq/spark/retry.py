@@ -3,11 +3,10 @@
 A broker group without a master for a moment (its master died, the controller is electing a new
 one) answers with connection errors, timeouts and refusals that pass. `with_failover` retries
 an idempotent step (a pull, a listing of offsets) with back-off for up to the query's
-`failoverTimeoutMs`;
-`retryable` turns such an error that outlived the client's own retries into
-`RetryableQueryError`. Restarting the query from its checkpoint after one loses and repeats
-nothing: the offsets of every uncommitted micro-batch are read again and the sink commits each
-batch once.
+`failoverTimeoutMs`, then raises `RetryableQueryError`; `retryable` turns such an error that
+outlived the sink client's own retries into one. Restarting the query from its checkpoint after
+one loses and repeats nothing: the offsets of every uncommitted micro-batch are read again and
+the sink commits each batch once.
 """
 
 from __future__ import annotations
