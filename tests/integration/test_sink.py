@@ -1,15 +1,17 @@
 """Exactly-once sink batches (broker/sink.py) against two real in-process broker groups."""
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from ferrymq.broker.broker import Broker
 from ferrymq.broker.sink import Begin
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.sink import SinkClient
-from ferrymq.errors import RemoteError
+from ferrymq.errors import RemoteError, RpcError
 from ferrymq.model import MessageQueue
 from ferrymq.testing import LocalCluster
 from ferrymq.wire import properties as props
@@ -122,5 +124,52 @@ async def test_prepared_rows_expire_and_a_late_commit_says_why(tmp_path: Path) -
             with pytest.raises(RemoteError, match=r"has 0 of its 2 prepared rows"):
                 await sink.commit("broker-a", "s3", 1, {"t": 2})
         assert await visible(cluster, "Out") == []
+    finally:
+        await cluster.close()
+
+
+async def test_rows_prepared_again_count_once(tmp_path: Path) -> None:
+    # a client whose prepare got no answer (a failover) sends the same rows again
+    cluster = await two_groups(tmp_path)
+    try:
+        async with SinkClient(cluster.namesrv_addr) as sink:
+            a0 = MessageQueue("Out", "broker-a", 0)
+            first, rest = rows("p", 5)[:3], rows("p", 5)[3:]
+            await sink.prepare(a0, "s4", 0, "t", first)
+            await sink.prepare(a0, "s4", 0, "t", first)
+            await sink.prepare(a0, "s4", 0, "t", rest)
+            with pytest.raises(RemoteError, match=r"has 5 of its 8 prepared rows"):
+                await sink.commit("broker-a", "s4", 0, {"t": 8})
+            assert await sink.commit("broker-a", "s4", 0, {"t": 5}) == (5, False)
+        assert await visible(cluster, "Out") == [f"p-{i}".encode() for i in range(5)]
+    finally:
+        await cluster.close()
+
+
+async def test_the_client_retries_until_the_group_has_a_master_again(tmp_path: Path) -> None:
+    cluster = await two_groups(tmp_path)
+    try:
+        async with SinkClient(cluster.namesrv_addr, retry_for=30.0) as sink:
+            a0 = MessageQueue("Out", "broker-a", 0)
+            await sink.prepare(a0, "s5", 0, "t", rows("m", 3))
+            old = cluster.brokers[0]
+            await old.close()  # broker-a has no master until it comes back, on another port
+
+            async def come_back() -> None:
+                await asyncio.sleep(1.0)
+                broker = Broker(dataclasses.replace(old.config))
+                await broker.start()
+                await broker.register()
+                cluster.brokers[0] = broker
+
+            returning = asyncio.create_task(come_back())
+            assert await sink.commit("broker-a", "s5", 0, {"t": 3}) == (3, False)
+            await returning
+        assert await visible(cluster, "Out") == [b"m-0", b"m-1", b"m-2"]
+
+        async with SinkClient(cluster.namesrv_addr, retry_for=1.0) as sink:
+            await cluster.brokers[0].close()
+            with pytest.raises(RpcError):
+                await sink.commit("broker-a", "s5", 1, {"t": 1})
     finally:
         await cluster.close()

@@ -27,6 +27,7 @@ BAD_READS = [
     ({"servers": "127.0.0.1:1", "subscribe": "T", "failOnDataLoss": "yes"}, "true or false"),
     ({"servers": "127.0.0.1:1", "subscribe": "T", "minPartitions": "0"}, "positive integer"),
     ({"servers": "127.0.0.1:1", "subscribe": "T", "maxOffsetsPerTrigger": "9"}, "streaming"),
+    ({"servers": "127.0.0.1:1", "subscribe": "T", "failoverTimeoutMs": "-1"}, "positive integer"),
 ]
 
 
@@ -64,3 +65,14 @@ def test_bad_options_fail_the_spark_query_with_the_message(spark: Any, ferry: Fe
         ).mode("append").save()
     with pytest.raises(OptionError, match="sinkId"):
         parse_write_options({"servers": "127.0.0.1:1", "sinkId": "a b"})
+
+
+def test_the_failover_timeout_is_in_milliseconds_and_defaults_to_30_s() -> None:
+    read = {"servers": "127.0.0.1:1", "subscribe": "T"}
+    assert parse_read_options(read, streaming=True).failover_timeout_s == 30.0
+    timed = {**read, "failoverTimeoutMs": "250"}
+    assert parse_read_options(timed, streaming=True).failover_timeout_s == 0.25
+    write = {"servers": "127.0.0.1:1", "FAILOVERTIMEOUTMS": "1500"}
+    assert parse_write_options(write).failover_timeout_s == 1.5
+    with pytest.raises(OptionError, match="failoverTimeoutMs"):
+        parse_write_options({"servers": "127.0.0.1:1", "failoverTimeoutMs": "soon"})

@@ -15,6 +15,11 @@ them (request codes and bodies in `wire/sink.py`):
    their real queues in transaction and log order), once: a batch committed before answers
    `duplicate`; other prepared transactions of the batch are dropped.
 
+Across a failover (a client sends a prepare, decide or commit again to the new master): a row
+prepared twice under one transaction counts once (rows are keyed by their unique key), and a
+commit first waits until everything the new master's log holds is committed, so it sees a
+BEGIN or DONE the old master wrote and does not write the batch a second time.
+
 Every decision is a record of `SINK_TOPIC` (decide-then-apply): handlers validate, append, and
 answer once `SinkFollower` has applied the record to the `SinkTable` (it is committed and
 visible); slaves and restarts rebuild the same table by reading the topic from its start. A
@@ -28,6 +33,7 @@ as committed.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
@@ -123,8 +129,9 @@ _decode_op = msgspec.json.Decoder(Op).decode
 class BatchState:
     """What this broker knows of one batch of one sink."""
 
-    staged: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    """transaction id -> (log offset, size) of its prepared records, in log order."""
+    staged: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    """transaction id -> row key (its unique key) -> (log offset, size) of its first prepared
+    record, in log order: a prepare sent again (after a failover) adds no second copy."""
     last_staged_ms: int = 0
     winner: dict[str, dict[str, int]] | None = None
     begun: bool = False
@@ -147,14 +154,14 @@ class SinkTable:
             return state.done
         return batch <= self.forgotten_upto.get(sink, -1)
 
-    def stage(self, sink: str, batch: int, txn: str, log_offset: int, size: int, ms: int) -> None:
-        """A prepared record was applied."""
+    def stage(
+        self, sink: str, batch: int, txn: str, row: str, log_offset: int, size: int, ms: int
+    ) -> None:
+        """A prepared record was applied (`row`: its unique key; a second copy is ignored)."""
         if self.is_done(sink, batch):
             return
         state = self.batches.setdefault((sink, batch), BatchState())
-        rows = state.staged.setdefault(txn, [])
-        if not rows or rows[-1][0] < log_offset:
-            rows.append((log_offset, size))
+        state.staged.setdefault(txn, {}).setdefault(row, (log_offset, size))
         state.last_staged_ms = max(state.last_staged_ms, ms)
 
     def apply(self, op: Op) -> None:
@@ -244,6 +251,7 @@ class SinkService:
                 properties[_SINK],
                 int(batch),
                 properties[_TXN],
+                properties.get(props.UNIQ_KEY) or f"@{record.log_offset}",
                 record.log_offset,
                 len(raw),
                 record.store_timestamp_ms,
@@ -287,6 +295,20 @@ class SinkService:
             await self._state.longpoll.wait(
                 SINK_TOPIC, 0, self.applied_queue_offset, min(remaining, 1.0)
             )
+
+    async def _wait_log_committed(self) -> None:
+        """Wait until every record in the log now is committed (SYSTEM_BUSY after a while)."""
+        store = self._state.store
+        end = store.max_log_offset
+        deadline = time.monotonic() + _APPLY_WAIT_S
+        while store.confirm_offset < end:
+            if time.monotonic() >= deadline:
+                raise RequestError(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"the log up to {end} is not committed yet (confirm offset "
+                    f"{store.confirm_offset}): retry the commit",
+                )
+            await asyncio.sleep(0.02)
 
     async def _append_op(self, op: Op, *, wait: bool) -> tuple[int, int]:
         """Append a decision; returns its queue offset and the response code of the append."""
@@ -391,6 +413,11 @@ class SinkService:
         sink, batch_id = header.sink_id, header.batch_id
         key = (sink, batch_id)
         self.catch_up()
+        if not self.table.is_done(sink, batch_id):
+            # a failover can leave a commit's BEGIN, rows or DONE in this log uncommitted yet:
+            # decide on them only once they are committed (else a retried commit writes twice)
+            await self._wait_log_committed()
+            self.catch_up()
         if self.table.is_done(sink, batch_id):
             done = self.table.batches.get(key)
             fields = SinkCommitResponseHeader(rows=done.rows if done else 0, duplicate=True)
@@ -428,7 +455,7 @@ class SinkService:
         store = state.store
         rows: list[tuple[str, int, BatchItem, bytes, int]] = []
         for txn in sorted(wanted):
-            for log_offset, size in batch.staged[txn]:
+            for log_offset, size in batch.staged[txn].values():
                 try:
                     record = decode_record(store.read_record(log_offset, size))
                 except (CorruptRecordError, ProtocolError) as exc:

@@ -14,7 +14,7 @@ from typing import Self
 
 from ferrymq.client.message import Message
 from ferrymq.client.routing import MASTER_ID, Routes
-from ferrymq.errors import ConnectError, RemoteError, TopicNotFoundError
+from ferrymq.errors import ConnectError, RemoteError, RpcError
 from ferrymq.model import MessageQueue, validate_group
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.broker import (
@@ -128,12 +128,20 @@ class PullConsumer:
         address = route.brokers.get(queue.broker_name, {}).get(broker_id)
         if address is None and not master_only:
             address = route.any_replica(queue.broker_name)
-        if address is None and master_only:
-            raise ConnectError(queue.broker_name, "the broker group has no master in the route")
         if address is None:
-            raise TopicNotFoundError(queue.topic)
+            self.routes.invalidate(queue.topic)  # ask the NameServers again next time
+            if master_only:
+                raise ConnectError(queue.broker_name, "the broker group has no master in the route")
+            # the topic has a route, without this group now (all its replicas unregistered)
+            raise ConnectError(queue.broker_name, f"no replica of the group routes {queue.topic}")
         request = RemotingCommand(code=code, ext_fields=to_ext_fields(header))
-        response = await self._rpc.call(address, request, timeout or self._timeout)
+        try:
+            response = await self._rpc.call(address, request, timeout or self._timeout)
+        except RpcError:
+            # the replica may be gone (a failover): the next call asks the NameServers again
+            self.routes.invalidate(queue.topic)
+            self._read_from.pop(queue, None)
+            raise
         if response.code in (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.NO_PERMISSION):
             self.routes.invalidate(queue.topic)
         return response

@@ -2,16 +2,19 @@
 
 Used by the Spark sink: tasks `prepare` rows under (sink id, batch id, transaction id); the
 driver `decide`s the batch's winner on the sink's `coordinator` broker and `commit`s it on every
-broker that holds rows of the batch. Decide and commit are idempotent, so they are retried on
-connection errors and while a broker answers that a commit is under way; a prepare is not (a
-second copy of the rows would break the counts the commit checks), so a prepare whose outcome
-is unknown raises and the Spark task fails (Spark then prepares the rows again under a new
-transaction id).
+broker that holds rows of the batch. All three are idempotent on the broker (a row prepared again
+under its transaction counts once, by its unique key; the first decision wins; a commit applies
+once), so every call is retried, with back-off and a fresh master address, for up to
+`retry_for` seconds: on connection errors, on no answer, while the group has no master, and on
+the refusals of a failover (NO_PERMISSION from a slave, SERVICE_NOT_AVAILABLE from a master
+without a lease, a replication or flush timeout, SYSTEM_BUSY). Then the last error is raised.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from types import TracebackType
 from typing import Final, Self
 
@@ -32,12 +35,21 @@ from ferrymq.wire.sink import (
     SinkWinner,
 )
 
-__all__ = ["SinkClient"]
+__all__ = ["RETRY_CODES", "SinkClient"]
 
-_ATTEMPTS: Final = 8
-_RETRY_CODES: Final = frozenset(
-    {ResponseCode.SYSTEM_BUSY, ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.FLUSH_DISK_TIMEOUT}
+log = logging.getLogger(__name__)
+
+RETRY_CODES: Final = frozenset(
+    {
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+    }
 )
+"""Answers of a broker group in the middle of a failover (or busy): ask its master again."""
 
 
 class SinkClient:
@@ -49,6 +61,7 @@ class SinkClient:
         *,
         group: str = "ferrymq-spark-sink",
         timeout: float = 10.0,
+        retry_for: float = 30.0,
         rpc: RpcClient | None = None,
     ) -> None:
         self._namesrvs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
@@ -57,6 +70,7 @@ class SinkClient:
         self.routes = Routes(self._rpc, self._namesrvs)
         self.group = group
         self._timeout = timeout
+        self._retry_for = retry_for
 
     async def close(self) -> None:
         """Close connections (when this client owns them)."""
@@ -113,33 +127,40 @@ class SinkClient:
             data = (await self._cluster()).broker_addr_table.get(broker_name)
             address = data.broker_addrs.get(0) if data else None
         if address is None:
-            raise FerryError(f"broker group {broker_name} has no master")
+            raise ConnectError(broker_name, "the broker group has no master")
         return address
 
-    async def _call(
-        self, broker_name: str, request: RemotingCommand, *, retry: bool
-    ) -> RemotingCommand:
-        delay = 0.1
-        for attempt in range(_ATTEMPTS):
-            address = await self._master(broker_name, refresh=attempt > 0)
-            fresh = RemotingCommand(
-                code=request.code, ext_fields=dict(request.ext_fields), body=request.body
-            )
+    async def _call(self, broker_name: str, request: RemotingCommand) -> RemotingCommand:
+        """Send to the group's master until it succeeds or `retry_for` runs out.
+
+        Raises:
+            RemoteError: a refusal that is not a failover's, or the last one.
+            RpcError: the last connection error or timeout (its outcome may be unknown).
+        """
+        deadline = time.monotonic() + self._retry_for
+        delay = 0.05
+        refresh = False
+        while True:
             try:
+                address = await self._master(broker_name, refresh=refresh)
+                fresh = RemotingCommand(
+                    code=request.code, ext_fields=dict(request.ext_fields), body=request.body
+                )
                 response = await self._rpc.call(address, fresh, self._timeout)
-            except ConnectError:
-                pass  # never sent: safe to send again
-            except RpcError:
-                if not retry:
-                    raise
+            except RpcError as exc:
+                error: FerryError = exc
             else:
                 if response.code == ResponseCode.SUCCESS:
                     return response
-                if not retry or response.code not in _RETRY_CODES:
-                    raise RemoteError(response.code, response.remark)
+                error = RemoteError(response.code, response.remark)
+                if response.code not in RETRY_CODES:
+                    raise error
+            if time.monotonic() + delay > deadline:
+                raise error
+            log.info("broker group %s: %s; asking its master again", broker_name, error)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-        raise FerryError(f"broker group {broker_name}: no answer after {_ATTEMPTS} attempts")
+            delay = min(delay * 2, 1.0)
+            refresh = True
 
     async def prepare(
         self,
@@ -151,9 +172,13 @@ class SinkClient:
     ) -> None:
         """Store rows for `queue`, invisible until their batch is committed.
 
+        Every row needs its own unique key (the UNIQ_KEY property): the broker counts a
+        transaction's rows by it, so a row sent again is stored once.
+
         Raises:
             RemoteError: the broker refused them.
-            RpcError: no answer: they may be stored (the transaction must not be committed).
+            RpcError: no answer within `retry_for`: some may be stored (preparing them again
+                under the same transaction is safe; committing the transaction is not).
         """
         header = SinkPrepareRequestHeader(
             sink_id=sink_id,
@@ -168,7 +193,7 @@ class SinkClient:
             ext_fields=to_ext_fields(header),
             body=encode_batch(items),
         )
-        await self._call(queue.broker_name, request, retry=False)
+        await self._call(queue.broker_name, request)
 
     async def decide(
         self, coordinator: str, sink_id: str, batch_id: int, proposal: dict[str, dict[str, int]]
@@ -179,7 +204,7 @@ class SinkClient:
             ext_fields=to_ext_fields(SinkBatchHeader(sink_id=sink_id, batch_id=batch_id)),
             body=encode_body(SinkWinner(proposal)),
         )
-        response = await self._call(coordinator, request, retry=True)
+        response = await self._call(coordinator, request)
         return decode_body(response.body, SinkWinner).transactions
 
     async def commit(
@@ -191,6 +216,6 @@ class SinkClient:
             ext_fields=to_ext_fields(SinkBatchHeader(sink_id=sink_id, batch_id=batch_id)),
             body=encode_body(SinkCommit(transactions)),
         )
-        response = await self._call(broker_name, request, retry=True)
+        response = await self._call(broker_name, request)
         result = from_ext_fields(SinkCommitResponseHeader, response.ext_fields)
         return result.rows, result.duplicate

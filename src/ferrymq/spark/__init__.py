@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ferrymq.spark.retry import RetryableQueryError
 from ferrymq.spark.source import FerryDataSource
 
-__all__ = ["FerryDataSource", "register"]
+__all__ = ["FerryDataSource", "RetryableQueryError", "register"]
 
 
 def register(spark: Any) -> None:

@@ -6,12 +6,19 @@
 - `read_range`: the messages of one `QueueRange`, as lists of `Message`, with the data-loss rule:
   offsets below the queue's min offset were deleted by retention; with `failOnDataLoss` that is a
   `DataLossError` naming the queue and the offsets, otherwise they are skipped (and logged).
+
+Across a failover every request is retried (`retry.with_failover`), and a replica that answers
+that the queue ends below a range's end (a new master or a slave whose watermark still catches
+up to what the old master had committed) is asked again for `_BEHIND_S` before the offsets
+count as lost. Ranges end at offsets a broker reported, which never pass its confirm offset.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
@@ -22,6 +29,7 @@ from ferrymq.errors import FerryError, TopicNotFoundError
 from ferrymq.model import MessageQueue
 from ferrymq.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
 from ferrymq.spark.plan import Offsets, QueueRange
+from ferrymq.spark.retry import with_failover
 
 __all__ = [
     "DataLossError",
@@ -37,6 +45,8 @@ log = logging.getLogger(__name__)
 _PULL_BATCH = 1024
 _EMPTY_PULLS = 8
 """Pulls in a row that may return nothing inside a range before the read gives up on it."""
+_BEHIND_S = 20.0
+"""How long a queue may end below a range's end (a watermark catching up) before it is a loss."""
 
 
 class DataLossError(FerryError):
@@ -136,19 +146,34 @@ def _lost(r: QueueRange, start: int, end: int, fail: bool, why: str) -> None:
 
 
 async def read_range(
-    consumer: PullConsumer, r: QueueRange, *, fail_on_data_loss: bool, max_bytes: int
+    consumer: PullConsumer,
+    r: QueueRange,
+    *,
+    fail_on_data_loss: bool,
+    max_bytes: int,
+    failover_timeout: float,
 ) -> AsyncGenerator[list[Message]]:
     """The messages of `r` in queue order, a pull's worth at a time.
 
     Raises:
         DataLossError: some offsets of the range are gone and `fail_on_data_loss`.
+        RetryableQueryError: the queue's group stayed unreachable for `failover_timeout` s.
     """
     queue = MessageQueue(r.topic, r.broker_name, r.queue_id)
     offset = r.start
     empty = 0
+    behind_since: float | None = None
     while offset < r.end:
-        result = await consumer.pull(
-            queue, offset, max_messages=min(_PULL_BATCH, r.end - offset), max_bytes=max_bytes
+        result = await with_failover(
+            f"reading {queue} at offset {offset}",
+            functools.partial(
+                consumer.pull,
+                queue,
+                offset,
+                max_messages=min(_PULL_BATCH, r.end - offset),
+                max_bytes=max_bytes,
+            ),
+            budget=failover_timeout,
         )
         if result.min_offset > offset:
             gone_until = min(result.min_offset, r.end)
@@ -157,6 +182,7 @@ async def read_range(
             continue
         if result.status is PullStatus.FOUND:
             empty = 0
+            behind_since = None
             messages = [m for m in result.messages if offset <= m.queue_offset < r.end]
             if messages:
                 yield messages
@@ -173,6 +199,12 @@ async def read_range(
             gone_until = min(result.next_offset, r.end)
             _lost(r, offset, gone_until, fail_on_data_loss, "their log segment was deleted")
             offset = gone_until
+            continue
+        now = time.monotonic()
+        if behind_since is None or now - behind_since < _BEHIND_S:
+            # after a failover the replica's watermark may not have reached the range end yet
+            behind_since = now if behind_since is None else behind_since
+            await asyncio.sleep(0.2)
             continue
         _lost(
             r,

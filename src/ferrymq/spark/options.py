@@ -9,7 +9,9 @@ Names follow Spark's Kafka source (`structured-streaming-kafka-integration`), wi
   `{"topic": {"partition": offset}}` with -2 = earliest and -1 = latest (Kafka's sentinels);
 - `maxOffsetsPerTrigger`, `minPartitions`, `failOnDataLoss` (default true), `includeHeaders`;
 - `includeFerryColumns`: add the ferrymq columns `tags`, `keys`, `msgId`, `storeTimestamp`;
-- writing: `topic` (else the `topic` column), `sinkId` (else the streaming query id).
+- writing: `topic` (else the `topic` column), `sinkId` (else the streaming query id);
+- both: `failoverTimeoutMs` (default 30000): how long a read or write retries while a broker
+  group has no master (a failover) before the query fails with a `RetryableQueryError`.
 
 A partition is a topic-global queue index: the topic's readable queues ordered by broker name,
 then queue id (so broker groups added later should sort after the existing ones).
@@ -27,6 +29,7 @@ from ferrymq.errors import FerryError
 from ferrymq.model import validate_topic
 
 __all__ = [
+    "DEFAULT_FAILOVER_TIMEOUT_S",
     "EARLIEST",
     "LATEST",
     "OffsetSpec",
@@ -39,6 +42,8 @@ __all__ = [
 
 EARLIEST: Final = -2
 LATEST: Final = -1
+DEFAULT_FAILOVER_TIMEOUT_S: Final = 30.0
+"""Well above a kill -9 failover (about 1.3 s on the bench)."""
 
 
 class OptionError(FerryError, ValueError):
@@ -83,6 +88,8 @@ class ReadOptions:
     """The consumer group pulls name (pulls commit nothing; Spark's checkpoint holds offsets)."""
     fetch_max_bytes: int = 4 * 1024 * 1024
     """Bytes one pull may return."""
+    failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S
+    """How long a request is retried across a failover."""
 
     def topic_filter(self, topic: str) -> bool:
         """Whether `subscribePattern` takes this topic (system topics never)."""
@@ -99,6 +106,8 @@ class WriteOptions:
     topic: str | None = None
     sink_id: str | None = None
     group: str = "ferrymq-spark-sink"
+    failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S
+    """How long a prepare or commit is retried across a failover."""
 
 
 def _servers(options: Mapping[str, str]) -> str:
@@ -134,6 +143,11 @@ def _positive(options: Mapping[str, str], name: str) -> int | None:
     if value <= 0:
         raise OptionError(name, f"must be a positive integer, not {value}")
     return value
+
+
+def _failover_timeout(options: Mapping[str, str]) -> float:
+    millis = _positive(options, "failoverTimeoutMs")
+    return DEFAULT_FAILOVER_TIMEOUT_S if millis is None else millis / 1000
 
 
 def _topics(text: str, name: str) -> tuple[str, ...]:
@@ -257,6 +271,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
         include_ferry_columns=_bool(options, "includeFerryColumns", False),
         group=options.get("groupid", "ferrymq-spark"),
         fetch_max_bytes=_positive(options, "fetchMaxBytes") or 4 * 1024 * 1024,
+        failover_timeout_s=_failover_timeout(options),
     )
 
 
@@ -273,4 +288,9 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
     sink_id = options.get("sinkid")
     if sink_id is not None and not re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", sink_id):
         raise OptionError("sinkId", "use 1-128 letters, digits and _.:-")
-    return WriteOptions(servers=_servers(options), topic=topic, sink_id=sink_id)
+    return WriteOptions(
+        servers=_servers(options),
+        topic=topic,
+        sink_id=sink_id,
+        failover_timeout_s=_failover_timeout(options),
+    )

@@ -25,6 +25,10 @@ Exactly once, whatever Spark replays (design):
   rows on several broker groups a crash can leave a batch committed on some groups and not on
   others, and the replay's rows are different transactions; only the recorded first winner lets
   the replay finish the same commit instead of committing a second copy.
+- Across a failover (the group of a prepare, decide or commit has no master for a while) the
+  client retries for `failoverTimeoutMs` (prepares too: a row prepared twice under its
+  transaction counts once), then the task or the commit fails with `RetryableQueryError`, and a
+  restart from the checkpoint finishes the batch as above.
 - The sink id is the `sinkId` option, else the streaming query id (stable across restarts: it
   lives in the checkpoint); a batch write uses a fresh id and batch id 0. The coordinator is the
   first broker group of the `topic` option's route, else the first of the cluster.
@@ -54,6 +58,7 @@ from pyspark.sql.types import StructType
 from ferrymq.client.sink import SinkClient
 from ferrymq.model import MessageQueue, validate_topic
 from ferrymq.spark.options import OptionError, WriteOptions
+from ferrymq.spark.retry import retryable
 from ferrymq.wire import properties as props
 from ferrymq.wire.msgid import UniqueIdGenerator
 from ferrymq.wire.properties import encode_properties
@@ -104,8 +109,12 @@ class _Stager:
         self.rows: dict[str, int] = {}
 
     def run(self, batches: Iterator[Any]) -> FerryCommit:
-        with asyncio.Runner() as runner:
-            client = SinkClient(self.options.servers, group=self.options.group)
+        with asyncio.Runner() as runner, retryable("preparing a task's rows"):
+            client = SinkClient(
+                self.options.servers,
+                group=self.options.group,
+                retry_for=self.options.failover_timeout_s,
+            )
             try:
                 for batch in batches:
                     runner.run(self._add(client, batch))
@@ -182,10 +191,21 @@ async def commit_batch(
     """Decide the batch's winner and commit it on every broker group; returns rows made visible.
 
     Raises:
-        FerryError: a broker refused or did not answer (retrying the commit is safe).
+        RetryableQueryError: brokers stayed unavailable through the client's retries (retrying
+            the commit is safe).
+        FerryError: a broker refused.
     """
     proposal = {m.transaction_id: dict(m.rows) for m in messages if m.rows}
-    async with SinkClient(options.servers, group=options.group) as client:
+    with retryable(f"committing sink {sink_id} batch {batch_id}"):
+        return await _commit(options, sink_id, batch_id, proposal)
+
+
+async def _commit(
+    options: WriteOptions, sink_id: str, batch_id: int, proposal: dict[str, dict[str, int]]
+) -> int:
+    async with SinkClient(
+        options.servers, group=options.group, retry_for=options.failover_timeout_s
+    ) as client:
         coordinator = await client.coordinator(options.topic)
         winner = await client.decide(coordinator, sink_id, batch_id, proposal)
         if winner != proposal:

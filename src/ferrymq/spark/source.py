@@ -13,6 +13,9 @@ restarted from its checkpoint re-reads exactly the ranges of the batch it had no
   micro-batch on (the ranges of every batch depend only on its checkpointed start and end);
 - `maxOffsetsPerTrigger` is Spark's `ReadMaxRows`, split over queues by backlog;
   `Trigger.AvailableNow` reads up to the offsets seen when the query started, then stops.
+
+Every talk with ferrymq rides out a failover (`retry.with_failover`, for `failoverTimeoutMs`)
+and then fails with `RetryableQueryError`: restarting from the checkpoint is safe.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from ferrymq.spark.plan import (
     parse_offsets,
     split_ranges,
 )
+from ferrymq.spark.retry import with_failover
 from ferrymq.spark.rows import arrow_schema, read_schema, to_batch
 
 __all__ = ["FerryDataSource", "RangePartition"]
@@ -125,6 +129,7 @@ def read_partition(
             queue_range,
             fail_on_data_loss=options.fail_on_data_loss,
             max_bytes=options.fetch_max_bytes,
+            failover_timeout=options.failover_timeout_s,
         )
         pending: list[Message] = []
         try:
@@ -146,9 +151,16 @@ def read_partition(
 async def _snapshot(
     options: ReadOptions,
 ) -> tuple[list[Partition], dict[tuple[str, int], tuple[int, int]]]:
-    async with PullConsumer(options.servers, options.group) as consumer:
-        partitions = await list_queues(consumer, options)
-        return partitions, await queue_bounds(consumer, partitions)
+    """The queues of the read and their bounds (retried across a failover)."""
+
+    async def attempt() -> tuple[list[Partition], dict[tuple[str, int], tuple[int, int]]]:
+        async with PullConsumer(options.servers, options.group) as consumer:
+            partitions = await list_queues(consumer, options)
+            return partitions, await queue_bounds(consumer, partitions)
+
+    return await with_failover(
+        "listing the queues and offsets to read", attempt, budget=options.failover_timeout_s
+    )
 
 
 def _ranges(partitions: list[Partition], start: Offsets, end: Offsets) -> list[QueueRange]:
@@ -263,7 +275,12 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     ]
                 return found
 
-        ranges = _ranges(asyncio.run(queues()), begin, stop)
+        found = asyncio.run(
+            with_failover(
+                "listing the queues of a micro-batch", queues, budget=options.failover_timeout_s
+            )
+        )
+        ranges = _ranges(found, begin, stop)
         return [RangePartition(r) for r in split_ranges(ranges, options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
