@@ -35,11 +35,11 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
+from ferrymq import clock as process_clock
 from ferrymq.config import ConfigError, parse_properties
 from ferrymq.controller.config import (
     INT32_MAX,
@@ -213,7 +213,7 @@ class ControllerNode:
         state_machine: ControllerStateMachine,
         raft: RaftHandle,
         client: RpcClient,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = process_clock.mono,
     ) -> None:
         self.config = config
         self.base_policy = policy
