@@ -56,6 +56,17 @@ def test_every_standard_and_smoke_run_moves_a_clock(topology: str) -> None:
     }
 
 
+def test_the_controller_standard_run_jumps_a_clock_minutes_each_way() -> None:
+    sizes = {
+        (s.target, s.size_ms)
+        for s in build_schedule("standard", 1).steps
+        if s.nemesis == "clock-bump" and s.size_ms is not None
+    }
+    assert any(t == "master" and size <= -60_000 for t, size in sizes)
+    assert any(t == "controller-leader" and size >= 60_000 for t, size in sizes)
+    assert all(abs(size) <= 287_627 for _, size in sizes)
+
+
 def test_clock_bumps_span_jepsens_range_both_ways_and_replay_from_the_seed() -> None:
     bumps = [bump_ms(random.Random(seed)) for seed in range(400)]
     assert all(11 <= abs(b) <= 287_627 for b in bumps)

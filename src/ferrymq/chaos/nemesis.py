@@ -50,6 +50,8 @@ class Faults:
     paused: set[str] = field(default_factory=set)
     full: set[str] = field(default_factory=set)
     clocks: ClockNemesis = field(init=False)
+    size_ms: int | None = None
+    """The size the schedule's current step gives its clock fault (None: seeded)."""
 
     def __post_init__(self) -> None:
         self.clocks = ClockNemesis(self.cluster.rpc, self.rng)
@@ -276,11 +278,11 @@ async def _free(faults: Faults, node: Node) -> str:
 
 
 async def _bump_clock(faults: Faults, node: Node) -> str:
-    return await faults.clocks.bump(node.addr)
+    return await faults.clocks.bump(node.addr, faults.size_ms)
 
 
 async def _strobe_clock(faults: Faults, node: Node) -> str:
-    return await faults.clocks.strobe(node.addr)
+    return await faults.clocks.strobe(node.addr, faults.size_ms)
 
 
 async def _reset_clock(faults: Faults, node: Node) -> str:

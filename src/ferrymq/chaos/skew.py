@@ -5,7 +5,8 @@ a time: `bump` steps its clock by ±1.5^k ms, k in 6..31 (about ±11 ms to ±288
 it by 4 ms to 60 s every 1 ms to 1 s for up to 30 s; `reset` puts it back on the real clocks (the
 end of either, and part of healing everything). Wall and monotonic time move together, so a bump
 back makes "monotonic" time go back, and the reset after it is a jump forward. Every size comes
-from the run's seeded random source. Servers take these requests because the harness starts them
+from the run's seeded random source unless the schedule's step fixes it (the CI run makes sure of
+a long jump each way). Servers take these requests because the harness starts them
 with `FERRYMQ_TEST_CLOCK=1`.
 """
 
@@ -50,16 +51,20 @@ class ClockNemesis:
     skewed: set[str] = field(default_factory=set)
     """Addresses whose clock this nemesis moved and has not reset."""
 
-    async def bump(self, address: str) -> str:
-        """Step the clock at `address`; returns a detail line for the history."""
-        delta = bump_ms(self.rng)
+    async def bump(self, address: str, size_ms: int | None = None) -> str:
+        """Step the clock at `address` by `size_ms` (None: a seeded size); returns a detail line."""
+        delta = bump_ms(self.rng) if size_ms is None else size_ms
         self.skewed.add(address)
         clock = await move_clock(self.rpc, address, ClockFault.BUMP, delta_ms=delta)
         return f"bumped by {delta:+d} ms (offset {clock.offset_ms:+d} ms)"
 
-    async def strobe(self, address: str) -> str:
-        """Flip the clock at `address` for up to `STROBE_MAX_MS` (the step's end resets it)."""
+    async def strobe(self, address: str, size_ms: int | None = None) -> str:
+        """Flip the clock at `address` by `size_ms` (None: seeded) every seeded period.
+
+        It flips for at most `STROBE_MAX_MS`; the step's end resets it sooner.
+        """
         delta, period = strobe_ms(self.rng)
+        delta = delta if size_ms is None else size_ms
         self.skewed.add(address)
         await move_clock(
             self.rpc,
