@@ -45,7 +45,7 @@ demo: setup
 
 # About 5 minutes: 3 controllers and a 3-replica group in controller mode under every nemesis
 # (failovers, controller leader and follower kills, a master cut off from the cluster, disk
-# faults), fixed seed, checked history; fails on any anomaly. CHAOS_TOPOLOGY=classic runs static
+# faults, clock jumps), fixed seed, checked history; fails on any anomaly. CHAOS_TOPOLOGY=classic runs static
 # master/slave roles instead. Needs root, unshare, nftables, mkfs.ext4. Not part of `make test`.
 CHAOS_SEED     ?= 1
 CHAOS_OUT      ?= chaos-out

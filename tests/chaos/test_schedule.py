@@ -1,9 +1,12 @@
 """Fault schedules: every nemesis they name exists, targets fit the topology, seeds replay."""
 
+import random
+
 import pytest
 
 from ferrymq.chaos.nemesis import NEMESES
 from ferrymq.chaos.schedule import SCHEDULES, TOPOLOGIES, build_schedule
+from ferrymq.chaos.skew import bump_ms, strobe_ms
 
 _CONTROLLER_TARGETS = {"controller-leader", "controller-follower"}
 _CONTROLLER_NEMESES = {"partition-cluster", "strand-slave"}
@@ -36,8 +39,44 @@ def test_the_controller_standard_run_hits_failovers_and_both_controller_roles() 
         ("pause", "master"),
         ("partition-cluster", "master"),
         ("strand-slave", "slave"),
+        ("clock-bump", "master"),
+        ("clock-bump", "controller-leader"),
+        ("clock-strobe", "master"),
     } <= steps
     assert {n for n, _ in steps} == set(NEMESES)
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_every_standard_and_smoke_run_moves_a_clock(topology: str) -> None:
+    for name in ("standard", "smoke"):
+        nemeses = {s.nemesis for s in build_schedule(name, 1, topology).steps}
+        assert "clock-bump" in nemeses, (name, topology)
+    assert {"clock-bump", "clock-strobe"} <= {
+        s.nemesis for s in build_schedule("standard", 1, topology).steps
+    }
+
+
+def test_the_controller_standard_run_jumps_a_clock_minutes_each_way() -> None:
+    sizes = {
+        (s.target, s.size_ms)
+        for s in build_schedule("standard", 1).steps
+        if s.nemesis == "clock-bump" and s.size_ms is not None
+    }
+    assert any(t == "master" and size <= -60_000 for t, size in sizes)
+    assert any(t == "controller-leader" and size >= 60_000 for t, size in sizes)
+    assert all(abs(size) <= 287_627 for _, size in sizes)
+
+
+def test_clock_bumps_span_jepsens_range_both_ways_and_replay_from_the_seed() -> None:
+    bumps = [bump_ms(random.Random(seed)) for seed in range(400)]
+    assert all(11 <= abs(b) <= 287_627 for b in bumps)
+    assert min(bumps) < -100_000
+    assert max(bumps) > 100_000
+    assert min(abs(b) for b in bumps) < 50
+    assert bumps == [bump_ms(random.Random(seed)) for seed in range(400)]
+    strobes = [strobe_ms(random.Random(seed)) for seed in range(400)]
+    assert all(4 <= abs(delta) <= 60_000 and 1 <= period <= 1_000 for delta, period in strobes)
+    assert {delta > 0 for delta, _ in strobes} == {True, False}
 
 
 def test_a_soak_fills_its_duration_with_every_fault_and_the_same_seed_replays() -> None:

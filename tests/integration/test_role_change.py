@@ -86,7 +86,7 @@ async def test_the_master_moves_at_a_new_epoch_and_the_deposed_one_truncates(
             assert await brokers[1].change_to_master(1, frozenset({1, 2, 3}))
             refused = await send(client, brokers[1].address, TOPIC, b"no lease yet")
             assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
-            brokers[1].state.lease_until = None
+            brokers[1].state.lease = None
             for i in (2, 3):
                 assert await brokers[i].change_to_slave(brokers[1].address, 1)
             await create_topic(client, brokers[1].address, TOPIC, queues=1)
@@ -109,7 +109,7 @@ async def test_the_master_moves_at_a_new_epoch_and_the_deposed_one_truncates(
                 brokers[i] = Broker(_config(tmp_path, namesrv, i))
                 await brokers[i].start()
             assert await brokers[2].change_to_master(2, frozenset({2, 3}))
-            brokers[2].state.lease_until = None
+            brokers[2].state.lease = None
             assert await brokers[3].change_to_slave(brokers[2].address, 2)
             assert await brokers[1].change_to_slave(brokers[2].address, 2)
             # stale notifications change nothing

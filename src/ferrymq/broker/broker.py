@@ -22,7 +22,6 @@ import contextlib
 import datetime
 import logging
 import shutil
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +29,7 @@ from typing import Any, Self
 
 import msgspec
 
+from ferrymq import clock as process_clock
 from ferrymq.broker import admin, consumer, pull, query, send
 from ferrymq.broker.clients import ClientTable, QueueLocks
 from ferrymq.broker.config import BrokerConfig, BrokerRole
@@ -39,7 +39,7 @@ from ferrymq.broker.metalog import MetadataFollower, MetadataLog
 from ferrymq.broker.replicas import ReplicasManager
 from ferrymq.broker.schedule import ScheduleService
 from ferrymq.broker.sink import SINK_CODES, SinkService
-from ferrymq.broker.state import BrokerState
+from ferrymq.broker.state import NO_LEASE_YET, BrokerState
 from ferrymq.broker.timer import TimerService
 from ferrymq.broker.transactions import TransactionService, end_transaction
 from ferrymq.errors import FerryError, RequestError
@@ -50,6 +50,7 @@ from ferrymq.replication.syncstate import SyncStateChange
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
+from ferrymq.rpc.testclock import serve_test_clock
 from ferrymq.store.atomic import write_atomic
 from ferrymq.store.config import FlushDiskType
 from ferrymq.store.epochs import EpochFile
@@ -124,15 +125,21 @@ class Broker:
     """One broker; use as an async context manager."""
 
     def __init__(
-        self, config: BrokerConfig, *, clock: Callable[[], float] = time.monotonic
+        self,
+        config: BrokerConfig,
+        *,
+        clock: Callable[[], float] = process_clock.mono,
+        wall_ms: Callable[[], int] = process_clock.wall_ms,
     ) -> None:
         self.config = config
         self._clock = clock
+        self._wall_ms = wall_ms
         self.router = Router("broker")
         for code, handler in _HANDLERS.items():
             self.router.add(code, self._bind(handler))
         for code in SINK_CODES:
             self.router.add(code, self._bind(self._sink_request))
+        serve_test_clock(self.router)
         self._server = RpcServer(
             self.router,
             host=config.listen_host,
@@ -214,7 +221,11 @@ class Broker:
         await self._server.start()
         longpoll = LongPoll()
         root = config.store_path_root_dir
-        store = Store.open(config.store_config(self._server.port), on_dispatch=longpoll.notify)
+        store = Store.open(
+            config.store_config(self._server.port),
+            clock_ms=self._wall_ms,
+            on_dispatch=longpoll.notify,
+        )
         if store.recovery is not None and store.recovery.cut_reason:
             log.warning("store recovery cut the commit log: %s", store.recovery.cut_reason)
         topics = TopicTable(root / "config" / "topics.json")
@@ -241,6 +252,7 @@ class Broker:
             longpoll=longpoll,
             address=self.address,
             clock=self._clock,
+            wall_ms=self._wall_ms,
             on_topics_changed=self._register_now.set,
             perm=config.broker_permission,
             role=config.broker_role,
@@ -329,6 +341,7 @@ class Broker:
             ),
             master_id=self.broker_id,
             members=members,
+            clock=self._clock,
             on_change=self.on_sync_state_change,
             on_confirm=state.schedule_dispatch,
         )
@@ -428,7 +441,7 @@ class Broker:
                 await self._stop_role()
                 await self._start_master(BrokerRole.SYNC_MASTER, master_epoch, members, follower)
             self.fenced = False
-            state.lease_until = 0.0 if self.config.enable_controller_mode else None
+            state.lease = NO_LEASE_YET if self.config.enable_controller_mode else None
             self.role_assigned.set()
             self.on_role_change()
             log.info(
@@ -464,7 +477,7 @@ class Broker:
                 self._master_ha_address = None
                 self._start_slave()
             self.fenced = False
-            self.state.lease_until = None
+            self.state.lease = None
             self.role_assigned.set()
             self.on_role_change()
             log.info(
@@ -640,7 +653,8 @@ class Broker:
             await asyncio.sleep(_RETENTION_SCAN_S)
             usage = shutil.disk_usage(self.config.store_path_root_dir)
             full = usage.used / usage.total > self.config.disk_max_used_space_ratio / 100
-            hour = f"{datetime.datetime.now().hour:02d}"
+            now = datetime.datetime.fromtimestamp(self._wall_ms() / 1000)
+            hour = f"{now.hour:02d}"
             due = hour in [h.strip() for h in self.config.delete_when.split(";")]
             if full or due:
                 deleted = state.store.delete_expired()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Final
 
 import msgspec
@@ -181,7 +180,7 @@ class MetadataLog:
                 0,
                 [BatchItem.of(_encode(change))],
                 born_host=_BORN,
-                born_timestamp_ms=time.time_ns() // 1_000_000,
+                born_timestamp_ms=state.wall_ms(),
             )
         except (FerryError, OSError) as exc:  # a full disk; slaves get it in a later snapshot
             log.error("could not log a metadata change (%s): %s", type(change).__name__, exc)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from ferrymq.broker.controller_link import ControllerLink
 from ferrymq.broker.identity import IdentityFiles, RegisterState
+from ferrymq.broker.state import MasterLease
 from ferrymq.errors import FerryError, ProtocolError
 from ferrymq.replication.syncstate import SyncStateChange
 from ferrymq.rpc.client import RpcClient
@@ -407,7 +408,7 @@ class ReplicasManager:
             and answer.master_broker_id == broker.broker_id
             and answer.master_epoch == broker.master_epoch
         ):
-            state.lease_until = sent_at + answer.master_lease_mills / 1000
+            state.lease = MasterLease(sent_at, sent_at + answer.master_lease_mills / 1000)
 
 
 def _check(response: RemotingCommand, what: str) -> None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Final
 
+from ferrymq import clock as process_clock
 from ferrymq.broker.clients import ClientTable, QueueLocks
 from ferrymq.broker.config import BrokerConfig, BrokerRole
 from ferrymq.broker.longpoll import LongPoll
@@ -33,13 +35,35 @@ from ferrymq.wire.bodies import Perm
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.records import pack_host
 
-__all__ = ["BrokerState"]
+__all__ = ["NO_LEASE_YET", "BrokerState", "MasterLease"]
 
 log = logging.getLogger(__name__)
 
 _BORN_HOST = "born_host"
 _PERM_WRITE = int(Perm.WRITE)
 """As a plain int: `IntFlag` arithmetic costs microseconds, and this runs on every send."""
+
+
+@dataclass(frozen=True, slots=True)
+class MasterLease:
+    """A master's lease from the controller: writes go on while `clock()` is in [start, until).
+
+    `start` is when the heartbeat that earned it was sent; `until` adds the lease the controller
+    granted. A reading before `start` means the clock stepped back since: the lease then proves
+    nothing (ARCHITECTURE.md section 6 item 4 assumes time only moves forward), so it does not
+    cover it, and writes wait for the next heartbeat's answer.
+    """
+
+    start: float
+    until: float
+
+    def covers(self, now: float) -> bool:
+        """Whether writes may go on at `now`."""
+        return self.start <= now < self.until
+
+
+NO_LEASE_YET: Final = MasterLease(math.inf, -math.inf)
+"""A new master in controller mode: no writes until a heartbeat's answer grants a lease."""
 
 
 @dataclass(eq=False)
@@ -57,8 +81,9 @@ class BrokerState:
     longpoll: LongPoll
     address: str
     """`host:port` clients use for this broker."""
-    clock: Callable[[], float] = time.monotonic
-    wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
+    clock: Callable[[], float] = process_clock.mono
+    """Monotonic seconds for leases and expiry (the process clock, `ferrymq.clock`)."""
+    wall_ms: Callable[[], int] = process_clock.wall_ms
     on_topics_changed: Callable[[], None] = lambda: None
     """Called when topic configs change, so NameServers hear of it at once."""
     perm: int = Perm.READ | Perm.WRITE
@@ -69,9 +94,10 @@ class BrokerState:
     metadata_committed: Callable[[], Awaitable[bool]] | None = None
     """On a replicating master: write pending metadata changes and wait until they are
     committed (`metalog.MetadataLog.committed`)."""
-    lease_until: float | None = None
-    """Controller mode, on a master: `clock()` time its lease from the controller ends (writes
-    stop then; the controller elects no successor before it). None: no lease (classic mode)."""
+    lease: MasterLease | None = None
+    """Controller mode, on a master: its lease from the controller (writes stop when it no longer
+    covers `clock()`; the controller elects no successor before it ends). None: writes need no
+    lease (classic mode, or a slave)."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
 
     @property
@@ -86,7 +112,7 @@ class BrokerState:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{self.address}] sending message is forbidden",
             )
-        if self.lease_until is not None and self.clock() >= self.lease_until:
+        if self.lease is not None and not self.lease.covers(self.clock()):
             raise RequestError(
                 ResponseCode.SERVICE_NOT_AVAILABLE,
                 f"the broker[{self.address}] has no master lease from the controller",

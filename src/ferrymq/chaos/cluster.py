@@ -7,8 +7,9 @@ the master. The classic topology (`controllers=0`) has static roles instead: bro
 SYNC_MASTER, the others are SLAVEs. Each broker's store lives on its own
 small loop-mounted ext4 image (mounted in the harness's private mount namespace), so fsync has a
 disk's cost and a full disk can be caused for real. Logs append to `<out>/logs/<node>.log` across
-restarts. Processes are started in their own session and signalled by PID only; the namespace's PID
-1 (the harness) takes every one of them down when it exits.
+restarts. Every node runs with `FERRYMQ_TEST_CLOCK=1`, so the clock nemesis can move its clock.
+Processes are started in their own session and signalled by PID only; the namespace's PID 1 (the
+harness) takes every one of them down when it exits.
 
 Roles are looked up, not assumed: `master()` asks the controllers (GET_REPLICA_INFO), or the
 brokers (GET_BROKER_RUNTIME_INFO) when no controller answers or there is none, so nemeses aimed
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from ferrymq.client.controller_admin import ControllerAdmin, ReplicaInfo
+from ferrymq.clock import TEST_CLOCK_ENV
 from ferrymq.errors import FerryError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
@@ -214,11 +216,11 @@ class Cluster:
             "127.0.0.1",
             ["namesrv", "--listen", f"127.0.0.1:{NAMESRV_PORT}", "--broker-timeout", "10"],
             logs / "n1-namesrv.log",
-            {},
+            {TEST_CLOCK_ENV: "1"},
             NAMESRV_PORT,
             kind="namesrv",
         )
-        env = {"FERRYMQ_TEST_FSYNC_LEDGER": str(self.ledger_path)}
+        env = {"FERRYMQ_TEST_FSYNC_LEDGER": str(self.ledger_path), TEST_CLOCK_ENV: "1"}
         if config.bugs:
             env["FERRYMQ_TEST_BUG"] = ",".join(config.bugs)
         self.controllers = []

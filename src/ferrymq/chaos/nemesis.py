@@ -6,7 +6,8 @@ choice now, else whoever says it is master), `slave` (a seeded choice among the 
 `controller-leader`, `controller-follower` (a seeded choice), `namesrv`, or a node name. Adding a
 fault is one table entry. In controller mode killing or pausing the master is a failover, and
 `partition-cluster` cuts the master off from the controllers and its slaves while clients still
-reach it (it must stop taking writes once its lease runs out).
+reach it (it must stop taking writes once its lease runs out). `clock-bump` and `clock-strobe`
+(the ClockNemesis, `skew.py`) move one node's clock and reset it at the end.
 
 Every `begin` is recorded as an `info` event (`f` = the nemesis name) before or as it happens,
 every `end` as an `ok`.
@@ -25,7 +26,9 @@ from ferrymq.chaos import disk
 from ferrymq.chaos.cluster import Cluster, Node
 from ferrymq.chaos.net import Net
 from ferrymq.chaos.recorder import Recorder
+from ferrymq.chaos.skew import ClockNemesis
 from ferrymq.chaos.workload import CLIENT_IPS
+from ferrymq.errors import FerryError
 
 __all__ = ["NEMESES", "Faults", "Nemesis"]
 
@@ -46,6 +49,12 @@ class Faults:
     down: set[str] = field(default_factory=set)
     paused: set[str] = field(default_factory=set)
     full: set[str] = field(default_factory=set)
+    clocks: ClockNemesis = field(init=False)
+    size_ms: int | None = None
+    """The size the schedule's current step gives its clock fault (None: seeded)."""
+
+    def __post_init__(self) -> None:
+        self.clocks = ClockNemesis(self.cluster.rpc, self.rng)
 
     async def resolve(self, target: str) -> Node | None:
         """The node a target names now."""
@@ -85,6 +94,11 @@ class Faults:
             if not node.running:
                 await self.cluster.restart(node)
         self.down.clear()
+        for address in sorted(self.clocks.skewed):
+            try:
+                await self.clocks.reset(address)
+            except FerryError as exc:
+                log.warning("clock of %s not reset: %s", address, exc)
 
 
 Step = Callable[[Faults, Node], Awaitable[str]]
@@ -263,6 +277,21 @@ async def _free(faults: Faults, node: Node) -> str:
     return "freed"
 
 
+async def _bump_clock(faults: Faults, node: Node) -> str:
+    return await faults.clocks.bump(node.addr, faults.size_ms)
+
+
+async def _strobe_clock(faults: Faults, node: Node) -> str:
+    return await faults.clocks.strobe(node.addr, faults.size_ms)
+
+
+async def _reset_clock(faults: Faults, node: Node) -> str:
+    if not node.running:
+        faults.clocks.forget(node.addr)
+        return "not running (its next start has the real clock)"
+    return await faults.clocks.reset(node.addr)
+
+
 NEMESES: dict[str, Nemesis] = {
     n.name: n
     for n in (
@@ -277,6 +306,8 @@ NEMESES: dict[str, Nemesis] = {
         Nemesis("torn-tail", _tear_tail, _restart),
         Nemesis("bitflip", _flip_bits, _restart),
         Nemesis("disk-full", _fill, _free),
+        Nemesis("clock-bump", _bump_clock, _reset_clock),
+        Nemesis("clock-strobe", _strobe_clock, _reset_clock),
     )
 }
 """Every fault `ferry chaos` can inject, by name."""

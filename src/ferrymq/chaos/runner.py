@@ -170,6 +170,7 @@ async def _run_schedule(schedule: Schedule, faults: Faults, start: float) -> Non
 
 async def _run_step(step: Step, faults: Faults) -> None:
     nemesis = NEMESES[step.nemesis]
+    faults.size_ms = step.size_ms
     node = await faults.resolve(step.target)
     if node is None:
         faults.recorder.fault(step.nemesis, [], f"no {step.target} to hit")

@@ -1,10 +1,11 @@
 """Fault schedules: which nemesis hits which role when, for how long; fixed shape, seeded jitter.
 
 `standard` is the ~5-minute CI run (every nemesis at least once, masters and slaves both hit;
-on the controller topology also failovers, the controllers' Raft leader and followers, and a
-master cut off from the cluster); `smoke` is the under-a-minute version the test suite runs;
-`power-loss` and `bitflip` hit one fault three times, `strand-slave` once (the bug-switch
-tests: a second strand could elect a replica that still holds what the first one lost);
+on the controller topology also failovers, the controllers' Raft leader and followers, a master
+cut off from the cluster, and clock jumps on the master and the controllers' leader); `smoke`
+is the under-a-minute version the test suite runs; `power-loss` and `bitflip` hit one fault
+three times, `strand-slave` once (the bug-switch tests: a second strand could elect a replica
+that still holds what the first one lost);
 `soak` rotates seeded mixes of every fault the topology has for a given duration. Each
 topology (`controller`, `classic`) has its own `standard` and `smoke`. The same seed always
 gives the same schedule; the schedule is written into the output, so a failing run can be
@@ -28,6 +29,8 @@ class Step:
     nemesis: str
     target: str
     duration_s: float
+    size_ms: int | None = None
+    """Clock faults: the bump (strobe: the flip), signed; None: drawn from the run's seed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +65,9 @@ _CLASSIC_STANDARD: Final = (
     ("disk-full", "master", 8.0),
     ("disk-full", "slave", 8.0),
     ("torn-tail", "master", 3.0),
+    ("clock-bump", "master", 6.0, -240_000),
     ("bitflip", "slave", 2.0),
+    ("clock-strobe", "slave", 6.0, 30_000),
 )
 
 _CLASSIC_SMOKE: Final = (
@@ -73,6 +78,7 @@ _CLASSIC_SMOKE: Final = (
     ("bitflip", "slave", 1.0),
     ("torn-tail", "slave", 1.0),
     ("disk-full", "master", 2.0),
+    ("clock-bump", "master", 2.0, -240_000),
 )
 
 _STANDARD: Final = (
@@ -91,11 +97,16 @@ _STANDARD: Final = (
     ("bitflip", "slave", 2.0),
     ("disk-full", "master", 8.0),
     ("strand-slave", "slave", 6.0),
+    ("clock-bump", "master", 8.0, -240_000),
     ("partition-one-way", "master", 6.0),
+    ("clock-bump", "controller-leader", 8.0, 200_000),
     ("disk-full", "slave", 6.0),
+    ("clock-strobe", "master", 6.0, 30_000),
     ("power-loss", "slave", 2.0),
 )
-"""The controller topology's CI run: every nemesis, failovers and controller faults."""
+"""The controller topology's CI run: every nemesis, failovers and controller faults, and clock
+jumps: four minutes back on the master (its lease must not stretch over them), 200 s forward on
+the controllers' leader (every broker looks silent to it), a 30 s strobe on the master."""
 _STANDARD_GAP_S: Final = 7.0
 
 _SMOKE: Final = (
@@ -105,6 +116,7 @@ _SMOKE: Final = (
     ("kill", "controller-leader", 2.0),
     ("bitflip", "slave", 1.0),
     ("disk-full", "master", 2.0),
+    ("clock-bump", "master", 2.0, -240_000),
 )
 _SMOKE_GAP_S: Final = 2.0
 
@@ -120,6 +132,12 @@ _SOAK_MIX: Final = (
     ("bitflip", ("slave",), (1.0, 2.0)),
     ("disk-full", ("master", "slave"), (2.0, 8.0)),
     ("strand-slave", ("slave",), (5.0, 7.0)),
+    (
+        "clock-bump",
+        ("master", "slave", "controller-leader", "controller-follower", "namesrv"),
+        (2.0, 10.0),
+    ),
+    ("clock-strobe", ("master", "slave", "controller-leader"), (2.0, 10.0)),
 )
 """What a soak draws from: nemesis, its targets, duration range (s)."""
 _CLASSIC_ONLY_TARGETS: Final = frozenset({"master", "slave"})
@@ -144,9 +162,13 @@ SCHEDULES: Final = ("standard", "smoke", "soak", *_FOCUSED)
 TOPOLOGIES: Final = ("controller", "classic")
 
 
+_Fault = tuple[str, str, float] | tuple[str, str, float, int]
+"""nemesis, target, duration (s) and, for a clock fault, its size (ms)."""
+
+
 def _lay_out(
     name: str,
-    faults: tuple[tuple[str, str, float], ...],
+    faults: tuple[_Fault, ...],
     warmup_s: float,
     gap_s: float,
     quiet_s: float,
@@ -154,9 +176,11 @@ def _lay_out(
 ) -> Schedule:
     steps: list[Step] = []
     at = warmup_s
-    for nemesis, target, duration in faults:
+    for fault in faults:
+        nemesis, target, duration = fault[:3]
+        size_ms = fault[3] if len(fault) == 4 else None
         at += rng.uniform(0.0, gap_s / 2)
-        steps.append(Step(round(at, 2), nemesis, target, duration))
+        steps.append(Step(round(at, 2), nemesis, target, duration, size_ms))
         at += duration + gap_s
     return Schedule(name, warmup_s, tuple(steps), quiet_s)
 

@@ -36,6 +36,7 @@ from ferrymq.raft.driver import RaftDriver
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
+from ferrymq.rpc.testclock import serve_test_clock
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
 
@@ -156,6 +157,7 @@ class ControllerServer:
         self.parts = ControllerParts(controller_id, peers, data_dir, policy, raft_config)
         self.router = Router(f"controller {controller_id}")
         self.parts.register(self.router)
+        serve_test_clock(self.router)
         self.server = RpcServer(
             self.router, host=host, port=port, on_close=self.parts.connection_closed
         )

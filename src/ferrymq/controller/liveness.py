@@ -101,6 +101,18 @@ class Liveness:
         for broker_id in broker_ids:
             self._brokers.pop((broker_name, broker_id), None)
 
+    def step_back(self, now: float) -> None:
+        """Heartbeats dated after `now` (the clock stepped back) count as heard at `now`.
+
+        Without this a broker heard just before a step back of X seconds would look alive for X
+        more seconds (no failover when it dies). Dating them `now` only ever delays a decision
+        past the real silence, never shortens the wait past a master's lease.
+        """
+        for info in self._brokers.values():
+            info.last_heartbeat = min(info.last_heartbeat, now)
+        for name, first in self._first_seen.items():
+            self._first_seen[name] = min(first, now)
+
     def expire(self, now: float, keep_for: float) -> list[BrokerLiveInfo]:
         """Drop entries dead for longer than `keep_for` seconds past their timeout."""
         gone = [

@@ -35,11 +35,11 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
+from ferrymq import clock as process_clock
 from ferrymq.config import ConfigError, parse_properties
 from ferrymq.controller.config import (
     INT32_MAX,
@@ -213,7 +213,7 @@ class ControllerNode:
         state_machine: ControllerStateMachine,
         raft: RaftHandle,
         client: RpcClient,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = process_clock.mono,
     ) -> None:
         self.config = config
         self.base_policy = policy
@@ -436,9 +436,9 @@ class ControllerNode:
             await self._raft.read_index(timeout)
         if not self._serving:
             raise self._not_leader()
+        now = self._now()
         overlay = self.state.overlay()
         view = View(overlay, self.liveness, self.policy, self._leader_since)
-        now = self._clock()
         events: list[Event] = []
         decided: list[tuple[_Job, Decision, int]] = []
         for job in batch:
@@ -498,8 +498,15 @@ class ControllerNode:
             self._wake.clear()
             self._scan()
 
-    def _scan(self) -> None:
+    def _now(self) -> float:
+        """The clock, with every time this node noted (heartbeats, leadership) no later than it."""
         now = self._clock()
+        self.liveness.step_back(now)
+        self._leader_since = min(self._leader_since, now)
+        return now
+
+    def _scan(self) -> None:
+        now = self._now()
         policy = self.policy
         self.liveness.expire(now, keep_for=policy.master_replace_wait + policy.heartbeat_timeout)
         for name in groups_to_elect(self._view(), now):

@@ -222,6 +222,9 @@ class RouteTable:
 
     def expire(self, now: float) -> list[str]:
         """Remove brokers whose last registration is older than their timeout."""
+        for live in self._live.values():
+            # a time after `now`: the clock stepped back; count the silence from now on
+            live.last_update = min(live.last_update, now)
         expired = [a for a, live in self._live.items() if now - live.last_update > live.timeout]
         for broker_addr in expired:
             log.warning("broker %s expired: no registration within its timeout", broker_addr)

@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
+from ferrymq import clock as process_clock
 from ferrymq.errors import RequestError
 from ferrymq.namesrv.routes import RouteTable
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
+from ferrymq.rpc.testclock import serve_test_clock
 from ferrymq.wire.bodies import DataVersion, TopicList, decode_register_body, encode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
@@ -70,7 +71,9 @@ def _ok(
 class NameServer:
     """Routes for producers and consumers; use as an async context manager."""
 
-    def __init__(self, config: NamesrvConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: NamesrvConfig, clock: Callable[[], float] = process_clock.mono
+    ) -> None:
         self.config = config
         self._clock = clock
         self.routes = RouteTable()
@@ -102,6 +105,7 @@ class NameServer:
         add(RequestCode.GET_TOPICS_BY_CLUSTER, self._topics_by_cluster)
         add(RequestCode.DELETE_TOPIC_IN_NAMESRV, self._delete_topic)
         add(RequestCode.GET_KV_CONFIG, self._kv_config)
+        serve_test_clock(self.router)
 
     # ------------------------------------------------------------------ lifecycle
 

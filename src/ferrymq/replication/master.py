@@ -25,6 +25,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from ferrymq import clock as process_clock
 from ferrymq.errors import FerryError, ProtocolError
 from ferrymq.replication.syncstate import SyncState, SyncStateChange
 from ferrymq.store.epochs import EpochFile
@@ -80,7 +81,7 @@ class ReplicationMaster:
         *,
         master_id: int = 0,
         members: frozenset[int] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = process_clock.mono,
         on_change: Callable[[SyncStateChange], bool] | None = None,
         on_confirm: Callable[[], None] | None = None,
     ) -> None:

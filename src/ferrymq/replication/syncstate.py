@@ -98,9 +98,11 @@ class SyncState:
         """A shrink when members have lagged too long (call it periodically)."""
         lagging = []
         for broker_id in sorted(self.members - {self.master_id}):
-            if self._acks.get(broker_id, -1) >= master_end:
+            caught_up_at = self._caught_up_at.get(broker_id, now)
+            if self._acks.get(broker_id, -1) >= master_end or caught_up_at > now:
+                # (a time after `now`: the clock stepped back; count the lag from now on)
                 self._caught_up_at[broker_id] = now
-            elif now - self._caught_up_at.get(broker_id, now) > self.max_lag_seconds:
+            elif now - caught_up_at > self.max_lag_seconds:
                 lagging.append(broker_id)
         if not lagging:
             return None

@@ -176,6 +176,9 @@ class RequestCode(IntEnum):
     SINK_PREPARE = 9201
     SINK_DECIDE = 9202
     SINK_COMMIT = 9203
+    # ferrymq's own, test-only: move this process's clock (wire/testclock.py, rpc/testclock.py);
+    # refused unless the server started with FERRYMQ_TEST_CLOCK=1
+    TEST_CLOCK = 9900
 
 
 class ResponseCode(IntEnum):

@@ -76,3 +76,20 @@ def test_the_state_machine_skips_an_undecodable_entry_on_every_node() -> None:
     restored = ControllerStateMachine(ControllerState())
     restored.restore(machines[0].snapshot())
     assert restored.state == machines[0].state
+
+
+def test_after_the_clock_steps_back_a_silent_broker_dies_within_its_timeout_not_the_step() -> None:
+    liveness = Liveness()
+    beat(liveness, 1, 1000.0, timeout=3.0)
+    beat(liveness, 2, 1000.0, timeout=3.0)
+    liveness.step_back(760.0)  # the clock went back four minutes
+    info = liveness.info(NAME, 1)
+    assert info is not None
+    assert info.last_heartbeat == 760.0
+    assert liveness.first_seen(NAME) == 760.0
+    beat(liveness, 2, 761.0, timeout=3.0)
+    assert liveness.is_alive(NAME, 1, 763.0)
+    assert not liveness.is_alive(NAME, 1, 763.5), "silent since the step: dead after 3 s"
+    assert liveness.is_alive(NAME, 2, 763.5)
+    liveness.step_back(770.0)  # a clock that did not step back changes nothing
+    assert liveness.is_alive(NAME, 2, 764.0)

@@ -127,3 +127,11 @@ def test_a_broker_name_cannot_move_to_another_cluster() -> None:
     table = RouteTable()
     _register(table, "127.0.0.2:1")
     assert not _register(table, "127.0.0.3:1", cluster="other", broker_id=1)
+
+
+def test_after_the_clock_steps_back_a_silent_broker_expires_within_its_timeout() -> None:
+    table = RouteTable()
+    _register(table, "127.0.0.2:1", topics=_topic("T"), now=1000.0)
+    assert table.expire(now=760.0) == []  # the clock went back four minutes
+    assert table.expire(now=790.0) == []
+    assert table.expire(now=790.5) == ["127.0.0.2:1"]

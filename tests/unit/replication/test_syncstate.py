@@ -65,3 +65,14 @@ def test_a_member_that_keeps_up_is_never_shrunk() -> None:
     for second in range(1, 100):
         state.on_ack(1, second * 10, master_end=second * 10, now=float(second))
         assert state.check_lag(master_end=second * 10, now=second + 0.5) is None
+
+
+def test_after_the_clock_steps_back_a_lagging_slave_leaves_within_the_lag_limit() -> None:
+    state = SyncState(0, frozenset({0, 1}), max_lag_seconds=3.0)
+    state.connected(1, now=1000.0)
+    state.on_ack(1, 100, master_end=100, now=1000.0)
+    assert state.check_lag(master_end=200, now=760.0) is None  # the clock went back
+    assert state.check_lag(master_end=200, now=763.0) is None
+    change = state.check_lag(master_end=200, now=763.5)
+    assert change is not None
+    assert change.members == frozenset({0})
