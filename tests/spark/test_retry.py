@@ -59,7 +59,7 @@ async def test_a_read_waits_for_the_group_to_come_back(tmp_path: Path) -> None:
                 )
             ]
             await returning
-        offsets = [m.queue_offset for chunk in chunks for m in chunk]
+        offsets = [o for chunk in chunks for o in chunk.queue_offsets]
         assert offsets == list(range(10, 50))
     finally:
         await cluster.close()

@@ -28,9 +28,14 @@ from ferrymq.wire.broker import (
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import CommandHeader, to_ext_fields
-from ferrymq.wire.records import decode_record, peek_record_size
+from ferrymq.wire.records import (
+    RecordColumns,
+    decode_columns,
+    decode_record,
+    peek_record_size,
+)
 
-__all__ = ["PullConsumer", "PullResult", "PullStatus"]
+__all__ = ["ColumnPull", "PullConsumer", "PullResult", "PullStatus"]
 
 _SYSFLAG_SUSPEND = 2
 _SYSFLAG_SUBSCRIPTION = 4
@@ -54,6 +59,17 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[Message] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnPull:
+    """Records from one queue as columns (`RecordColumns`), and where to continue."""
+
+    status: PullStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    records: RecordColumns
 
 
 _STATUS: dict[int, PullStatus] = {
@@ -146,17 +162,15 @@ class PullConsumer:
             self.routes.invalidate(queue.topic)
         return response
 
-    async def pull(
+    async def _pull(
         self,
         queue: MessageQueue,
         offset: int,
-        *,
-        max_messages: int = 32,
-        max_bytes: int | None = None,
-        expression: str = "*",
-        wait: float = 0.0,
-    ) -> PullResult:
-        """Up to `max_messages` messages from `offset`; with `wait`, long-poll for new ones."""
+        max_messages: int,
+        max_bytes: int | None,
+        expression: str,
+        wait: float,
+    ) -> tuple[PullStatus, RemotingCommand]:
         header = PullMessageRequestHeader(
             consumer_group=self.group,
             topic=queue.topic,
@@ -183,6 +197,22 @@ class PullConsumer:
         status = _STATUS.get(response.code)
         if status is None:
             raise RemoteError(response.code, response.remark)
+        return status, response
+
+    async def pull(
+        self,
+        queue: MessageQueue,
+        offset: int,
+        *,
+        max_messages: int = 32,
+        max_bytes: int | None = None,
+        expression: str = "*",
+        wait: float = 0.0,
+    ) -> PullResult:
+        """Up to `max_messages` messages from `offset`; with `wait`, long-poll for new ones."""
+        status, response = await self._pull(
+            queue, offset, max_messages, max_bytes, expression, wait
+        )
         fields = response.ext_fields
         return PullResult(
             status=status,
@@ -192,6 +222,27 @@ class PullConsumer:
             messages=decode_messages(response.body, queue.broker_name)
             if status is PullStatus.FOUND
             else [],
+        )
+
+    async def pull_columns(
+        self,
+        queue: MessageQueue,
+        offset: int,
+        *,
+        max_messages: int = 32,
+        max_bytes: int | None = None,
+    ) -> ColumnPull:
+        """`pull`, with the records as columns (`decode_columns`) instead of `Message`s."""
+        status, response = await self._pull(queue, offset, max_messages, max_bytes, "*", 0.0)
+        fields = response.ext_fields
+        return ColumnPull(
+            status=status,
+            next_offset=int(fields.get("nextBeginOffset", offset)),
+            min_offset=int(fields.get("minOffset", 0)),
+            max_offset=int(fields.get("maxOffset", 0)),
+            records=decode_columns(response.body)
+            if status is PullStatus.FOUND
+            else RecordColumns(),
         )
 
     async def fetch_range(

@@ -3,7 +3,7 @@
 - `list_queues`: the queues a read covers, as topic-global partitions (a topic's readable queues
   ordered by broker name, then queue id);
 - `queue_bounds`: every queue's min and max offsets, concurrently;
-- `read_range`: the messages of one `QueueRange`, as lists of `Message`, with the data-loss rule:
+- `read_range`: the records of one `QueueRange`, as `RecordColumns`, with the data-loss rule:
   offsets below the queue's min offset were deleted by retention; with `failOnDataLoss` that is a
   `DataLossError` naming the queue and the offsets, otherwise they are skipped (and logged).
 
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer, PullStatus
-from ferrymq.client.message import Message
 from ferrymq.errors import FerryError, TopicNotFoundError
 from ferrymq.model import MessageQueue
 from ferrymq.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
 from ferrymq.spark.plan import Offsets, QueueRange
 from ferrymq.spark.retry import with_failover
+from ferrymq.wire.records import RecordColumns
 
 __all__ = [
     "DataLossError",
@@ -145,6 +145,14 @@ def _lost(r: QueueRange, start: int, end: int, fail: bool, why: str) -> None:
     log.warning("%sskipping them (failOnDataLoss=false)", message)
 
 
+def _within(records: RecordColumns, start: int, end: int) -> RecordColumns:
+    """The records at queue offsets `[start, end)`."""
+    offsets = records.queue_offsets
+    if not offsets or (min(offsets) >= start and max(offsets) < end):
+        return records
+    return records.take([i for i, o in enumerate(offsets) if start <= o < end])
+
+
 async def read_range(
     consumer: PullConsumer,
     r: QueueRange,
@@ -152,8 +160,8 @@ async def read_range(
     fail_on_data_loss: bool,
     max_bytes: int,
     failover_timeout: float,
-) -> AsyncGenerator[list[Message]]:
-    """The messages of `r` in queue order, a pull's worth at a time.
+) -> AsyncGenerator[RecordColumns]:
+    """The records of `r` in queue order, a pull's worth at a time (exactly offsets `[start, end)`).
 
     Raises:
         DataLossError: some offsets of the range are gone and `fail_on_data_loss`.
@@ -167,7 +175,7 @@ async def read_range(
         result = await with_failover(
             f"reading {queue} at offset {offset}",
             functools.partial(
-                consumer.pull,
+                consumer.pull_columns,
                 queue,
                 offset,
                 max_messages=min(_PULL_BATCH, r.end - offset),
@@ -183,9 +191,9 @@ async def read_range(
         if result.status is PullStatus.FOUND:
             empty = 0
             behind_since = None
-            messages = [m for m in result.messages if offset <= m.queue_offset < r.end]
-            if messages:
-                yield messages
+            records = _within(result.records, offset, r.end)
+            if records:
+                yield records
             offset = max(result.next_offset, offset + 1)
             continue
         if result.status is PullStatus.NO_MATCHED_MSG:

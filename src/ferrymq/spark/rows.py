@@ -13,6 +13,9 @@
 | tags, keys | string, array<string> | with includeFerryColumns |
 | msgId, storeTimestamp | string, timestamp | with includeFerryColumns |
 
+Batches are built from `RecordColumns` (the pulled records decoded straight into column lists,
+by the C accelerator when built): no per-message objects, and the properties text is split only
+for a record that has a KEYS property or when headers or ferrymq columns are asked for.
 `read()` yields `pyarrow.RecordBatch`es whose schema must equal Spark's Arrow form of the read
 schema (same names, order, types and nullability), so batches are built against exactly that.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -34,10 +38,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ferrymq.client.message import Message
 from ferrymq.wire import properties as props
+from ferrymq.wire.records import RecordColumns
 
-__all__ = ["arrow_schema", "read_schema", "to_batch"]
+__all__ = ["arrow_schema", "property_map", "read_schema", "to_batch"]
 
 _HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 
@@ -70,36 +74,63 @@ def arrow_schema(schema: StructType) -> Any:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def _key(message: Message) -> bytes | None:
-    keys = message.properties.get(props.KEYS)
+_KEYS_ITEM = props.KEYS + props.NAME_VALUE_SEPARATOR
+
+
+def property_map(text: str) -> dict[str, str]:
+    """A record's properties text as a consumer sees them (`decode_properties`, minus CRC32)."""
+    found: dict[str, str] = {}
+    for item in text.split(props.PROPERTY_SEPARATOR):
+        name_value = item.split(props.NAME_VALUE_SEPARATOR)
+        if len(name_value) == 2:
+            found[name_value[0]] = name_value[1]
+    found.pop(props.PROPERTY_CRC32, None)
+    return found
+
+
+def _key(text: str) -> bytes | None:
+    if _KEYS_ITEM not in text:  # most records: no KEYS property, nothing to split
+        return None
+    keys = property_map(text).get(props.KEYS)
     return keys.encode() if keys else None
 
 
-def _headers(message: Message) -> list[dict[str, object]] | None:
-    if not message.properties:
+def _headers(properties: dict[str, str]) -> list[dict[str, object]] | None:
+    if not properties:
         return None
-    return [{"key": k, "value": v.encode()} for k, v in sorted(message.properties.items())]
+    return [{"key": k, "value": v.encode()} for k, v in sorted(properties.items())]
 
 
-def to_batch(messages: list[Message], topic: str, partition: int, schema: Any) -> Any:
-    """One Arrow record batch of messages of one partition, in `schema` (from `arrow_schema`)."""
+def _timestamps(millis: list[int], kind: Any) -> Any:
+    return pc.multiply_checked(pa.array(millis, pa.int64()), 1000).cast(kind)
+
+
+def to_batch(records: RecordColumns, topic: str, partition: int, schema: Any) -> Any:
+    """One Arrow record batch of records of one partition, in `schema` (from `arrow_schema`)."""
     names = set(schema.names)
-    count = len(messages)
-    columns: dict[str, list[Any]] = {
-        "key": [_key(m) for m in messages],
-        "value": [m.body for m in messages],
+    count = len(records)
+    columns: dict[str, Any] = {
+        "key": [_key(text) for text in records.properties],
+        "value": records.bodies,
         "topic": [topic] * count,
         "partition": [partition] * count,
-        "offset": [m.queue_offset for m in messages],
-        "timestamp": [m.born_timestamp_ms * 1000 for m in messages],
+        "offset": records.queue_offsets,
+        "timestamp": _timestamps(records.born_timestamps_ms, schema.field("timestamp").type),
         "timestampType": [0] * count,
     }
-    if "headers" in names:
-        columns["headers"] = [_headers(m) for m in messages]
-    if "msgId" in names:
-        columns["tags"] = [m.tags for m in messages]
-        columns["keys"] = [m.keys or None for m in messages]
-        columns["msgId"] = [m.msg_id or None for m in messages]
-        columns["storeTimestamp"] = [m.store_timestamp_ms * 1000 for m in messages]
-    arrays = [pa.array(columns[field.name], type=field.type) for field in schema]
+    if "headers" in names or "msgId" in names:
+        maps = [property_map(text) for text in records.properties]
+        columns["headers"] = [_headers(m) for m in maps]
+        columns["tags"] = [m.get(props.TAGS) for m in maps]
+        columns["keys"] = [props.keys_of(m) or None for m in maps]
+        columns["msgId"] = [m.get(props.UNIQ_KEY) or None for m in maps]
+    if "storeTimestamp" in names:
+        columns["storeTimestamp"] = _timestamps(
+            records.store_timestamps_ms, schema.field("storeTimestamp").type
+        )
+    arrays = [
+        column if isinstance(column, pa.Array) else pa.array(column, type=field.type)
+        for field in schema
+        for column in (columns[field.name],)
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -2,7 +2,7 @@
 
 Where things run (PySpark 4.3 Python Data Source API): the DataSource and the readers are
 pickled, so they hold options and plain values only, never a connection. Every call that talks
-to ferrymq opens a client inside `asyncio.run` (or an `asyncio.Runner` for a task's read), in the
+to ferrymq opens a client inside `asyncio.run` (or one event loop for a task's read), in the
 planner (batch ranges), the driver-side stream runner (offsets), or an executor (reads, writes).
 
 Streaming offsets are `{"topic": {"partition": next offset}}` JSON (see `plan.py`), so a query
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -42,7 +42,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ferrymq.client.consumer import PullConsumer
-from ferrymq.client.message import Message
 from ferrymq.spark.fetch import (
     Partition,
     list_queues,
@@ -61,6 +60,7 @@ from ferrymq.spark.plan import (
 )
 from ferrymq.spark.retry import with_failover
 from ferrymq.spark.rows import arrow_schema, read_schema, to_batch
+from ferrymq.wire.records import RecordColumns
 
 __all__ = ["FerryDataSource", "RangePartition"]
 
@@ -117,35 +117,49 @@ class FerryDataSource(DataSource):
 # ---------------------------------------------------------------------- reading
 
 
+async def _collect(chunks: AsyncIterator[RecordColumns], rows: int) -> tuple[RecordColumns, bool]:
+    """At least `rows` records from `chunks` (fewer at the end), and whether it ended.
+
+    One trip into the event loop per Arrow batch, not per pull.
+    """
+    records = RecordColumns()
+    async for chunk in chunks:
+        records.extend(chunk)
+        if len(records) >= rows:
+            return records, False
+    return records, True
+
+
 def read_partition(
     options: ReadOptions, queue_range: QueueRange, schema: StructType
 ) -> Iterator[Any]:
     """Arrow record batches of one range (runs in an executor's Python worker)."""
     arrow = arrow_schema(schema)
-    with asyncio.Runner() as runner:
-        consumer = PullConsumer(options.servers, options.group)
-        chunks = read_range(
-            consumer,
-            queue_range,
-            fail_on_data_loss=options.fail_on_data_loss,
-            max_bytes=options.fetch_max_bytes,
-            failover_timeout=options.failover_timeout_s,
-        )
-        pending: list[Message] = []
+    # a bare loop, not asyncio.Runner: Runner.run installs a SIGINT handler on every call, and
+    # getting the old one back reprs the running task (milliseconds, measured per call)
+    loop = asyncio.new_event_loop()
+    consumer = PullConsumer(options.servers, options.group)
+    chunks = read_range(
+        consumer,
+        queue_range,
+        fail_on_data_loss=options.fail_on_data_loss,
+        max_bytes=options.fetch_max_bytes,
+        failover_timeout=options.failover_timeout_s,
+    )
+    try:
+        while True:
+            records, done = loop.run_until_complete(_collect(chunks, _ROWS_PER_BATCH))
+            if records:
+                yield to_batch(records, queue_range.topic, queue_range.partition, arrow)
+            if done:
+                break
+    finally:
         try:
-            while True:
-                try:
-                    pending += runner.run(anext(chunks))
-                except StopAsyncIteration:
-                    break
-                if len(pending) >= _ROWS_PER_BATCH:
-                    yield to_batch(pending, queue_range.topic, queue_range.partition, arrow)
-                    pending = []
-            if pending:
-                yield to_batch(pending, queue_range.topic, queue_range.partition, arrow)
+            loop.run_until_complete(chunks.aclose())
+            loop.run_until_complete(consumer.close())
+            loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
-            runner.run(chunks.aclose())
-            runner.run(consumer.close())
+            loop.close()
 
 
 async def _snapshot(

@@ -8,6 +8,11 @@
  *
  * - encode_records(): the body of records.encode_records (layout in records.py).
  * - java_string_hash(): Java's String.hashCode over UTF-16 code units.
+ * - verify_record_crc(): records.verify_record_crc_py, the broker's check of every record a pull
+ *   reads (half of a pull's time in Python).
+ * - decode_columns(): the read side's loop (records.decode_columns_py): stored records back to
+ *   back, checked like records.decode_record, into column lists. Anything malformed raises
+ *   ValueError and records.py re-runs the Python reference, which raises the exact error.
  *
  * CRC-32 (zlib polynomial) comes from zlib-ng when its Python module is loaded (it exports
  * zng_crc32; looked up with dlsym), else from a slice-by-8 table here.
@@ -260,6 +265,140 @@ static PyObject *java_string_hash(PyObject *self, PyObject *arg) {
     return PyLong_FromLong((long)(int32_t)h);
 }
 
+static inline uint32_t get32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static inline int64_t get64(const uint8_t *p) {
+    return (int64_t)((uint64_t)get32(p) << 32 | get32(p + 4));
+}
+
+#define MAGIC_V1 ((uint32_t)0xDAA320A7u)
+#define MAGIC_V2 ((uint32_t)0xDAA320ABu)
+#define MIN_RECORD (48 + 8 + 8 + 8 + 12 + 4 + 1 + 2)
+
+/* The whole-record CRC property at the record's end ("CRC32" \x01 ten digits \x02), or -1. */
+static long long stored_record_crc(const uint8_t *tail) {
+    if (memcmp(tail, "CRC32\x01", 6) != 0 || tail[CRC_RESERVED - 1] != 2) return -1;
+    long long value = 0;
+    for (int i = 6; i < CRC_RESERVED - 1; i++) {
+        if (tail[i] < '0' || tail[i] > '9') return -1;
+        value = value * 10 + (tail[i] - '0');
+    }
+    return value;
+}
+
+static int append_new(PyObject *list, PyObject *item) {
+    if (item == NULL) return -1;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+static PyObject *malformed(Py_ssize_t pos) {
+    PyErr_Format(PyExc_ValueError, "malformed record at %zd", pos);
+    return NULL;
+}
+
+static PyObject *decode_columns(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *buf = view.buf;
+    Py_ssize_t len = view.len, pos = 0;
+    PyObject *offsets = PyList_New(0), *born = PyList_New(0), *stored = PyList_New(0);
+    PyObject *bodies = PyList_New(0), *props = PyList_New(0), *result = NULL;
+    const uint8_t *topic_seen = NULL; /* the last topic bytes checked to be UTF-8 */
+    Py_ssize_t topic_seen_len = 0;
+    if (offsets == NULL || born == NULL || stored == NULL || bodies == NULL || props == NULL)
+        goto done;
+    while (pos < len) {
+        if (pos + 8 > len) goto bad;
+        const uint8_t *r = buf + pos;
+        int64_t total = (int32_t)get32(r);
+        uint32_t magic = get32(r + 4);
+        if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < MIN_RECORD) goto bad;
+        if (pos + total > len) goto bad;
+        uint32_t sys_flag = get32(r + 36);
+        int64_t born_len = sys_flag & 0x10 ? 20 : 8, store_len = sys_flag & 0x20 ? 20 : 8;
+        int64_t at = 48 + born_len + 8 + store_len + 12;
+        if (at + 4 > total) goto bad;
+        int64_t body_len = (int32_t)get32(r + at);
+        at += 4;
+        int64_t topic_width = magic == MAGIC_V2 ? 2 : 1;
+        if (body_len < 0 || at + body_len + topic_width > total) goto bad;
+        const uint8_t *body = r + at;
+        at += body_len;
+        int64_t topic_len = magic == MAGIC_V2 ? (int16_t)(r[at] << 8 | r[at + 1]) : r[at];
+        at += topic_width;
+        if (topic_len < 0 || at + topic_len + 2 > total) goto bad;
+        const uint8_t *topic = r + at;
+        at += topic_len;
+        int64_t props_len = (int16_t)(r[at] << 8 | r[at + 1]);
+        at += 2;
+        if (props_len < 0 || at + props_len != total) goto bad;
+        if ((crc32_of(body, (size_t)body_len) & 0x7FFFFFFFu) != get32(r + 8)) goto bad;
+        long long whole = stored_record_crc(r + total - CRC_RESERVED);
+        if (whole >= 0 &&
+            (long long)(crc32_of(r, (size_t)(total - CRC_RESERVED)) & 0x7FFFFFFFu) != whole)
+            goto bad;
+        if (topic_seen == NULL || topic_seen_len != topic_len ||
+            memcmp(topic_seen, topic, (size_t)topic_len) != 0) {
+            PyObject *text = PyUnicode_DecodeUTF8((const char *)topic, topic_len, "strict");
+            if (text == NULL) goto bad_clear;
+            Py_DECREF(text);
+            topic_seen = topic;
+            topic_seen_len = topic_len;
+        }
+        PyObject *properties =
+            PyUnicode_DecodeUTF8((const char *)(r + at), (Py_ssize_t)props_len, "strict");
+        if (properties == NULL) goto bad_clear;
+        if (append_new(props, properties) < 0 ||
+            append_new(offsets, PyLong_FromLongLong(get64(r + 20))) < 0 ||
+            append_new(born, PyLong_FromLongLong(get64(r + 40))) < 0 ||
+            append_new(stored, PyLong_FromLongLong(get64(r + 48 + born_len))) < 0 ||
+            append_new(bodies, PyBytes_FromStringAndSize((const char *)body, body_len)) < 0)
+            goto done;
+        pos += total;
+    }
+    result = PyTuple_Pack(5, offsets, born, stored, bodies, props);
+    goto done;
+bad_clear:
+    PyErr_Clear();
+bad:
+    malformed(pos);
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(offsets);
+    Py_XDECREF(born);
+    Py_XDECREF(stored);
+    Py_XDECREF(bodies);
+    Py_XDECREF(props);
+    return result;
+}
+
+static PyObject *verify_record_crc(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int require;
+    if (!PyArg_ParseTuple(args, "y*p", &view, &require)) return NULL;
+    const uint8_t *r = view.buf;
+    Py_ssize_t len = view.len;
+    int ok = 0;
+    if (len >= MIN_RECORD) {
+        uint32_t sys_flag = get32(r + 36);
+        Py_ssize_t at = 48 + (sys_flag & 0x10 ? 20 : 8) + 8 + (sys_flag & 0x20 ? 20 : 8) + 12;
+        int64_t body_len = at + 4 <= len ? (int32_t)get32(r + at) : -1;
+        if (body_len >= 0 && at + 4 + body_len <= len &&
+            (crc32_of(r + at + 4, (size_t)body_len) & 0x7FFFFFFFu) == get32(r + 8)) {
+            long long whole = stored_record_crc(r + len - CRC_RESERVED);
+            ok = whole < 0 ? !require
+                           : (long long)(crc32_of(r, (size_t)(len - CRC_RESERVED)) &
+                                         0x7FFFFFFFu) == whole;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(ok);
+}
+
 static PyObject *crc_source(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(zng_crc32 != NULL ? "zlib-ng" : "tables");
 }
@@ -268,6 +407,8 @@ static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS, "Encode stored records (see records.py)."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode as a signed int."},
     {"measure", measure, METH_VARARGS, "(total stored bytes, largest body) of items."},
+    {"verify_record_crc", verify_record_crc, METH_VARARGS, "Body and record CRCs hold."},
+    {"decode_columns", decode_columns, METH_O, "Stored records into column lists."},
     {"crc_source", crc_source, METH_NOARGS, "Where CRC-32 comes from: zlib-ng or tables."},
     {NULL, NULL, 0, NULL},
 };

@@ -66,9 +66,12 @@ __all__ = [
     "SYSFLAG_TRANSACTION_ROLLBACK",
     "BatchItem",
     "MessageRecord",
+    "RecordColumns",
     "RecordInfo",
     "body_crc",
     "decode_batch",
+    "decode_columns",
+    "decode_columns_py",
     "decode_record",
     "encode_batch",
     "encode_record",
@@ -90,6 +93,7 @@ __all__ = [
     "transaction_type",
     "unpack_host",
     "verify_record_crc",
+    "verify_record_crc_py",
 ]
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7
@@ -438,6 +442,72 @@ def decode_record(
     )
 
 
+@dataclass(slots=True)
+class RecordColumns:
+    """Stored records as columns (what a columnar reader needs), one list entry per record."""
+
+    queue_offsets: list[int] = field(default_factory=list)
+    born_timestamps_ms: list[int] = field(default_factory=list)
+    store_timestamps_ms: list[int] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    properties: list[str] = field(default_factory=list)
+    r"""The stored `name\x01value\x02` properties text, CRC32 property included."""
+
+    def __len__(self) -> int:
+        return len(self.queue_offsets)
+
+    def extend(self, other: RecordColumns) -> None:
+        """Append `other`'s records."""
+        self.queue_offsets += other.queue_offsets
+        self.born_timestamps_ms += other.born_timestamps_ms
+        self.store_timestamps_ms += other.store_timestamps_ms
+        self.bodies += other.bodies
+        self.properties += other.properties
+
+    def take(self, keep: list[int]) -> RecordColumns:
+        """The records at indexes `keep`, in that order."""
+        return RecordColumns(
+            [self.queue_offsets[i] for i in keep],
+            [self.born_timestamps_ms[i] for i in keep],
+            [self.store_timestamps_ms[i] for i in keep],
+            [self.bodies[i] for i in keep],
+            [self.properties[i] for i in keep],
+        )
+
+
+def decode_columns_py(data: bytes | bytearray | memoryview) -> RecordColumns:
+    """Records back to back (a pull response body) as columns, checked like `decode_record`.
+
+    Raises:
+        ProtocolError: anything `decode_record` refuses, or properties that are not UTF-8.
+    """
+    columns = RecordColumns()
+    position = 0
+    while position < len(data):
+        prefix, _, _, store_ts, _, body, properties = _parse(data, position, True)
+        try:
+            text = properties.decode()
+        except UnicodeDecodeError:
+            raise ProtocolError("message properties are not UTF-8") from None
+        columns.queue_offsets.append(prefix[5])
+        columns.born_timestamps_ms.append(prefix[8])
+        columns.store_timestamps_ms.append(store_ts)
+        columns.bodies.append(body)
+        columns.properties.append(text)
+        position += prefix[0]
+    return columns
+
+
+def decode_columns(data: bytes | bytearray | memoryview) -> RecordColumns:
+    """`decode_columns_py`, by the C accelerator when built (same columns, same errors)."""
+    if _accel is None:
+        return decode_columns_py(data)
+    try:
+        return RecordColumns(*_accel.decode_columns(data))
+    except ValueError:
+        return decode_columns_py(data)  # malformed: the reference raises the exact error
+
+
 def record_info(
     buf: bytes | bytearray | memoryview,
     pos: int = 0,
@@ -726,6 +796,15 @@ def encode_records(
 
 
 def verify_record_crc(
+    record: bytes | bytearray | memoryview, *, require_record_crc: bool = False
+) -> bool:
+    """`verify_record_crc_py`, by the C accelerator when built (every record a pull reads)."""
+    if _accel is None:
+        return verify_record_crc_py(record, require_record_crc=require_record_crc)
+    return bool(_accel.verify_record_crc(record, require_record_crc))
+
+
+def verify_record_crc_py(
     record: bytes | bytearray | memoryview, *, require_record_crc: bool = False
 ) -> bool:
     """Whether a stored record's body CRC and whole-record CRC hold (cheap: no full decode)."""

@@ -6,10 +6,13 @@ from hypothesis import strategies as st
 
 from ferrymq.wire.records import (
     BatchItem,
+    MessageRecord,
+    encode_record,
     encode_records_py,
     java_string_hash_py,
     pack_host,
     topic_field,
+    verify_record_crc_py,
 )
 
 accel = pytest.importorskip("ferrymq.wire.accel", reason="the C accelerator is not built")
@@ -100,3 +103,40 @@ def test_bad_arguments_raise_python_errors() -> None:
         accel.encode_records([big], b"\x01T", 0, 0, 0, 1, 0, 0, 0, b"x" * 8, 0, b"x" * 8, 0, 0)
     with pytest.raises(TypeError):
         accel.java_string_hash(b"bytes")
+
+
+@given(
+    st.binary(max_size=120),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=3),
+    st.integers(0, 40),
+    st.booleans(),
+    st.booleans(),
+)
+def test_c_record_check_equals_python(
+    body: bytes, flips: list[tuple[int, int]], cut: int, with_crc: bool, require: bool
+) -> None:
+    host = pack_host("127.0.0.1", 1)
+    if with_crc:
+        parts, _ = encode_records_py(
+            [BatchItem.of(body, {"KEYS": "k"})],
+            topic="T",
+            queue_id=0,
+            first_queue_offset=0,
+            assign_queue_offsets=True,
+            first_log_offset=0,
+            sys_flag=0,
+            born_timestamp_ms=1,
+            born_host=host,
+            store_timestamp_ms=2,
+            store_host=host,
+        )
+        record = bytearray(b"".join(parts))
+    else:
+        record = bytearray(encode_record(MessageRecord(topic="T", body=body)))
+    for at, mask in flips:
+        record[at % len(record)] ^= mask
+    data = bytes(record[: len(record) - cut])
+    expected = verify_record_crc_py(data, require_record_crc=require)
+    assert accel.verify_record_crc(data, require) is expected
+    if not flips and not cut:
+        assert expected is (with_crc or not require)

@@ -1,0 +1,85 @@
+"""Arrow batches from record columns hold what the consumer's `Message`s say, column by column."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ferrymq.client.consumer import decode_messages
+from ferrymq.client.message import Message
+from ferrymq.spark.rows import arrow_schema, read_schema, to_batch
+from ferrymq.wire import properties as props
+from ferrymq.wire.records import BatchItem, decode_columns, encode_records_py, pack_host
+
+pytestmark = pytest.mark.spark
+
+_text = st.text(st.characters(codec="utf-8", exclude_characters="\x01\x02"), max_size=8)
+_names = st.sampled_from([props.KEYS, props.TAGS, props.UNIQ_KEY, "XKEYS", "a", ""])
+_props = st.dictionaries(_names, _text | st.sampled_from(["k1 k2", " k ", ""]), max_size=4)
+
+
+def _data(properties: list[dict[str, str]]) -> bytes:
+    host = pack_host("127.0.0.1", 1)
+    parts, _ = encode_records_py(
+        [BatchItem.of(f"body{i}".encode(), p) for i, p in enumerate(properties)],
+        topic="T",
+        queue_id=0,
+        first_queue_offset=5,
+        assign_queue_offsets=True,
+        first_log_offset=0,
+        sys_flag=0,
+        born_timestamp_ms=1_700_000_000_001,
+        born_host=host,
+        store_timestamp_ms=1_700_000_000_002,
+        store_host=host,
+    )
+    return b"".join(parts)
+
+
+def _expected(messages: list[Message], names: list[str]) -> dict[str, list[Any]]:
+    """The columns as the Message-based reader built them."""
+    rows: dict[str, list[Any]] = {
+        "key": [
+            m.properties[props.KEYS].encode() if m.properties.get(props.KEYS) else None
+            for m in messages
+        ],
+        "value": [m.body for m in messages],
+        "topic": ["T"] * len(messages),
+        "partition": [7] * len(messages),
+        "offset": [m.queue_offset for m in messages],
+        "timestamp": [m.born_timestamp_ms * 1000 for m in messages],
+        "timestampType": [0] * len(messages),
+        "headers": [
+            [{"key": k, "value": v.encode()} for k, v in sorted(m.properties.items())]
+            if m.properties
+            else None
+            for m in messages
+        ],
+        "tags": [m.tags for m in messages],
+        "keys": [m.keys or None for m in messages],
+        "msgId": [m.msg_id or None for m in messages],
+        "storeTimestamp": [m.store_timestamp_ms * 1000 for m in messages],
+    }
+    return {name: rows[name] for name in names}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(_props, min_size=1, max_size=6), st.booleans(), st.booleans())
+def test_batches_hold_what_messages_hold(
+    properties: list[dict[str, str]], headers: bool, ferry: bool
+) -> None:
+    data = _data(properties)
+    schema = arrow_schema(read_schema(include_headers=headers, include_ferry_columns=ferry))
+    batch = to_batch(decode_columns(data), "T", 7, schema)
+    assert batch.schema == schema
+    got = {
+        name: (
+            column.cast(pa.int64()) if name in ("timestamp", "storeTimestamp") else column
+        ).to_pylist()
+        for name, column in zip(schema.names, batch.columns, strict=True)
+    }
+    assert got == _expected(decode_messages(data, "b"), list(schema.names))
