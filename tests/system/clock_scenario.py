@@ -18,16 +18,15 @@ import sys
 from pathlib import Path
 
 from ferrymq.client.admin import AdminClient
-from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.controller_admin import ControllerAdmin
 from ferrymq.client.producer import Producer
 from ferrymq.client.testclock import ClockFault, move_clock
 from ferrymq.clock import TEST_CLOCK_ENV
-from ferrymq.errors import FerryError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.codes import ResponseCode
 
-from .master_partition_scenario import BROKERS, CONTROLLERS, NAMESRV, TOPIC, direct_send, runtime
+from .group_load import BackgroundSends, read_topic, rejoined_as_slave, runtime
+from .master_partition_scenario import BROKERS, CONTROLLERS, NAMESRV, TOPIC, direct_send
 from .master_partition_scenario import until as until_true
 from .procs import Server, start
 
@@ -68,7 +67,6 @@ async def scenario(workdir: Path) -> dict[str, object]:
     ]
     servers.append(start(["namesrv", "--listen", NAMESRV], workdir, "namesrv", env=env))
     controller_addr = ";".join(CONTROLLERS.values())
-    acked: set[bytes] = set()
     try:
         for host in BROKERS:
             args = ["broker", "--controller-mode", "--controller", controller_addr]
@@ -89,22 +87,10 @@ async def scenario(workdir: Path) -> dict[str, object]:
 
             await until_true(in_sync, "three replicas in sync")
             assert await direct_send(rpc, old, b"before the cut") == ResponseCode.SUCCESS
-            async with Producer(NAMESRV, "clock-producer", send_timeout=1.0) as producer:
-                stop = asyncio.Event()
-
-                async def produce() -> None:
-                    i = 0
-                    while not stop.is_set():
-                        body = b"m-%06d" % i
-                        i += 1
-                        try:
-                            await producer.send(TOPIC, body)
-                        except FerryError:
-                            await asyncio.sleep(0.02)
-                            continue
-                        acked.add(body)
-
-                load = asyncio.get_running_loop().create_task(produce())
+            async with (
+                Producer(NAMESRV, "clock-producer", send_timeout=1.0) as producer,
+                BackgroundSends(producer, TOPIC) as load,
+            ):
                 await asyncio.sleep(1.0)
                 cut_from_controllers(old.rpartition(":")[0])
                 await move_clock(rpc, old, ClockFault.BUMP, delta_ms=BACK_MS)
@@ -121,32 +107,12 @@ async def scenario(workdir: Path) -> dict[str, object]:
                 appended = int((await runtime(rpc, old))["commitLogMaxOffset"]) - end
                 heal()
                 await move_clock(rpc, old, ClockFault.RESET)
-
-                async def rejoined() -> bool:
-                    mine, theirs = await runtime(rpc, old), await runtime(rpc, new)
-                    return mine.get("brokerRole") == "SLAVE" and mine.get(
-                        "commitLogMaxOffset"
-                    ) == theirs.get("commitLogMaxOffset")
-
-                await until_true(rejoined, "the old master back as a slave")
-                before = len(acked)
-
-                async def writes_go_on() -> bool:
-                    return len(acked) > before
-
-                await until_true(writes_go_on, "acknowledged writes after healing")
-                stop.set()
-                await load
-        consumed: set[bytes] = set()
-        async with PullConsumer(NAMESRV, "clock-check") as consumer:
-            for queue in await consumer.queues(TOPIC):
-                offset = 0
-                while True:
-                    pulled = await consumer.pull(queue, offset, max_messages=256)
-                    if pulled.status is not PullStatus.FOUND:
-                        break
-                    consumed |= {m.body for m in pulled.messages}
-                    offset = pulled.next_offset
+                await until_true(
+                    lambda: rejoined_as_slave(rpc, old, new), "the old master back as a slave"
+                )
+                await load.until_more("acknowledged writes after healing")
+            acked = load.acked
+        consumed = await read_topic(NAMESRV, "clock-check", TOPIC)
         lost = acked - consumed
         assert not lost, f"{len(lost)} acknowledged messages lost"
         assert b"after the jump" not in consumed

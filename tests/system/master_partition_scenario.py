@@ -19,17 +19,16 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ferrymq.client.admin import AdminClient
-from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.controller_admin import ControllerAdmin
 from ferrymq.client.producer import Producer
 from ferrymq.errors import FerryError
 from ferrymq.rpc.client import RpcClient
-from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.broker import SendMessageRequestHeader
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 
+from .group_load import BackgroundSends, read_topic, rejoined_as_slave, runtime
 from .procs import Server, start
 
 CONTROLLERS = {f"n{i}": f"127.0.0.{10 + i}:9878" for i in (1, 2, 3)}
@@ -69,11 +68,6 @@ async def until(condition: Callable[[], Awaitable[bool]], what: str, limit_s: fl
         await asyncio.sleep(0.05)
 
 
-async def runtime(rpc: RpcClient, address: str) -> dict[str, str]:
-    response = await rpc.call(address, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), 2)
-    return decode_body(response.body, KVTable).table
-
-
 async def direct_send(rpc: RpcClient, address: str, body: bytes) -> int:
     """One send straight to `address`, bypassing routes; returns the response code."""
     header = SendMessageRequestHeader(
@@ -107,7 +101,6 @@ async def scenario(workdir: Path) -> dict[str, object]:
     ]
     servers.append(start(["namesrv", "--listen", NAMESRV], workdir, "namesrv"))
     controller_addr = ";".join(CONTROLLERS.values())
-    acked: set[bytes] = set()
     try:
         processes = [
             start(
@@ -145,22 +138,10 @@ async def scenario(workdir: Path) -> dict[str, object]:
                 return len(members.split(",")) == 3 and await admin.route(TOPIC) is not None
 
             await until(in_sync, "three replicas in sync")
-            async with Producer(NAMESRV, "partition-producer", send_timeout=1.0) as producer:
-                stop = asyncio.Event()
-
-                async def produce() -> None:
-                    i = 0
-                    while not stop.is_set():
-                        body = b"m-%06d" % i
-                        i += 1
-                        try:
-                            await producer.send(TOPIC, body)
-                        except FerryError:
-                            await asyncio.sleep(0.02)
-                            continue
-                        acked.add(body)
-
-                load = asyncio.get_running_loop().create_task(produce())
+            async with (
+                Producer(NAMESRV, "partition-producer", send_timeout=1.0) as producer,
+                BackgroundSends(producer, TOPIC) as load,
+            ):
                 await asyncio.sleep(1.0)
                 isolate(old.rpartition(":")[0])
                 cut_at = time.monotonic()
@@ -176,33 +157,13 @@ async def scenario(workdir: Path) -> dict[str, object]:
                 await until(replaced, "a new master")
                 elected_s = time.monotonic() - cut_at
                 new = (await controllers.replica_info("broker-a")).master_address or ""
-                before = len(acked)
-
-                async def writes_resume() -> bool:
-                    return len(acked) > before
-
-                await until(writes_resume, "acknowledged writes on the new master")
+                await load.until_more("acknowledged writes on the new master")
                 heal()
-
-                async def rejoined() -> bool:
-                    mine, theirs = await runtime(rpc, old), await runtime(rpc, new)
-                    return mine.get("brokerRole") == "SLAVE" and mine.get(
-                        "commitLogMaxOffset"
-                    ) == theirs.get("commitLogMaxOffset")
-
-                await until(rejoined, "the old master back as a slave")
-                stop.set()
-                await load
-        consumed: set[bytes] = set()
-        async with PullConsumer(NAMESRV, "partition-check") as consumer:
-            for queue in await consumer.queues(TOPIC):
-                offset = 0
-                while True:
-                    pulled = await consumer.pull(queue, offset, max_messages=256)
-                    if pulled.status is not PullStatus.FOUND:
-                        break
-                    consumed |= {m.body for m in pulled.messages}
-                    offset = pulled.next_offset
+                await until(
+                    lambda: rejoined_as_slave(rpc, old, new), "the old master back as a slave"
+                )
+            acked = load.acked
+        consumed = await read_topic(NAMESRV, "partition-check", TOPIC)
         lost = acked - consumed
         assert not lost, f"{len(lost)} acknowledged messages lost"
         assert b"after the lease" not in consumed

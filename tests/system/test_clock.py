@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from ferrymq.client.admin import AdminClient
-from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.controller_admin import ControllerAdmin
 from ferrymq.client.producer import Producer
 from ferrymq.client.testclock import ClockFault, move_clock
@@ -31,7 +30,8 @@ from ferrymq.errors import FerryError, RemoteError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.codes import ResponseCode
 
-from .master_partition_scenario import direct_send, runtime
+from .group_load import read_topic, runtime
+from .master_partition_scenario import direct_send
 from .netns import needs_netns, run_scenario
 from .procs import Server, start
 
@@ -165,16 +165,7 @@ async def test_a_jump_forward_on_the_controller_leader_replaces_a_silent_master_
             assert any(body.startswith(b"after") for body in acked)
             assert (await runtime(rpc, new)).get("brokerRole") == "SYNC_MASTER"
 
-        consumed: set[bytes] = set()
-        async with PullConsumer(namesrv, "clock-check") as consumer:
-            for queue in await consumer.queues(TOPIC):
-                offset = 0
-                while True:
-                    pulled = await consumer.pull(queue, offset, max_messages=256)
-                    if pulled.status is not PullStatus.FOUND:
-                        break
-                    consumed |= {m.body for m in pulled.messages}
-                    offset = pulled.next_offset
+        consumed = await read_topic(namesrv, "clock-check", TOPIC)
         assert not acked - consumed, f"{len(acked - consumed)} acknowledged messages lost"
         assert b"to the deposed master" not in consumed
     finally:

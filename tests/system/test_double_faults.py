@@ -11,24 +11,17 @@ from pathlib import Path
 import pytest
 
 from ferrymq.client.admin import AdminClient
-from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.controller_admin import ControllerAdmin
 from ferrymq.client.producer import Producer
 from ferrymq.cmd.up import ProcessCluster, UpConfig
 from ferrymq.errors import FerryError
 from ferrymq.rpc.client import RpcClient
-from ferrymq.wire.bodies import KVTable, decode_body
-from ferrymq.wire.codes import RequestCode
-from ferrymq.wire.frame import RemotingCommand
+
+from .group_load import BackgroundSends, read_topic, runtime
 
 pytestmark = pytest.mark.system
 
 TOPIC = "DoubleFaults"
-
-
-async def _runtime(rpc: RpcClient, address: str) -> dict[str, str]:
-    response = await rpc.call(address, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), 3)
-    return decode_body(response.body, KVTable).table
 
 
 def _log_bytes(store: Path, end: int) -> bytes:
@@ -45,7 +38,6 @@ def _log_bytes(store: Path, end: int) -> bytes:
 async def test_two_failures_at_once_leave_one_master_and_lose_nothing(tmp_path: Path) -> None:
     cluster = ProcessCluster(UpConfig(data_dir=tmp_path, replicas=3, controllers=3))
     await cluster.start()
-    acked: set[bytes] = set()
     controller_addr = ";".join(cluster.controller_addrs.values())
     try:
         async with (
@@ -68,25 +60,11 @@ async def test_two_failures_at_once_leave_one_master_and_lose_nothing(tmp_path: 
                     with contextlib.suppress(FerryError):
                         address, _ = await master()
                         if address:
-                            members = (await _runtime(rpc, address)).get("syncStateSet", "")
+                            members = (await runtime(rpc, address)).get("syncStateSet", "")
                             if members.count(",") == 2 and await admin.route(TOPIC):
                                 return
                     assert time.monotonic() < deadline, "the group never got back in sync"
                     await asyncio.sleep(0.1)
-
-            stop = asyncio.Event()
-
-            async def produce() -> None:
-                i = 0
-                while not stop.is_set():
-                    body = b"d-%06d" % i
-                    i += 1
-                    try:
-                        await producer.send(TOPIC, body)
-                    except FerryError:
-                        await asyncio.sleep(0.02)
-                        continue
-                    acked.add(body)
 
             async def until_new_master(old: str) -> str:
                 deadline = time.monotonic() + 60
@@ -99,8 +77,7 @@ async def test_two_failures_at_once_leave_one_master_and_lose_nothing(tmp_path: 
                     await asyncio.sleep(0.05)
 
             await until_in_sync()
-            load = asyncio.get_running_loop().create_task(produce())
-            try:
+            async with BackgroundSends(producer, TOPIC, b"d") as load:
                 # 1: the controller leader and the master die together
                 await asyncio.sleep(1.0)
                 leader_addr = await controllers.leader()
@@ -129,33 +106,22 @@ async def test_two_failures_at_once_leave_one_master_and_lose_nothing(tmp_path: 
                     await cluster.restart(name)
                 await until_in_sync()
                 await asyncio.sleep(1.0)
-            finally:
-                stop.set()
-                await load
+            acked = load.acked
 
             # exactly one master; every replica holds the same bytes up to the confirm offset
-            infos = {n: await _runtime(rpc, c.addr) for n, c in cluster.brokers.items()}
+            infos = {n: await runtime(rpc, c.addr) for n, c in cluster.brokers.items()}
             roles = sorted(info["brokerRole"] for info in infos.values())
             assert roles == ["SLAVE", "SLAVE", "SYNC_MASTER"], roles
             deadline = time.monotonic() + 30
             while len({info["confirmOffset"] for info in infos.values()}) > 1:
                 assert time.monotonic() < deadline, infos
                 await asyncio.sleep(0.1)
-                infos = {n: await _runtime(rpc, c.addr) for n, c in cluster.brokers.items()}
+                infos = {n: await runtime(rpc, c.addr) for n, c in cluster.brokers.items()}
             confirm = int(next(iter(infos.values()))["confirmOffset"])
             copies = {_log_bytes(tmp_path / name, confirm) for name in cluster.brokers}
             assert len(copies) == 1, "replicas differ below the confirm offset"
 
-        consumed: set[bytes] = set()
-        async with PullConsumer(cluster.namesrv_addr, "double-check") as consumer:
-            for queue in await consumer.queues(TOPIC):
-                offset = 0
-                while True:
-                    pulled = await consumer.pull(queue, offset, max_messages=256)
-                    if pulled.status is not PullStatus.FOUND:
-                        break
-                    consumed |= {m.body for m in pulled.messages}
-                    offset = pulled.next_offset
+        consumed = await read_topic(cluster.namesrv_addr, "double-check", TOPIC)
         lost = acked - consumed
         assert acked
         assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages lost"
