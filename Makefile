@@ -53,7 +53,8 @@ CHAOS_TOPOLOGY ?= controller
 chaos: setup
 	$(BIN)/ferry chaos --schedule standard --topology $(CHAOS_TOPOLOGY) --seed $(CHAOS_SEED) --out $(CHAOS_OUT)
 
-# A long chaos run: seeded rounds of every fault for DURATION seconds, one history, one check.
+# A long chaos run: seeded rounds of every fault for DURATION (seconds, or 20m, 1h), one history,
+# one check.
 # docs/reliability.md records what a soak measured. Not part of `make test`.
 DURATION  ?= 900
 SOAK_SEED ?= 1

@@ -23,6 +23,7 @@ from ferrymq.chaos.runner import RunConfig, is_inside, run_inside, run_isolated
 from ferrymq.chaos.schedule import SCHEDULES, TOPOLOGIES
 from ferrymq.cli.admin import admin_group
 from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
+from ferrymq.cli.duration import Duration
 from ferrymq.cli.stream import consume_command, produce_command
 from ferrymq.cmd.bench_broker import BrokerBenchConfig, ratios_to_nats, run_broker_bench
 from ferrymq.cmd.bench_controller import ControllerBenchConfig, run_controller_bench
@@ -213,10 +214,10 @@ def up_command(
 )
 @click.option(
     "--duration",
-    type=click.FloatRange(min=30),
+    type=Duration(min_s=30),
     default=900.0,
     show_default=True,
-    help="Seconds of faults in the soak schedule.",
+    help="How long the soak schedule injects faults: seconds, or e.g. 20m, 1h.",
 )
 @click.option(
     "--bug",
