@@ -28,7 +28,7 @@ from ferrymq.errors import FerryError, TopicNotFoundError
 from ferrymq.model import MessageQueue
 from ferrymq.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
 from ferrymq.spark.plan import Offsets, QueueRange
-from ferrymq.spark.retry import with_failover
+from ferrymq.spark.retry import RetryableQueryError, with_failover
 from ferrymq.wire.records import RecordColumns
 
 __all__ = [
@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 
 _PULL_BATCH = 1024
 _EMPTY_PULLS = 8
-"""Pulls in a row that may return nothing inside a range before the read gives up on it."""
+"""Pulls in a row that may return nothing inside a range (and for at least failoverTimeoutMs)
+before the read gives up on it with a RetryableQueryError."""
 _BEHIND_S = 20.0
 """How long a queue may end below a range's end (a watermark catching up) before it is a loss."""
 
@@ -170,6 +171,7 @@ async def read_range(
     queue = MessageQueue(r.topic, r.broker_name, r.queue_id)
     offset = r.start
     empty = 0
+    retry_since: float | None = None
     behind_since: float | None = None
     while offset < r.end:
         result = await with_failover(
@@ -190,6 +192,7 @@ async def read_range(
             continue
         if result.status is PullStatus.FOUND:
             empty = 0
+            retry_since = None
             behind_since = None
             records = _within(result.records, offset, r.end)
             if records:
@@ -197,10 +200,19 @@ async def read_range(
             offset = max(result.next_offset, offset + 1)
             continue
         if result.status is PullStatus.NO_MATCHED_MSG:
+            # PULL_RETRY_IMMEDIATELY: the replica asked is catching up (a failover, a slave
+            # below its watermark); past both limits the query may be restarted, nothing is lost
             empty += 1
-            if empty > _EMPTY_PULLS:
-                raise FerryError(f"{queue}: offset {offset} keeps answering PULL_RETRY_IMMEDIATELY")
-            await asyncio.sleep(0.05 * empty)
+            now = time.monotonic()
+            retry_since = now if retry_since is None else retry_since
+            if empty > _EMPTY_PULLS and now - retry_since >= failover_timeout:
+                raise RetryableQueryError(
+                    f"reading {queue} at offset {offset}",
+                    FerryError(
+                        f"the broker kept answering PULL_RETRY_IMMEDIATELY for {empty} pulls"
+                    ),
+                )
+            await asyncio.sleep(min(0.05 * empty, 1.0))
             continue
         # NO_NEW_MSG or OFFSET_ILLEGAL inside the range: the records are not there
         if result.next_offset > offset:
