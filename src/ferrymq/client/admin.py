@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import Self
 
+from ferrymq import clock
 from ferrymq.client.consumer import decode_messages
 from ferrymq.client.message import Message
-from ferrymq.errors import FerryError, RemoteError
+from ferrymq.errors import FerryError, RemoteError, RpcError
 from ferrymq.model import format_address, validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import (
@@ -113,15 +115,19 @@ class AdminClient:
             raise RemoteError(response.code, response.remark)
         return decode_body(response.body, TopicList).topic_list
 
-    async def _masters(self, cluster: str | None, broker_name: str | None) -> list[str]:
+    async def _masters(self, cluster: str | None, broker_name: str | None) -> dict[str, str]:
+        """Broker name -> master address, for the groups of a cluster (or one group, or all)."""
         info = await self.cluster_info()
         names = set(info.broker_addr_table)
         if cluster is not None:
             names &= set(info.cluster_addr_table.get(cluster, []))
         if broker_name is not None:
             names &= {broker_name}
-        masters = [info.broker_addr_table[n].broker_addrs.get(0) for n in sorted(names)]
-        found = [m for m in masters if m]
+        found = {
+            n: master
+            for n in sorted(names)
+            if (master := info.broker_addr_table[n].broker_addrs.get(0))
+        }
         if not found:
             where = (
                 f"broker {broker_name}"
@@ -145,26 +151,67 @@ class AdminClient:
     ) -> list[str]:
         """Create (or change) a topic on every master of a cluster or one broker group.
 
-        Returns the masters that took it.
+        Returns once every reachable NameServer routes the topic's new shape to each group that
+        took it (masters register a change at once), so the topic can be used right away; raises
+        `FerryError` naming a NameServer that answers but has not caught up within the timeout,
+        or the connection error when none answers. Returns the masters that took it.
         """
         validate_topic(topic)
         header = CreateTopicRequestHeader(
             topic=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm, order=order
         )
         masters = await self._masters(cluster, broker_name)
-        for address in masters:
+        for address in masters.values():
             await self._broker_call(
                 address,
                 RemotingCommand(
                     code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=to_ext_fields(header)
                 ),
             )
-        return masters
+        wanted = dict.fromkeys(masters, queues)
+        unreachable: list[FerryError] = []
+        for namesrv in self._namesrvs:
+            try:
+                await self._await_routed(namesrv, topic, wanted)
+            except RpcError as exc:
+                unreachable.append(exc)  # it learns the topic from the next registration
+        if len(unreachable) == len(self._namesrvs):
+            raise unreachable[-1]
+        return list(masters.values())
+
+    async def _await_routed(self, namesrv: str, topic: str, wanted: dict[str, int]) -> None:
+        """Poll one NameServer until it routes `topic` with the wanted queue count per group.
+
+        The permission is left out: a read-only broker narrows it in every route.
+        """
+        request = RemotingCommand(
+            code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            ext_fields=to_ext_fields(GetRouteInfoRequestHeader(topic=topic)),
+        )
+        deadline = clock.mono() + self._timeout
+        while True:
+            response = await self._rpc.call(namesrv, request, self._timeout)
+            if response.code == ResponseCode.SUCCESS:
+                routed = {
+                    q.broker_name: (q.read_queue_nums, q.write_queue_nums)
+                    for q in decode_body(response.body, TopicRouteData).queue_datas
+                }
+                if all(routed.get(name) == (n, n) for name, n in wanted.items()):
+                    return
+            elif response.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise RemoteError(response.code, response.remark)
+            if clock.mono() >= deadline:
+                raise FerryError(
+                    f"topic {topic!r} was created on {', '.join(sorted(wanted))} but NameServer "
+                    f"{namesrv} did not route it within {self._timeout:g} s; retry, or check "
+                    "that the brokers reach that NameServer"
+                )
+            await asyncio.sleep(0.05)
 
     async def delete_topic(self, topic: str, *, cluster: str | None = None) -> None:
         """Delete a topic from the masters of a cluster (or all) and from the NameServers."""
         header = to_ext_fields(DeleteTopicRequestHeader(topic=topic))
-        for address in await self._masters(cluster, None):
+        for address in (await self._masters(cluster, None)).values():
             await self._broker_call(
                 address,
                 RemotingCommand(code=RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields=dict(header)),

@@ -1,0 +1,72 @@
+"""The admin client against a real NameServer and broker: a created topic is routable at once."""
+
+import asyncio
+import socket
+
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer
+from ferrymq.errors import ConnectError, FerryError
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.rpc.connection import Connection
+from ferrymq.testing import LocalCluster
+from ferrymq.wire.codes import RequestCode
+from ferrymq.wire.frame import RemotingCommand
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def test_a_created_topic_is_routed_when_create_returns(cluster: LocalCluster) -> None:
+    register = cluster.namesrv.router.handler(RequestCode.REGISTER_BROKER)
+    assert register is not None
+
+    async def late(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        await asyncio.sleep(0.2)  # the fault: a NameServer slow to take a registration
+        return await register(conn, request)
+
+    cluster.namesrv.router.replace(RequestCode.REGISTER_BROKER, late)
+    async with (
+        AdminClient(cluster.namesrv_addr) as admin,
+        PullConsumer(cluster.namesrv_addr, "G") as consumer,
+    ):
+        for round_no in range(3):  # the broker registers in the background: no window is left
+            topic = f"Fresh{round_no}"
+            await admin.create_topic(topic, queues=3)
+            route = await admin.route(topic)
+            assert route is not None, f"{topic} had no route right after create_topic"
+            assert [(q.broker_name, q.write_queue_nums) for q in route.queue_datas] == [
+                ("broker-a", 3)
+            ]
+            await consumer.commit((await consumer.queues(topic))[0], 7)
+        await admin.create_topic("Fresh0", queues=5)  # a change is awaited too, not only a create
+        route = await admin.route("Fresh0")
+        assert route is not None
+        assert route.queue_datas[0].write_queue_nums == 5
+
+
+async def test_a_nameserver_that_never_routes_the_topic_is_named(cluster: LocalCluster) -> None:
+    async with (
+        NameServer(NamesrvConfig(listen_port=0)) as stray,  # no broker registers here
+        AdminClient(f"{cluster.namesrv_addr};{stray.address}", timeout=1) as admin,
+    ):
+        with pytest.raises(FerryError, match=f"NameServer {stray.address} did not route it"):
+            await admin.create_topic("Half", queues=2)
+        route = await admin.route("Half")  # the broker and the first NameServer have it
+        assert route is not None
+        assert route.queue_datas[0].write_queue_nums == 2
+
+
+async def test_an_unreachable_nameserver_is_skipped_but_not_all(cluster: LocalCluster) -> None:
+    down = f"127.0.0.1:{_closed_port()}"
+    async with AdminClient(f"{cluster.namesrv_addr};{down}", timeout=1) as admin:
+        assert await admin.create_topic("Partly", queues=2) == [cluster.broker.address]
+        assert await admin.route("Partly") is not None
+    async with AdminClient(down, timeout=1) as admin:
+        with pytest.raises(ConnectError):
+            await admin.create_topic("Nowhere", queues=2)
