@@ -533,6 +533,7 @@ class Broker:
         if state is not None:
             state.offsets.save_if_dirty()
             state.delay_offsets.save_if_dirty()
+            state.stop_dispatch_retry()
             state.store.close()
             self._state = None
 

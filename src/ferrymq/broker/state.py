@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 _BORN_HOST = "born_host"
 _PERM_WRITE = int(Perm.WRITE)
+_DISPATCH_RETRY_S = 0.5
 """As a plain int: `IntFlag` arithmetic costs microseconds, and this runs on every send."""
 
 
@@ -99,6 +100,7 @@ class BrokerState:
     covers `clock()`; the controller elects no successor before it ends). None: writes need no
     lease (classic mode, or a slave)."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
+    _dispatch_retry: asyncio.TimerHandle | None = field(default=None, repr=False)
 
     @property
     def is_master(self) -> bool:
@@ -151,6 +153,21 @@ class BrokerState:
             self.store.dispatch()
         except Exception:
             log.exception("dispatch failed")
+        if self.store.dispatch_error is not None and self._dispatch_retry is None:
+            # held records (a full disk) are retried even when no put or read comes to do it
+            self._dispatch_retry = asyncio.get_running_loop().call_later(
+                _DISPATCH_RETRY_S, self._retry_dispatch
+            )
+
+    def stop_dispatch_retry(self) -> None:
+        """Cancel a pending retry of held records (before the store closes)."""
+        if self._dispatch_retry is not None:
+            self._dispatch_retry.cancel()
+            self._dispatch_retry = None
+
+    def _retry_dispatch(self) -> None:
+        self._dispatch_retry = None
+        self.schedule_dispatch()
 
     def group_config(self, group: str) -> GroupConfig:
         """A subscription group's config, created with defaults when allowed.

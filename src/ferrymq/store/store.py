@@ -197,6 +197,8 @@ class Store:
         self._dirty: dict[ConsumeQueue, int] = {}
         self._pending: list[_PendingPut] = []
         self._held: list[RecordInfo] = []
+        self.dispatch_error: OSError | None = None
+        """Why the last dispatch failed (a full disk), until one succeeds; records stay held."""
         self._confirm_limit: int | None = None
         self._dirty_lock = threading.Lock()
         self._checkpoint = Checkpoint()
@@ -607,7 +609,7 @@ class Store:
         """Dispatch what the confirm offset allows, in log order; hold the rest."""
         limit = self._confirm_limit
         if limit is None and not self._held:
-            self._dispatch(infos)
+            self._dispatch_or_hold(infos)
             return
         queue = self._held + infos if self._held else infos
         if limit is None:
@@ -619,7 +621,37 @@ class Store:
             ready, self._held = queue[:cut], queue[cut:]
             newly_held = infos[max(0, cut - (len(queue) - len(infos))) :]
             self._reserve_queue_offsets(newly_held)
-        self._dispatch(ready)
+        self._dispatch_or_hold(ready)
+
+    def _dispatch_or_hold(self, ready: list[RecordInfo]) -> None:
+        """Dispatch `ready`; when a write fails, hold all of it to dispatch again later.
+
+        A full disk (ENOSPC on a consume-queue or index write) must not leave a hole in a queue:
+        a later record of that queue would be written past it behind filler entries, and
+        consumers would skip an acknowledged message. Re-dispatching is idempotent (entries and
+        keys already written are skipped), so the retry writes only what is missing. An
+        `OSError` is kept in `dispatch_error` and every later dispatch (each put and read)
+        retries; anything else is re-raised after the hold.
+        """
+        try:
+            self._dispatch(ready)
+        except BaseException as exc:
+            self._held = ready + self._held
+            self._reserve_queue_offsets(ready)
+            if not isinstance(exc, OSError):
+                raise
+            if self.dispatch_error is None:
+                log.warning(
+                    "indexing stopped at log offset %d (%s); the records are stored and will be "
+                    "indexed once the write succeeds",
+                    ready[0].log_offset,
+                    exc,
+                )
+            self.dispatch_error = exc
+            return
+        if self.dispatch_error is not None:
+            log.warning("indexing resumed after: %s", self.dispatch_error)
+            self.dispatch_error = None
 
     def _reserve_queue_offsets(self, held: list[RecordInfo]) -> None:
         """Held records own their queue offsets: a put after a role change continues past them."""
