@@ -20,6 +20,9 @@ Rules:
    records above it wait in `_held`, in log order.
 6. Truncation is crash-safe: the target offset is written to `truncating` before any byte is cut
    and removed after; an open that finds the file finishes the cut first.
+7. A record is never dropped from indexing: when a consume-queue or index write fails (a full
+   disk), the records wait in `_held` too and every later dispatch retries them, so a queue never
+   gets a later entry past a missing one.
 """
 
 from __future__ import annotations
