@@ -247,3 +247,69 @@ async def test_with_sync_flush_the_confirm_offset_waits_for_the_masters_own_fsyn
     g.master.appended()
     assert g.master.state.confirm_offset == end
     assert len(g.master_store.get("T", 0, 0, 10).records) == 1
+
+
+async def test_an_empty_slave_joins_a_master_whose_log_was_trimmed_by_retention(
+    group: Callable[..., Group],
+) -> None:
+    g = group(transfer_batch_bytes=700, heartbeat_interval=0.2)
+    await g.start()
+    for i in range(120):  # ~40 KiB: ten 4 KiB segments
+        g.put(f"m{i:04d}".encode() * 40)
+    g.master_store.flush()
+    for _ in range(4):
+        g.master_store.delete_expired(force=True)
+    first = g.master_store.min_log_offset
+    first_queue_offset = g.master_store.min_queue_offset("T", 0)
+    assert first > 0
+    assert first_queue_offset > 0
+    slave = await g.add_slave(1)  # a replacement replica with an empty disk
+    await _until(lambda: slave.max_log_offset == g.master_store.max_log_offset)
+    assert slave.min_log_offset == first
+    assert _log_bytes(slave) == _log_bytes(g.master_store)
+    await _until(lambda: slave.confirm_offset == g.master_store.max_log_offset)
+    assert slave.min_queue_offset("T", 0) == first_queue_offset
+    result = slave.get("T", 0, first_queue_offset, 200, max_bytes=1 << 30)
+    assert [decode_record(r).body[:5] for r in result.records] == [
+        f"m{i:04d}".encode() for i in range(first_queue_offset, 120)
+    ]
+    g.put(b"after-join")
+    await _until(lambda: slave.max_log_offset == g.master_store.max_log_offset)
+    await g.stop_slave(1)  # and it restarts from its own disk
+    restarted = await g.add_slave(1)
+    assert restarted.min_log_offset == first
+    g.put(b"after-restart")
+    await _until(lambda: restarted.max_log_offset == g.master_store.max_log_offset)
+    assert _log_bytes(restarted) == _log_bytes(g.master_store)
+
+
+async def test_a_slave_away_longer_than_retention_drops_its_old_log_and_follows(
+    group: Callable[..., Group],
+) -> None:
+    g = group(transfer_batch_bytes=700, heartbeat_interval=0.2)
+    await g.start()
+    slave = await g.add_slave(1)
+    for i in range(10):
+        g.put(f"early{i:03d}".encode() * 40)
+    await _until(lambda: slave.max_log_offset == g.master_store.max_log_offset)
+    away_at = slave.max_log_offset
+    await g.stop_slave(1)
+    for i in range(120):
+        g.put(f"m{i:04d}".encode() * 40)
+    g.master_store.flush()
+    for _ in range(6):
+        g.master_store.delete_expired(force=True)
+    assert g.master_store.min_log_offset > away_at  # what follows the slave's log is gone
+    slave = await g.add_slave(1)
+    await _until(lambda: slave.max_log_offset == g.master_store.max_log_offset)
+    assert slave.min_log_offset == g.master_store.min_log_offset
+    assert _log_bytes(slave) == _log_bytes(g.master_store)
+    first = g.master_store.min_queue_offset("T", 0)
+    await _until(lambda: slave.confirm_offset == g.master_store.max_log_offset)
+    assert slave.min_queue_offset("T", 0) == first
+    bodies = [
+        decode_record(r).body[:5] for r in slave.get("T", 0, first, 500, max_bytes=1 << 30).records
+    ]
+    assert bodies == [f"m{i:04d}".encode() for i in range(first - 10, 120)], (
+        "the slave serves exactly what the master still has, without a gap"
+    )

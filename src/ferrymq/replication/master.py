@@ -401,10 +401,15 @@ class _SlaveLink:
         store = master.store
         position = await self.request_offset
         if position < store.min_log_offset:
+            # an empty slave, or one away longer than retention keeps segments: it gets what is
+            # left, from the first byte on, and drops its own older bytes (`ReplicationSlave`)
             if position != 0:
-                raise ProtocolError(
-                    f"slave {self.broker_id} asks for log offset {position}, below the master's "
-                    f"first byte {store.min_log_offset}"
+                log.warning(
+                    "slave %d asks for log offset %d, which retention deleted: sending from the "
+                    "first byte kept, %d",
+                    self.broker_id,
+                    position,
+                    store.min_log_offset,
                 )
             position = store.min_log_offset
         last_sent = time.monotonic()

@@ -84,6 +84,9 @@ class ReplicationSlave:
         self._fast_retry_until = 0.0
         """The master epoch a controller named: a master with an older last epoch is refused."""
         self._tail = b""
+        self._first_transfer = True
+        """No transfer applied yet on this connection: the only one that may start past the log's
+        end (the master no longer has what follows it)."""
         self._reported = 0
         self._last_ack = 0.0
         self._last_read = 0.0
@@ -150,6 +153,7 @@ class ReplicationSlave:
         if not isinstance(handshake, MasterHandshake):
             raise ProtocolError("the master sent a TRANSFER before its HANDSHAKE")
         self._truncate_to_master(handshake)
+        self._first_transfer = True
         self._reported = self.store.max_log_offset
         writer.write(encode_slave_ack(self._reported))  # at once, not after 5 s (RocketMQ)
         await writer.drain()
@@ -226,9 +230,23 @@ class ReplicationSlave:
         store = self.store
         expected = store.max_log_offset + len(self._tail)
         if packet.log_offset != expected:
-            raise ProtocolError(
-                f"transfer at log offset {packet.log_offset}, but this log continues at {expected}"
+            if not (self._first_transfer and packet.log_offset > expected and not self._tail):
+                raise ProtocolError(
+                    f"transfer at log offset {packet.log_offset}, but this log continues at "
+                    f"{expected}"
+                )
+            # The master starts at its first byte when it no longer has what follows this log
+            # (retention deleted it): this replica's older bytes cannot be continued.
+            log.warning(
+                "the master's log starts at %d, past this log's end %d: dropping this log's "
+                "%d bytes and continuing from there",
+                packet.log_offset,
+                expected,
+                expected - store.min_log_offset,
             )
+            store.restart_log_at(packet.log_offset)
+            self.epochs.truncate_from_offset(0)
+        self._first_transfer = False
         if packet.epoch != self.epochs.history.last_epoch:
             self.epochs.assign(packet.epoch, packet.epoch_start_offset)
         if packet.body:

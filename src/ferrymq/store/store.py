@@ -49,6 +49,7 @@ from ferrymq.errors import (
     MessageTooLargeError,
     ProtocolError,
     StoreClosedError,
+    StoreError,
     StoreLockedError,
 )
 from ferrymq.store import ledger
@@ -723,6 +724,35 @@ class Store:
                 result.end_log_offset, result.corruption or "short replica data"
             )
         return log_offset + complete
+
+    def restart_log_at(self, log_offset: int) -> None:
+        """Drop every record and make the log continue at `log_offset`, a segment boundary.
+
+        For a replica whose master no longer has the bytes that would follow this log (retention
+        deleted them): an empty replica joining late, or one that was away longer than the
+        master keeps segments. What is dropped is older than anything the master still serves.
+        Crash-safe: a crash before the next append leaves an empty log, which asks again.
+        """
+        if log_offset % self.commitlog.segment_bytes:
+            raise StoreError(
+                f"log offset {log_offset} is not a multiple of this store's segment size "
+                f"{self.commitlog.segment_bytes}: configure mappedFileSizeCommitLog as the "
+                "master's"
+            )
+        if log_offset < self.commitlog.write_offset:
+            raise StoreError(
+                f"cannot restart the log at {log_offset}, before its end "
+                f"{self.commitlog.write_offset}"
+            )
+        self.truncate(0)
+        assert self._flusher is not None
+        with self._flusher.paused():
+            self.commitlog.write_offset = log_offset
+            self._dispatched_log_offset = log_offset
+            self._flusher.reset(log_offset)
+            if self._confirm_limit is not None:
+                self._confirm_limit = log_offset
+        log.warning("log restarted empty at log offset %d", log_offset)
 
     def truncate(self, log_offset: int) -> None:
         """Cut the commit log and everything derived from it at `log_offset` (slave truncation).

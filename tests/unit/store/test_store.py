@@ -12,6 +12,7 @@ from ferrymq.errors import (
     InvalidNameError,
     MessageTooLargeError,
     StoreClosedError,
+    StoreError,
     StoreLockedError,
 )
 from ferrymq.store.checkpoint import Checkpoint
@@ -362,3 +363,21 @@ def test_flusher_and_appends_run_concurrently_without_losing_data(open_store: Op
     store.close()
     reopened = open_store()
     assert sum(reopened.max_queue_offset("T", q) for q in range(4)) == 500
+
+
+def test_restart_log_at_refuses_an_offset_off_a_segment_boundary_or_before_the_end(
+    open_store: OpenStore,
+) -> None:
+    store = open_store()
+    put(store, "T", 0, b"a" * 3000)
+    put(store, "T", 0, b"b" * 3000)  # 4 KiB segments: the second record rolled to the second
+    end = store.max_log_offset
+    with pytest.raises(StoreError, match="not a multiple of this store's segment size 4096"):
+        store.restart_log_at(3 * 4096 + 1)
+    with pytest.raises(StoreError, match="before its end"):
+        store.restart_log_at(4096)
+    assert store.max_log_offset == end
+    assert bodies(store, "T", 0) == [b"a" * 3000, b"b" * 3000]
+    store.restart_log_at(4 * 4096)
+    assert (store.min_log_offset, store.max_log_offset) == (4 * 4096, 4 * 4096)
+    assert store.get("T", 0, 0, 10).records == []
