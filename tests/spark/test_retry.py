@@ -13,7 +13,7 @@ from ferrymq.client.producer import Producer
 from ferrymq.errors import RemoteError, TopicNotFoundError
 from ferrymq.model import MessageQueue
 from ferrymq.spark import RetryableQueryError
-from ferrymq.spark.fetch import read_range
+from ferrymq.spark.fetch import DataLossError, read_range
 from ferrymq.spark.plan import QueueRange
 from ferrymq.spark.retry import retryable, with_failover
 from ferrymq.testing import LocalCluster
@@ -79,6 +79,49 @@ async def test_a_read_gives_up_retryably_and_other_errors_pass_at_once(tmp_path:
             with pytest.raises(RetryableQueryError, match="this error is retryable") as raised:
                 await with_failover("pulling", lambda: consumer.pull(queue, 0), budget=1.0)
             assert raised.value.what == "pulling"
+    finally:
+        await cluster.close()
+
+
+async def test_a_queue_ending_below_the_range_is_awaited_then_reported_lost(
+    tmp_path: Path,
+) -> None:
+    """A replica whose watermark trails the range's end (after a failover) is asked again for
+    failoverTimeoutMs: offsets that arrive meanwhile are read, a shortfall that stays is a loss."""
+    cluster, queue = await started(tmp_path)
+    try:
+        async with (
+            PullConsumer(cluster.namesrv_addr, "retry-tests") as consumer,
+            Producer(cluster.namesrv_addr) as producer,
+        ):
+
+            async def late() -> None:
+                await asyncio.sleep(0.5)
+                await producer.send_batch("Retry", [b"late-0", b"late-1"], queue=queue)
+
+            arriving = asyncio.create_task(late())
+            r = QueueRange("Retry", 0, queue.broker_name, queue.queue_id, 45, 52)
+            chunks = [
+                c
+                async for c in read_range(
+                    consumer, r, fail_on_data_loss=True, max_bytes=1 << 20, failover_timeout=10.0
+                )
+            ]
+            await arriving
+            assert [o for c in chunks for o in c.queue_offsets] == list(range(45, 52))
+
+            short = QueueRange("Retry", 0, queue.broker_name, queue.queue_id, 50, 60)
+            read: list[int] = []
+
+            async def read_short() -> None:
+                async for c in read_range(
+                    consumer, short, fail_on_data_loss=True, max_bytes=1 << 20, failover_timeout=1.0
+                ):
+                    read.extend(c.queue_offsets)
+
+            with pytest.raises(DataLossError, match=r"\[52, 60\).*maybe truncated by a failover"):
+                await read_short()
+            assert read == [50, 51]
     finally:
         await cluster.close()
 

@@ -9,8 +9,8 @@
 
 Across a failover every request is retried (`retry.with_failover`), and a replica that answers
 that the queue ends below a range's end (a new master or a slave whose watermark still catches
-up to what the old master had committed) is asked again for `_BEHIND_S` before the offsets
-count as lost. Ranges end at offsets a broker reported, which never pass its confirm offset.
+up to what the old master had committed) is asked again for `failoverTimeoutMs` before the
+offsets count as lost. Ranges end at offsets a broker reported, which never pass its confirm offset.
 """
 
 from __future__ import annotations
@@ -46,8 +46,6 @@ _PULL_BATCH = 1024
 _EMPTY_PULLS = 8
 """Pulls in a row that may return nothing inside a range (and for at least failoverTimeoutMs)
 before the read gives up on it with a RetryableQueryError."""
-_BEHIND_S = 20.0
-"""How long a queue may end below a range's end (a watermark catching up) before it is a loss."""
 
 
 class DataLossError(FerryError):
@@ -167,6 +165,9 @@ async def read_range(
     Raises:
         DataLossError: some offsets of the range are gone and `fail_on_data_loss`.
         RetryableQueryError: the queue's group stayed unreachable for `failover_timeout` s.
+
+    A queue that ends below `r.end` (a replica whose watermark is still catching up after a
+    failover) is asked again for `failover_timeout` s before the missing offsets count as lost.
     """
     queue = MessageQueue(r.topic, r.broker_name, r.queue_id)
     offset = r.start
@@ -221,7 +222,7 @@ async def read_range(
             offset = gone_until
             continue
         now = time.monotonic()
-        if behind_since is None or now - behind_since < _BEHIND_S:
+        if behind_since is None or now - behind_since < failover_timeout:
             # after a failover the replica's watermark may not have reached the range end yet
             behind_since = now if behind_since is None else behind_since
             await asyncio.sleep(0.2)

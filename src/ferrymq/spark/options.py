@@ -11,7 +11,9 @@ Names follow Spark's Kafka source (`structured-streaming-kafka-integration`), wi
 - `includeFerryColumns`: add the ferrymq columns `tags`, `keys`, `msgId`, `storeTimestamp`;
 - writing: `topic` (else the `topic` column), `sinkId` (else the streaming query id);
 - both: `failoverTimeoutMs` (default 30000): how long a read or write retries while a broker
-  group has no master (a failover) before the query fails with a `RetryableQueryError`.
+  group has no master (a failover) before the query fails with a `RetryableQueryError`, and how
+  long a read waits for a queue that ends below the planned offsets (a new master's watermark
+  catching up) before those offsets count as lost (`failOnDataLoss`).
 
 A partition is a topic-global queue index: the topic's readable queues ordered by broker name,
 then queue id (so broker groups added later should sort after the existing ones).
