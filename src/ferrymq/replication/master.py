@@ -7,8 +7,9 @@ section 6 items 1-3. One asyncio loop (the broker's) owns all of it:
 - per slave: read the handshake, answer with the whole epoch history and the log end, then stream
   the commit log from the offset of the slave's first ack; each packet's bytes belong to one epoch
   and carry that epoch's own entry (RocketMQ labels an epoch's last chunk with the next epoch);
-- an append is written to every caught-up slave at once, in the appending call (no loop turn);
-  a sender task per slave handles the rest (catching up, back-pressure, heartbeats);
+- the appends of one loop turn are written to every caught-up slave by one callback right after
+  it (no wake-up of a task); a sender task per slave handles the rest (catching up,
+  back-pressure, heartbeats);
 - acks feed `SyncState`; the confirm offset it computes resolves the sends waiting to be
   committed (their responses go first), then gates what the store serves; a changed confirm
   offset goes to every slave with the next transfer, or alone after `_CONFIRM_DELAY`;
@@ -106,6 +107,7 @@ class ReplicationMaster:
         self._tasks: set[asyncio.Task[None]] = set()
         self._links: set[_SlaveLink] = set()
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
+        self._push_scheduled = False
         self._sequence = itertools.count()
         self.port = 0
 
@@ -167,10 +169,20 @@ class ReplicationMaster:
         return not self.config.sync or self.state.writable
 
     def appended(self) -> None:
-        """The log grew: send it to the slaves now (and, alone in the set, commit it)."""
+        """The log grew: send it to the slaves (and, alone in the set, commit it).
+
+        Sent once this loop turn's requests are in: one transfer per slave covers all the
+        appends of the turn (a window of sends arrives in one read).
+        """
+        if self._links and not self._push_scheduled:
+            self._push_scheduled = True
+            asyncio.get_running_loop().call_soon(self._push)
+        self._apply_confirm()
+
+    def _push(self) -> None:
+        self._push_scheduled = False
         for link in self._links:
             link.send_now()
-        self._apply_confirm()
 
     async def wait_committed(self, end_offset: int) -> bool:
         """Wait until the confirm offset reaches `end_offset`; False after `commit_timeout`."""
@@ -319,7 +331,7 @@ class _SlaveLink:
     def send_now(self) -> None:
         """New bytes: write them in this call when the sender is idle and the socket has room.
 
-        Saves the sender's loop turn on every append. Anything else (the sender busy or
+        Saves the sender task's wake-up on every append. Anything else (the sender busy or
         draining, a batch left over, an error to report) is left to the sender task.
         """
         woken = self._woken
