@@ -313,3 +313,18 @@ async def test_a_slave_away_longer_than_retention_drops_its_old_log_and_follows(
     assert bodies == [f"m{i:04d}".encode() for i in range(first - 10, 120)], (
         "the slave serves exactly what the master still has, without a gap"
     )
+
+
+async def test_a_new_confirm_offset_reaches_the_slaves_before_the_next_heartbeat(
+    group: Callable[..., Group],
+) -> None:
+    g = group(sync=True, commit_timeout=2.0, heartbeat_interval=30.0)
+    await g.start()
+    slave = await g.add_slave(1)
+    await _until(lambda: g.master.state.members == frozenset({0, 1}))
+    end = g.put(b"last message before a pause")
+    assert await g.master.wait_committed(end)
+    # nothing else is sent: the slave learns the new watermark from a confirm-only transfer
+    # within moments, not 30 s later with a heartbeat (consumers of slaves wait for it)
+    await _until(lambda: slave.confirm_offset == end, timeout=2.0)
+    assert len(slave.get("T", 0, 0, 10).records) == 1

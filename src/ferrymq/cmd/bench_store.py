@@ -216,6 +216,7 @@ def _replay(source: Store, root: Path) -> Rate:
             data = source.commitlog.read(position, 1024 * 1024)
             start = time.perf_counter()
             position = replica.append_replica(position, data)
+            replica.dispatch()
             elapsed += time.perf_counter() - start
         messages = sum(replica.max_queue_offset(_TOPIC, q) for q in range(_QUEUES))
         return Rate(messages, end, elapsed)

@@ -7,8 +7,12 @@ section 6 items 1-3. One asyncio loop (the broker's) owns all of it:
 - per slave: read the handshake, answer with the whole epoch history and the log end, then stream
   the commit log from the offset of the slave's first ack; each packet's bytes belong to one epoch
   and carry that epoch's own entry (RocketMQ labels an epoch's last chunk with the next epoch);
-- acks feed `SyncState`; the confirm offset it computes gates what the store serves and resolves
-  the sends waiting to be committed; a changed confirm offset goes to every slave at once;
+- the appends of one loop turn are written to every caught-up slave by one callback right after
+  it (no wake-up of a task); a sender task per slave handles the rest (catching up,
+  back-pressure, heartbeats);
+- acks feed `SyncState`; the confirm offset it computes resolves the sends waiting to be
+  committed (their responses go first), then gates what the store serves; a changed confirm
+  offset goes to every slave with the next transfer, or alone after `_CONFIRM_DELAY`;
 - a slave that sends nothing for `housekeeping_interval` is dropped; idle slaves get heartbeats;
 - bad packets close that slave's connection with a logged reason; nothing else is affected.
 """
@@ -103,6 +107,7 @@ class ReplicationMaster:
         self._tasks: set[asyncio.Task[None]] = set()
         self._links: set[_SlaveLink] = set()
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
+        self._push_scheduled = False
         self._sequence = itertools.count()
         self.port = 0
 
@@ -164,10 +169,20 @@ class ReplicationMaster:
         return not self.config.sync or self.state.writable
 
     def appended(self) -> None:
-        """The log grew: wake the senders (and, alone in the set, commit it)."""
-        for link in self._links:
-            link.wake()
+        """The log grew: send it to the slaves (and, alone in the set, commit it).
+
+        Sent once this loop turn's requests are in: one transfer per slave covers all the
+        appends of the turn (a window of sends arrives in one read).
+        """
+        if self._links and not self._push_scheduled:
+            self._push_scheduled = True
+            asyncio.get_running_loop().call_soon(self._push)
         self._apply_confirm()
+
+    def _push(self) -> None:
+        self._push_scheduled = False
+        for link in self._links:
+            link.send_now()
 
     async def wait_committed(self, end_offset: int) -> bool:
         """Wait until the confirm offset reaches `end_offset`; False after `commit_timeout`."""
@@ -192,30 +207,37 @@ class ReplicationMaster:
             return min(end, self.store.flushed_log_offset)
         return end
 
-    def _apply_confirm(self) -> None:
+    def _apply_confirm(self, before: int | None = None) -> None:
+        """Recompute the confirm offset; resolve the sends it commits, then index and tell slaves.
+
+        `before`: the confirm offset before the caller changed the state (an ack, a new set
+        already moved it); default: the current one.
+        """
+        if before is None:
+            before = self.state.confirm_offset
         written = self.store.max_log_offset
-        before = self.state.confirm_offset
         confirm = self.state.update_confirm(self.own_end())
         if self.config.sync:
-            limit = confirm if confirm < written else None
-            if self._on_confirm is None:
-                self.store.set_confirm_offset(limit)
-            else:
-                self.store.set_confirm_offset(limit, dispatch=False)
-                if confirm != before:
-                    self._on_confirm()
+            self.store.set_confirm_offset(confirm if confirm < written else None, dispatch=False)
+        # the committed sends first: their tasks run before the indexing scheduled below
         while self._waiters and self._waiters[0][0] <= confirm:
             _, _, future = heapq.heappop(self._waiters)
             if not future.done():
                 future.set_result(True)
+        if self.config.sync:
+            if self._on_confirm is None:
+                self.store.dispatch()
+            elif confirm != before:
+                self._on_confirm()
         if confirm != before:
             for link in self._links:
-                link.wake()
+                link.confirm_moved()
 
     def apply_change(self, change: SyncStateChange) -> None:
         """Make `change` the SyncStateSet now (one a controller accepted)."""
         if change.members == self.state.members:
             return
+        before = self.state.confirm_offset
         log.info(
             "SyncStateSet %s -> %s: %s",
             sorted(self.state.members),
@@ -223,7 +245,7 @@ class ReplicationMaster:
             change.reason,
         )
         self.state.apply(change, self.own_end(), self.clock())
-        self._apply_confirm()
+        self._apply_confirm(before)
 
     def _change(self, change: SyncStateChange | None) -> None:
         if change is None:
@@ -293,14 +315,94 @@ class _SlaveLink:
         self.decoder = SlavePacketDecoder()
         self.broker_id: int | None = None
         self.request_offset: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.position = 0
+        """The log offset the next transfer starts at (set once the slave's first ack came)."""
         self.sent_confirm = -1
+        self.last_sent = time.monotonic()
         self.last_read = time.monotonic()
         self._woken: asyncio.Future[None] | None = None
+        self._confirm_due: asyncio.TimerHandle | None = None
 
     def wake(self) -> None:
-        """New bytes or a new confirm offset: the sender goes on."""
+        """The sender goes on (if it waits for nothing but news)."""
         if self._woken is not None:
             _wake(self._woken)
+
+    def send_now(self) -> None:
+        """New bytes: write them in this call when the sender is idle and the socket has room.
+
+        Saves the sender task's wake-up on every append. Anything else (the sender busy or
+        draining, a batch left over, an error to report) is left to the sender task.
+        """
+        woken = self._woken
+        if woken is None or woken.done():
+            return  # the sender is busy, or about to look at the log end anyway
+        if self.writer.transport.is_closing():
+            self.wake()
+            return
+        try:
+            self._transfer()
+        except ProtocolError:
+            self.wake()  # the sender task meets it again and closes the connection
+            return
+        transport = self.writer.transport
+        if (
+            self.position < self.master.store.max_log_offset
+            or transport.get_write_buffer_size() > 0
+        ):
+            self.wake()  # more to send, or a slow socket: the sender drains
+
+    def confirm_moved(self) -> None:
+        """The confirm offset moved: the next transfer carries it, else a confirm-only one soon."""
+        if self._confirm_due is None:
+            self._confirm_due = asyncio.get_running_loop().call_later(
+                _CONFIRM_DELAY, self._confirm_overdue
+            )
+
+    def _confirm_overdue(self) -> None:
+        self._confirm_due = None
+        self.wake()
+
+    def _transfer(self) -> bool:
+        """Write the next batch of the log (within one epoch), if any; whether it wrote one.
+
+        Raises:
+            ProtocolError: no epoch covers the position, or the log cannot be read there.
+        """
+        master = self.master
+        store = master.store
+        position = self.position
+        end = store.max_log_offset
+        if position >= end:
+            return False
+        found = master.epochs.history.find(position, end)
+        if found is None:
+            raise ProtocolError(f"no epoch covers log offset {position}")
+        entry, epoch_end = found
+        size = min(epoch_end, end, position + master.config.transfer_batch_bytes) - position
+        body = store.commitlog.read(position, size)
+        if not body:
+            raise ProtocolError(f"the master cannot read its own log at {position}")
+        confirm = master.state.confirm_offset
+        # one write (one segment, one wake-up of the slave), not header then body
+        self.writer.writelines(
+            (
+                encode_transfer_header(
+                    position, entry.epoch, entry.start_offset, confirm, len(body)
+                ),
+                body,
+            )
+        )
+        self.position = position + len(body)
+        self._sent(confirm)
+        return True
+
+    def _sent(self, confirm: int) -> None:
+        self.sent_confirm = confirm
+        self.last_sent = time.monotonic()
+        if self._confirm_due is not None:
+            self._confirm_due.cancel()
+            self._confirm_due = None
 
     async def _sleep(self, timeout: float) -> None:
         """Until `wake` or `timeout` seconds, with no task and no timeout context."""
@@ -340,6 +442,8 @@ class _SlaveLink:
         finally:
             housekeeping.cancel()
             master._links.discard(self)
+            if self._confirm_due is not None:
+                self._confirm_due.cancel()
 
     async def _run(self, master: ReplicationMaster) -> None:
         packets: list[SlaveHandshake | SlaveAck] = []
@@ -385,6 +489,7 @@ class _SlaveLink:
                 )
             if not self.request_offset.done():
                 self.request_offset.set_result(packet.ack_offset)
+            before = master.state.confirm_offset  # `on_ack` moves it
             master._change(
                 master.state.on_ack(
                     self.broker_id,
@@ -394,7 +499,7 @@ class _SlaveLink:
                     own_end=master.own_end(),
                 )
             )
-            master._apply_confirm()
+            master._apply_confirm(before)
 
     async def _send(self) -> None:
         master = self.master
@@ -412,31 +517,14 @@ class _SlaveLink:
                     store.min_log_offset,
                 )
             position = store.min_log_offset
-        last_sent = time.monotonic()
+        self.position = position
+        self.last_sent = time.monotonic()
         while True:
-            end = store.max_log_offset
-            confirm = master.state.confirm_offset
-            found = master.epochs.history.find(position, end) if position < end else None
-            if found is not None:
-                entry, epoch_end = found
-                size = min(epoch_end, end, position + master.config.transfer_batch_bytes) - position
-                body = store.commitlog.read(position, size)
-                if not body:
-                    raise ProtocolError(f"the master cannot read its own log at {position}")
-                self.writer.write(
-                    encode_transfer_header(
-                        position, entry.epoch, entry.start_offset, confirm, len(body)
-                    )
-                )
-                self.writer.write(body)
+            if self._transfer():
                 await self.writer.drain()
-                position += len(body)
-                self.sent_confirm = confirm
-                last_sent = time.monotonic()
                 continue
-            if position < end:
-                raise ProtocolError(f"no epoch covers log offset {position}")
-            idle = time.monotonic() - last_sent
+            confirm = master.state.confirm_offset
+            idle = time.monotonic() - self.last_sent
             if confirm != self.sent_confirm and idle < _CONFIRM_DELAY:
                 # the next transfer will carry it; tell idle slaves after a moment
                 await self._sleep(_CONFIRM_DELAY - idle)
@@ -444,9 +532,8 @@ class _SlaveLink:
             if confirm != self.sent_confirm or idle >= master.config.heartbeat_interval:
                 last = master.epochs.history.last
                 epoch, start = (last.epoch, last.start_offset) if last else (0, 0)
-                self.writer.write(encode_transfer_header(position, epoch, start, confirm, 0))
+                self.writer.write(encode_transfer_header(self.position, epoch, start, confirm, 0))
+                self._sent(confirm)
                 await self.writer.drain()
-                self.sent_confirm = confirm
-                last_sent = time.monotonic()
                 continue
             await self._sleep(master.config.heartbeat_interval - idle)

@@ -7,8 +7,9 @@ and section 9 items 4, 5 and 12, which ferrymq follows:
   or without a common epoch is wiped and resynced, never trusted;
 - the epoch history is cut with the log (the store writes its intent first, so a crash mid-way
   finishes the cut at the next open);
-- the first ack goes out right after the handshake, then after every packet that grew the log
-  and every `heartbeat_interval`;
+- the first ack goes out right after the handshake, then after every read that grew the log
+  (records checked and written, before they are indexed: the master's sends wait for it) and
+  every `heartbeat_interval`;
 - transfers must continue the log exactly where it ends; a record split across two packets is
   held until the rest arrives; anything else closes the connection with a logged reason, and the
   slave reconnects after a back-off.
@@ -167,9 +168,12 @@ class ReplicationSlave:
                         raise ProtocolError("a second HANDSHAKE on one connection")
                     self._apply(packet)
                 end = self.store.max_log_offset
-                if end > self._reported:
+                acked = end > self._reported
+                if acked:
                     writer.write(encode_slave_ack(end))
                     self._reported, self._last_ack = end, time.monotonic()
+                self.store.dispatch()  # index after the ack: it is what sync sends wait for
+                if acked:
                     await writer.drain()
                 packets = decoder.feed(await self._read(reader))
         finally:
@@ -255,4 +259,4 @@ class ReplicationSlave:
             written = store.append_replica(base, data)
             self._tail = data[written - base :]
         self.master_confirm_offset = packet.confirm_offset
-        store.set_confirm_offset(packet.confirm_offset)
+        store.set_confirm_offset(packet.confirm_offset, dispatch=False)

@@ -200,6 +200,8 @@ class Store:
         self._last_store_timestamp_ms = 0
         self._dirty: dict[ConsumeQueue, int] = {}
         self._pending: list[_PendingPut] = []
+        self._replicated: list[RecordInfo] = []
+        """Replica records `append_replica` validated and stored, in log order, not yet indexed."""
         self._held: list[RecordInfo] = []
         self.dispatch_error: OSError | None = None
         """Why the last dispatch failed (a full disk), until one succeeds; records stay held."""
@@ -526,6 +528,8 @@ class Store:
         self._check_open()
         if not items:
             raise ValueError("nothing to put")
+        if self._replicated:  # a replica just made master: its last appends own their offsets
+            self.dispatch()
         queue = self.queues.get_or_create(topic, queue_id)
         assign = transaction_type(sys_flag) not in _NO_QUEUE_ENTRY
         store_host = self.config.store_host
@@ -578,12 +582,13 @@ class Store:
     def dispatch(self) -> None:
         """Index every appended record not yet indexed (below the confirm offset when gated).
 
-        `put` only appends to the commit log (RocketMQ's append path); records become readable
-        by queue offset once dispatched. Every read dispatches first; a server calls this once per
-        loop turn so that one write per queue covers all the puts of that turn.
+        `put` and `append_replica` only append to the commit log (RocketMQ's append path);
+        records become readable by queue offset once dispatched. Every read dispatches first; a
+        server calls this once per loop turn so that one write per queue covers all the puts of
+        that turn, and a slave after it acked what it appended.
         """
         pending, self._pending = self._pending, []
-        infos: list[RecordInfo] = []
+        infos, self._replicated = self._replicated, []  # appended before any pending put
         for put in pending:
             at = put.log_offset
             queue_offset = put.first_queue_offset
@@ -693,10 +698,15 @@ class Store:
         return self._flusher.wait_flushed(log_offset)
 
     def append_replica(self, log_offset: int, data: bytes) -> int:
-        """Append bytes replicated from a master at `log_offset`, then index every whole record.
+        """Append bytes replicated from a master at `log_offset`, validated; `dispatch` indexes.
 
-        Returns the log offset up to which records were complete and indexed; a partial record at
-        the end is not written (the caller sends it again with the rest).
+        Every whole record is checked (size, log offset, CRC) before this returns, so a slave may
+        ack the returned offset at once and index afterwards. Returns the log offset up to which
+        records were complete and stored; a partial record at the end is not written (the caller
+        sends it again with the rest).
+
+        Raises:
+            CorruptRecordError: a record failed the checks; nothing of `data` is kept.
         """
         self._check_open()
         self.dispatch()
@@ -712,9 +722,10 @@ class Store:
         if complete == 0:
             return log_offset
         self.commitlog.append_raw(log_offset, data[:complete])
+        valid: list[RecordInfo] = []
         result = self.commitlog.scan(
             log_offset,
-            self._dispatch_confirmed,
+            valid.extend,
             require_record_crc=self.config.require_record_crc,
             until=log_offset + complete,
         )
@@ -723,6 +734,7 @@ class Store:
             raise CorruptRecordError(
                 result.end_log_offset, result.corruption or "short replica data"
             )
+        self._replicated += valid
         return log_offset + complete
 
     def restart_log_at(self, log_offset: int) -> None:
