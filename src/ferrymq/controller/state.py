@@ -11,7 +11,10 @@ Rules:
    match, or that would assign a taken broker id, changes nothing and reports False.
 3. Invariants after every event: a group's master, when it has one, is a registered replica and a
    member of its SyncStateSet; the SyncStateSet holds registered replicas only; `next_broker_id`
-   is above every assigned id; epochs never decrease while the group exists.
+   is above every assigned id; a group's epochs never decrease, even across its removal: a
+   group whose last replica is cleaned leaves its epochs behind (`retired_epochs`), and one
+   registered again under that name continues from them (its brokers' epoch files still hold
+   the old epochs, and a broker follows only a higher master epoch).
 
 Where ferrymq differs from RocketMQ (each keeps an invariant above):
 - `next_broker_id` becomes `max(next, id + 1)`, not `next + 1`, so an id applied out of order is
@@ -26,6 +29,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ferrymq.errors import ProtocolError
 from ferrymq.wire.controller_log import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
@@ -105,6 +109,8 @@ class ControllerState:
     groups: dict[str, BrokerGroup] = field(default_factory=dict)
     config_overrides: dict[str, str] = field(default_factory=dict)
     applied_index: int = 0
+    retired_epochs: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Broker name -> (master epoch, SyncStateSet epoch) of a removed group (rule 3)."""
     _copied: set[str] | None = field(default=None, repr=False, compare=False)
     """Names of groups an overlay has copied (None: this is not an overlay)."""
 
@@ -118,6 +124,7 @@ class ControllerState:
             groups=dict(self.groups),
             config_overrides=dict(self.config_overrides),
             applied_index=self.applied_index,
+            retired_epochs=dict(self.retired_epochs),
         )
         overlay._copied = set()
         return overlay
@@ -167,6 +174,10 @@ class ControllerState:
                 applied_index=self.applied_index,
                 groups=groups,
                 config=dict(sorted(self.config_overrides.items())),
+                retired_epochs={
+                    name: [master_epoch, set_epoch]
+                    for name, (master_epoch, set_epoch) in sorted(self.retired_epochs.items())
+                },
             )
         )
 
@@ -195,6 +206,11 @@ class ControllerState:
         }
         self.config_overrides = dict(record.config)
         self.applied_index = record.applied_index
+        self.retired_epochs = {}
+        for name, epochs in record.retired_epochs.items():
+            if len(epochs) != 2:
+                raise ProtocolError(f"controller snapshot: retired epochs of {name}: {epochs}")
+            self.retired_epochs[name] = (epochs[0], epochs[1])
 
     # ------------------------------------------------------------------ events
 
@@ -226,7 +242,13 @@ class ControllerState:
             return False
         group = self.groups.get(event.broker_name)
         if group is None:
-            group = BrokerGroup(cluster_name=event.cluster_name, broker_name=event.broker_name)
+            master_epoch, set_epoch = self.retired_epochs.pop(event.broker_name, (0, 0))
+            group = BrokerGroup(
+                cluster_name=event.cluster_name,
+                broker_name=event.broker_name,
+                master_epoch=master_epoch,
+                sync_state_set_epoch=set_epoch,
+            )
             self.groups[event.broker_name] = group
         elif event.new_broker_id in group.replicas:
             return False
@@ -289,7 +311,7 @@ class ControllerState:
         if group is None:
             return False
         if event.broker_id_set_to_clean is None:
-            del self.groups[event.broker_name]
+            self._retire(group)
             return True
         cleaned = set(event.broker_id_set_to_clean)
         for broker_id in cleaned:
@@ -299,5 +321,9 @@ class ControllerState:
             group.master_broker_id = None
             group.master_epoch += 1
         if not group.replicas:
-            del self.groups[event.broker_name]
+            self._retire(group)
         return True
+
+    def _retire(self, group: BrokerGroup) -> None:
+        del self.groups[group.broker_name]
+        self.retired_epochs[group.broker_name] = (group.master_epoch, group.sync_state_set_epoch)

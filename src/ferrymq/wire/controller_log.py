@@ -156,6 +156,9 @@ class SnapshotRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknow
     applied_index: int
     groups: list[GroupRecord]
     config: dict[str, str]
+    retired_epochs: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    """Broker name -> [master epoch, SyncStateSet epoch] of groups whose last replica was
+    cleaned (absent from older snapshots: none)."""
 
 
 _encoder: Final = msgspec.json.Encoder(order="deterministic")

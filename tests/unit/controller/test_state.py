@@ -1,5 +1,6 @@
 """The controller state machine: apply semantics per event, determinism, snapshots."""
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -149,6 +150,35 @@ def test_clean_broker_data_without_ids_drops_the_group() -> None:
     assert state.apply_event(CleanBrokerDataEvent(broker_name=NAME))
     assert state.groups == {}
     assert not state.apply_event(CleanBrokerDataEvent(broker_name=NAME))
+
+
+def test_a_group_registered_again_after_its_removal_continues_its_epochs() -> None:
+    """Its brokers' epoch files still hold the old epochs, and a broker follows only a higher
+    master epoch: a group starting again at epoch 0 would have no master they accept."""
+    state = group_state()
+    old = state.groups[NAME]
+    epochs = (old.master_epoch, old.sync_state_set_epoch)
+    assert epochs > (0, 0)
+    assert state.apply_event(CleanBrokerDataEvent(broker_name=NAME))
+    restored = ControllerState()
+    restored.restore(state.snapshot())  # the removed group's epochs survive a snapshot too
+    assert restored == state
+    for s in (state, restored):
+        assert s.apply_event(_apply_id(1))
+        again = s.groups[NAME]
+        assert (again.master_epoch, again.sync_state_set_epoch) == epochs
+        assert again.master_broker_id is None
+        assert s.retired_epochs == {}
+
+
+def test_a_snapshot_without_retired_epochs_still_restores() -> None:
+    state = group_state()
+    record = msgspec.json.decode(state.snapshot()[1:])
+    del record["retiredEpochs"]
+    older = state.snapshot()[:1] + msgspec.json.encode(record)
+    restored = ControllerState()
+    restored.restore(older)
+    assert restored == state
 
 
 def test_config_updates_are_replicated_state() -> None:
