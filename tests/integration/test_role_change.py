@@ -7,6 +7,7 @@ lease (which only a controller's heartbeat answers grant) by hand.
 """
 
 import asyncio
+import dataclasses
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -17,12 +18,15 @@ import pytest
 from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.replication import master as replication_master
 from ferrymq.rpc.client import RpcClient
 from ferrymq.store.store import GetStatus
-from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.broker import QueryConsumerOffsetRequestHeader, UpdateConsumerOffsetRequestHeader
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.records import decode_record
 
-from .remoting import create_topic, send
+from .remoting import command, create_topic, send
 
 TOPIC = "Moves"
 
@@ -140,6 +144,75 @@ async def test_the_master_moves_at_a_new_epoch_and_the_deposed_one_truncates(
             assert brokers[1].master_epoch == 2
             assert brokers[1].state.role.value == "SLAVE"
             assert brokers[2].state.role.value == "SYNC_MASTER"
+    finally:
+        for broker in brokers.values():
+            await broker.close()
+
+
+async def test_a_new_master_answers_an_offset_commit_it_holds_above_its_known_watermark(
+    tmp_path: Path, namesrv: NameServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old master acknowledged a commit (every slave had its record) and failed before the
+    slaves heard the new watermark: the slave elected next holds the record above the confirm
+    offset it knows, and must answer the committed offset, not an older one (a
+    commit-regression a one-hour `ferry chaos` soak found)."""
+    # the fault: no confirm-only update and no heartbeat reaches the slave in this test, so it
+    # learns a watermark only from the next transfer (as if the master died right after the ack)
+    monkeypatch.setattr(replication_master, "_CONFIRM_DELAY", 60.0)
+    configs = {
+        i: dataclasses.replace(_config(tmp_path, namesrv, i), ha_send_heartbeat_interval=60_000)
+        for i in (1, 2)
+    }
+    brokers = {i: Broker(configs[i]) for i in (1, 2)}
+    for broker in brokers.values():
+        await broker.start()
+    try:
+        async with RpcClient() as client:
+            assert await brokers[1].change_to_master(1, frozenset({1, 2}))
+            brokers[1].state.lease = None
+            assert await brokers[2].change_to_slave(brokers[1].address, 1)
+            await create_topic(client, brokers[1].address, TOPIC, queues=1)
+
+            async def commit(address: str, offset: int) -> RemotingCommand:
+                header = UpdateConsumerOffsetRequestHeader(
+                    consumer_group="G", topic=TOPIC, queue_id=0, commit_offset=offset
+                )
+                return await client.call(
+                    address, command(RequestCode.UPDATE_CONSUMER_OFFSET, header), 5
+                )
+
+            async def committed(address: str) -> str | None:
+                header = QueryConsumerOffsetRequestHeader(
+                    consumer_group="G", topic=TOPIC, queue_id=0
+                )
+                response = await client.call(
+                    address, command(RequestCode.QUERY_CONSUMER_OFFSET, header), 5
+                )
+                return response.ext_fields.get("offset")
+
+            slave = brokers[2]
+            assert (await commit(brokers[1].address, 7)).code == ResponseCode.SUCCESS
+            # the transfer of the next commit carries the watermark that covers this one
+            assert (await commit(brokers[1].address, 41)).code == ResponseCode.SUCCESS
+            assert slave.store.confirm_offset < slave.store.max_log_offset  # 41 is held
+            await brokers[1].close()
+            answers: list[str | None] = []
+
+            async def applied_seven() -> None:
+                answers.append(await committed(slave.address))
+
+            deadline = time.monotonic() + 10
+            while not answers or answers[-1] != "7":  # a slave answers what it has applied
+                assert time.monotonic() < deadline, answers
+                await applied_seven()
+                await asyncio.sleep(0.05)
+
+            # elected with a SyncStateSet whose other member has not acked yet: its watermark
+            # stays below the record until that member catches up
+            assert await slave.change_to_master(2, frozenset({1, 2}))
+            slave.state.lease = None
+            assert slave.store.confirm_offset < slave.store.max_log_offset
+            assert await committed(slave.address) == "41"
     finally:
         for broker in brokers.values():
             await broker.close()

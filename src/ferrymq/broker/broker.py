@@ -354,6 +354,10 @@ class Broker:
         follower = follower or MetadataFollower(state)
         while follower.catch_up():
             pass
+        # and the records above the watermark this broker knows: the old master may have
+        # acknowledged an offset commit among them just before this replica heard of it
+        # (commit-regression found by a one-hour `ferry chaos` soak, seed 1)
+        follower.apply_held()
         await master.start(config.listen_host, config.ha_port)
         state.role = role
         self.replication = master

@@ -238,6 +238,15 @@ class MetadataFollower:
         self.applied_queue_offset = max(self.applied_queue_offset, result.next_queue_offset)
         return result.status is GetStatus.FOUND
 
+    def apply_held(self) -> None:
+        """Apply the records this log holds above its confirm offset too.
+
+        When the log becomes the master's: a committed offset may be among them, acknowledged by
+        the old master just before this replica heard the new watermark.
+        """
+        for record in self._state.store.held_records(METADATA_TOPIC, 0):
+            self._apply(decode_record(record).body)
+
     def _apply(self, body: bytes) -> None:
         state = self._state
         try:

@@ -670,6 +670,21 @@ class Store:
                 if queue.next_queue_offset <= info.queue_offset:
                     queue.next_queue_offset = info.queue_offset + 1
 
+    def held_records(self, topic: str, queue_id: int) -> list[bytes]:
+        """One queue's records appended but not yet visible (above the confirm offset), in order.
+
+        For a replica becoming master: its log is the group's from now on, so what it holds of
+        its own metadata must be in effect before it answers for it (a watermark it never heard
+        of may already cover those records).
+        """
+        self._check_open()
+        self.dispatch()
+        return [
+            self.read_record(info.log_offset, info.size)
+            for info in self._held
+            if info.topic == topic and info.queue_id == queue_id
+        ]
+
     @property
     def confirm_offset(self) -> int:
         """The replication high watermark: records ending at or below it are committed."""
