@@ -1,9 +1,14 @@
 """The SDK's producer and offset-addressed consumer against a real broker."""
 
 import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
 
 import pytest
 
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerRole
 from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.producer import Producer
 from ferrymq.errors import SendFailedError, TopicNotFoundError
@@ -11,6 +16,13 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.testing import LocalCluster
 
 from .remoting import create_topic
+
+
+async def _until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
 
 
 async def test_produce_then_fetch_every_queue(cluster: LocalCluster, client: RpcClient) -> None:
@@ -102,3 +114,42 @@ async def test_oneway_sends_get_no_answer_and_are_stored(
         assert sorted(stored) == [b"log-%d" % i for i in range(6)]
         with pytest.raises(TopicNotFoundError):
             await producer.send_oneway("NoSuchTopic", b"x")
+
+
+async def test_a_route_without_a_master_is_asked_for_again_at_once(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    """A route fetched while a group had no master must not refuse sends for the whole refresh
+    interval (30 s) once a master registers (a one-hour chaos soak saw 30 s send gaps)."""
+    await create_topic(client, cluster.broker.address, "T", 1)
+    await cluster.broker.register()
+    master_config = cluster.broker.config
+    slave = Broker(
+        dataclasses.replace(
+            master_config,
+            broker_id=1,
+            broker_role=BrokerRole.SLAVE,
+            store_path_root_dir=master_config.store_path_root_dir.parent / "slave",
+            ha_listen_port=0,
+        )
+    )
+    await slave.start()
+    try:
+        async with Producer(cluster.namesrv_addr) as producer:
+            queue = (await producer.routes.get("T")).write_queues[0]
+            await _until(lambda: slave.state.topics.get("T") is not None)
+            await cluster.broker.close()  # the group has no master for a while
+            await slave.register()
+            route = await producer.routes.get("T", refresh=True)
+            assert route.master("broker-a") is None
+            with pytest.raises(SendFailedError, match="has no master"):
+                await producer.send("T", b"while no master", queue=queue)
+            master = Broker(master_config)  # back, on a new port
+            await master.start()
+            cluster.brokers[0] = master
+            await master.register()
+            await asyncio.sleep(0.3)
+            result = await producer.send("T", b"to the new master", queue=queue)
+            assert result.queue == queue
+    finally:
+        await slave.close()

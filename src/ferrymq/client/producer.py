@@ -239,6 +239,8 @@ class Producer:
         if target is None:
             raise SendFailedError(f"topic {topic} has no writable queue")
         address = route.master(target.broker_name)
+        if address is None and self.routes.refetch_soon(topic):
+            address = (await self.routes.get(topic)).master(target.broker_name)
         if address is None:
             raise SendFailedError(f"broker group {target.broker_name} has no master")
         request = self._request(
@@ -304,6 +306,9 @@ class Producer:
             if target is None:
                 raise SendFailedError(f"topic {topic} has no writable queue")
             address = route.master(target.broker_name)
+            if address is None and self.routes.refetch_soon(topic):
+                # the route may predate the election: ask again now, not at the next refresh
+                address = (await self.routes.get(topic)).master(target.broker_name)
             if address is None:
                 last_failure = f"broker group {target.broker_name} has no master"
                 self.routes.mark_failed(target.broker_name)

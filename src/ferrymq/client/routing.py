@@ -13,6 +13,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass
+from typing import Final
 
 from ferrymq.errors import FerryError, TopicNotFoundError
 from ferrymq.model import MessageQueue
@@ -26,6 +27,9 @@ from ferrymq.wire.namesrv import GetRouteInfoRequestHeader
 __all__ = ["Routes", "TopicRoute"]
 
 log = logging.getLogger(__name__)
+
+_REFETCH_FLOOR_S: Final = 0.2
+"""A route that named no master is asked for again once it is this old (`Routes.refetch_soon`)."""
 
 MASTER_ID = 0
 
@@ -121,6 +125,20 @@ class Routes:
     def invalidate(self, topic: str) -> None:
         """Forget a topic's route (a broker said it moved)."""
         self._routes.pop(topic, None)
+
+    def refetch_soon(self, topic: str) -> bool:
+        """Forget a topic's route unless it is fresher than `_REFETCH_FLOOR_S`; whether it did.
+
+        For a route that names no master for a group a caller needs: the new master registers
+        within moments of its election, so waiting for the timer (`refresh_interval`) would
+        refuse sends for up to that long. The floor bounds NameServer requests while there is
+        no master at all.
+        """
+        route = self._routes.get(topic)
+        if route is not None and time.monotonic() - route.fetched_at >= _REFETCH_FLOOR_S:
+            self._routes.pop(topic, None)
+            return True
+        return False
 
     async def _fetch(self, topic: str) -> TopicRoute:
         header = to_ext_fields(GetRouteInfoRequestHeader(topic=topic))
