@@ -131,8 +131,21 @@ class _JsonHeaderIn(msgspec.Struct):
     version: int = 0
 
 
+class _StringJsonHeaderIn(msgspec.Struct):
+    """The header as Java and ferrymq send it: every extFields value a string (the fast path)."""
+
+    code: int
+    extFields: dict[str, str] | None = None  # noqa: N815 - RocketMQ's wire name
+    flag: int = 0
+    language: str = "JAVA"
+    opaque: int = 0
+    remark: str | None = None
+    version: int = 0
+
+
 _json_encoder: Final = msgspec.json.Encoder()
 _json_decoder: Final = msgspec.json.Decoder(_JsonHeaderIn)
+_string_json_decoder: Final = msgspec.json.Decoder(_StringJsonHeaderIn)
 
 
 def _ext_value_to_str(value: str | int | float | bool) -> str:
@@ -157,21 +170,28 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
 
 
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
+    raw: _StringJsonHeaderIn | _JsonHeaderIn
     try:
-        raw = _json_decoder.decode(header)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError is a DecodeError
-        raise ProtocolError(f"bad JSON remoting header: {exc}") from None
+        raw = _string_json_decoder.decode(header)
+        ext_fields = raw.extFields or {}
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        # numbers, booleans or nulls among extFields (or a bad header): the lenient decoder
+        # converts values or raises the error to report
+        try:
+            raw = _json_decoder.decode(header)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError is one too
+            raise ProtocolError(f"bad JSON remoting header: {exc}") from None
+        ext_fields = (
+            {k: _ext_value_to_str(v) for k, v in raw.extFields.items() if v is not None}
+            if raw.extFields
+            else {}
+        )
     try:
         language = LanguageCode[raw.language]
     except KeyError:
         raise ProtocolError(
             f"bad JSON remoting header: unknown language {raw.language!r}"
         ) from None
-    ext_fields = (
-        {k: _ext_value_to_str(v) for k, v in raw.extFields.items() if v is not None}
-        if raw.extFields
-        else {}
-    )
     return RemotingCommand(
         code=raw.code,
         opaque=raw.opaque,
