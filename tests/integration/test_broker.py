@@ -7,6 +7,7 @@ from typing import TypeVar
 
 import pytest
 
+from ferrymq.broker.metadata import GroupConfig, GroupFile
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.testing import LocalCluster
@@ -29,6 +30,7 @@ from ferrymq.wire.bodies import (
 )
 from ferrymq.wire.broker import (
     ConsumerSendMsgBackRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
     EndTransactionRequestHeader,
     GetConsumerListByGroupRequestHeader,
     GetConsumeStatsRequestHeader,
@@ -580,3 +582,74 @@ async def test_oversized_frames_close_the_connection_and_the_broker_serves_on(
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
     assert (await send(client, addr, "T", b"fine")).code == 0
+
+
+@pytest.mark.parametrize("cluster", [{"auto_create_subscription_group": False}], indirect=True)
+async def test_subscription_groups_are_created_updated_deleted_and_survive_a_restart(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    addr = cluster.broker.address
+    await create_topic(client, addr, "T", 1)
+    assert (await send(client, addr, "T", b"x")).code == ResponseCode.SUCCESS
+
+    async def upsert(config: GroupConfig) -> RemotingCommand:
+        request = RemotingCommand(
+            code=RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=encode_body(config)
+        )
+        return await client.call(cluster.broker.address, request, 5)
+
+    async def groups() -> dict[str, GroupConfig]:
+        response = await client.call(
+            cluster.broker.address,
+            RemotingCommand(code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG),
+            5,
+        )
+        assert response.code == ResponseCode.SUCCESS
+        return decode_body(response.body, GroupFile).subscription_group_table
+
+    async def pull_code(group: str) -> int:
+        response, _ = await pull(client, cluster.broker.address, "T", 0, 0, group=group)
+        return response.code
+
+    # autoCreateSubscriptionGroup off: an unknown group is refused by name
+    assert await pull_code("Strict") == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert (await upsert(GroupConfig(group_name="Strict", consume_enable=False))).code == 0
+    assert (await groups())["Strict"].consume_enable is False
+    assert await pull_code("Strict") == ResponseCode.NO_PERMISSION
+
+    # an update replaces the config; the group now consumes
+    updated = GroupConfig(group_name="Strict", consume_enable=True, retry_max_times=3)
+    assert (await upsert(updated)).code == 0
+    assert await pull_code("Strict") == ResponseCode.SUCCESS
+    commit = UpdateConsumerOffsetRequestHeader(
+        consumer_group="Strict", topic="T", queue_id=0, commit_offset=1
+    )
+    assert (
+        await client.call(addr, command(RequestCode.UPDATE_CONSUMER_OFFSET, commit), 5)
+    ).code == 0
+
+    # a bad name is refused and stores nothing
+    bad = await upsert(GroupConfig(group_name="bad group!"))
+    assert bad.code == ResponseCode.SYSTEM_ERROR
+    assert set(await groups()) >= {"Strict"}
+    assert "bad group!" not in await groups()
+
+    await cluster.restart_broker()
+    assert (await groups())["Strict"] == updated
+
+    # delete with cleanOffset: the group and its committed offsets are gone
+    delete = DeleteSubscriptionGroupRequestHeader(group_name="Strict", clean_offset=True)
+    deleted = await client.call(
+        cluster.broker.address, command(RequestCode.DELETE_SUBSCRIPTIONGROUP, delete), 5
+    )
+    assert deleted.code == ResponseCode.SUCCESS
+    assert "Strict" not in await groups()
+    assert await pull_code("Strict") == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert (await upsert(GroupConfig(group_name="Strict"))).code == 0
+    query = QueryConsumerOffsetRequestHeader(
+        consumer_group="Strict", topic="T", queue_id=0, set_zero_if_not_found=False
+    )
+    found = await client.call(
+        cluster.broker.address, command(RequestCode.QUERY_CONSUMER_OFFSET, query), 5
+    )
+    assert found.code == ResponseCode.QUERY_NOT_FOUND
