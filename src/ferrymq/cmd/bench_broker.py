@@ -29,7 +29,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,15 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.producer import Producer
 from ferrymq.cmd.local import Child, spawn
-from ferrymq.cmd.measure import Meter, Row, free_port, quiet_nats_errors, timed_window
+from ferrymq.cmd.measure import (
+    Meter,
+    Row,
+    Tally,
+    free_port,
+    quiet_nats_errors,
+    timed_sync,
+    timed_window,
+)
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.broker import SendMessageRequestHeader, SendMessageRequestHeaderV2
 from ferrymq.wire.codes import RequestCode
@@ -57,6 +65,7 @@ class BrokerBenchConfig:
     sizes: tuple[int, ...] = (100, 1024)
     seconds: float = 5.0
     window: int = 256
+    rounds: int = 5
     nats: bool = True
     cpp: bool = True
     workdir: Path | None = None
@@ -114,8 +123,22 @@ async def _ferrymq(workdir: Path) -> AsyncIterator[tuple[str, list[Child]]]:
         await namesrv.stop()
 
 
-async def _ferrymq_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
-    rows: list[Row] = []
+@dataclass
+class _Side:
+    """One system under test, running.
+
+    `sender(size)` sends one message of that size; `rows_after` measures what comes after the
+    interleaved send rows.
+    """
+
+    system: str
+    pids: list[int]
+    sender: Callable[[int], Callable[[], Awaitable[object]]]
+    rows_after: Callable[[], Awaitable[list[Row]]]
+
+
+@contextlib.asynccontextmanager
+async def _ferrymq_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterator[_Side]:
     async with _ferrymq(workdir) as (namesrv, children):
         pids = [children[1].pid]
         async with AdminClient(namesrv) as admin:
@@ -127,47 +150,41 @@ async def _ferrymq_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
                     raise RuntimeError("benchmark topics never reached the NameServer")
                 await asyncio.sleep(0.05)
         async with Producer(namesrv, "bench-producer", send_timeout=10) as producer:
-            for size in config.sizes:
-                topic, payload = f"Bench{size}", os.urandom(size)
-                meter = Meter(pids)
-                latencies: list[float] = []
-                end = time.perf_counter() + config.seconds
-                while time.perf_counter() < end:
-                    started = time.perf_counter()
-                    await producer.send(topic, payload)
-                    latencies.append(time.perf_counter() - started)
-                rows.append(meter.row("ferrymq", "sync", size, len(latencies), latencies))
-                meter = Meter(pids)
-                count, window_latencies = await timed_window(
-                    functools.partial(producer.send, topic, payload), config.seconds, config.window
-                )
-                rows.append(
-                    meter.row("ferrymq", f"window {config.window}", size, count, window_latencies)
-                )
-                route = await producer.routes.get(topic)
-                address = route.master(route.write_queues[0].broker_name) or ""
-                rows.append(await _raw_rows(address, topic, payload, size, config, pids))
-        if config.cpp:
-            for size in config.sizes:
-                row = await asyncio.to_thread(
-                    _cpp_row, namesrv, f"Bench{size}", size, config.seconds, pids
-                )
-                if row is not None:
-                    rows.append(row)
-        async with PullConsumer(namesrv, "bench-consumer") as consumer:
-            for size in config.sizes:
-                meter = Meter(pids)
-                total = 0
-                for queue in await consumer.queues(f"Bench{size}"):
-                    offset = 0
-                    while True:
-                        result = await consumer.pull(queue, offset, max_messages=256)
-                        if result.status is not PullStatus.FOUND:
-                            break
-                        total += len(result.messages)
-                        offset = result.next_offset
-                rows.append(meter.row("ferrymq", "consume 256", size, total, []))
-    return rows
+            payloads = {size: os.urandom(size) for size in config.sizes}
+
+            def sender(size: int) -> Callable[[], Awaitable[object]]:
+                return functools.partial(producer.send, f"Bench{size}", payloads[size])
+
+            async def rows_after() -> list[Row]:
+                rows: list[Row] = []
+                for size in config.sizes:
+                    topic = f"Bench{size}"
+                    route = await producer.routes.get(topic)
+                    address = route.master(route.write_queues[0].broker_name) or ""
+                    rows.append(await _raw_rows(address, topic, payloads[size], size, config, pids))
+                if config.cpp:
+                    for size in config.sizes:
+                        row = await asyncio.to_thread(
+                            _cpp_row, namesrv, f"Bench{size}", size, config.seconds, pids
+                        )
+                        if row is not None:
+                            rows.append(row)
+                async with PullConsumer(namesrv, "bench-consumer") as consumer:
+                    for size in config.sizes:
+                        meter = Meter(pids)
+                        total = 0
+                        for queue in await consumer.queues(f"Bench{size}"):
+                            offset = 0
+                            while True:
+                                result = await consumer.pull(queue, offset, max_messages=256)
+                                if result.status is not PullStatus.FOUND:
+                                    break
+                                total += len(result.messages)
+                                offset = result.next_offset
+                        rows.append(meter.row("ferrymq", "consume 256", size, total, []))
+                return rows
+
+            yield _Side("ferrymq", pids, sender, rows_after)
 
 
 async def _raw_rows(
@@ -257,7 +274,8 @@ def _cpp_row(namesrv: str, topic: str, size: int, seconds: float, pids: list[int
 # ---------------------------------------------------------------------- NATS
 
 
-async def _nats_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
+@contextlib.asynccontextmanager
+async def _nats_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterator[_Side]:
     binary = shutil.which("nats-server")
     if binary is None:
         raise RuntimeError("nats-server is not installed (apt-get install nats-server)")
@@ -281,7 +299,6 @@ async def _nats_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
         stderr=log,
     )
     log.close()
-    rows: list[Row] = []
     try:
         deadline = time.monotonic() + 10
         connection = None
@@ -299,64 +316,97 @@ async def _nats_rows(config: BrokerBenchConfig, workdir: Path) -> list[Row]:
                 await asyncio.sleep(0.1)
         js = connection.jetstream()
         pids = [process.pid]
+        payloads = {size: os.urandom(size) for size in config.sizes}
         for size in config.sizes:
-            subject = f"bench.{size}"
             await js.add_stream(
                 StreamConfig(
                     name=f"BENCH{size}",
-                    subjects=[subject],
+                    subjects=[f"bench.{size}"],
                     storage=StorageType.FILE,
                     num_replicas=1,
                 )
             )
-            payload = os.urandom(size)
-            meter = Meter(pids)
-            latencies: list[float] = []
-            end = time.perf_counter() + config.seconds
-            while time.perf_counter() < end:
-                started = time.perf_counter()
-                await js.publish(subject, payload, timeout=10)
-                latencies.append(time.perf_counter() - started)
-            rows.append(meter.row("nats-jetstream-r1", "sync", size, len(latencies), latencies))
-            meter = Meter(pids)
-            count, window_latencies = await timed_window(
-                functools.partial(js.publish, subject, payload, timeout=10),
-                config.seconds,
-                config.window,
-            )
-            rows.append(
-                meter.row(
-                    "nats-jetstream-r1", f"window {config.window}", size, count, window_latencies
+
+        def sender(size: int) -> Callable[[], Awaitable[object]]:
+            return functools.partial(js.publish, f"bench.{size}", payloads[size], timeout=10)
+
+        async def rows_after() -> list[Row]:
+            rows: list[Row] = []
+            for size in config.sizes:
+                meter = Meter(pids)
+                subscription = await js.pull_subscribe(
+                    f"bench.{size}",
+                    durable=f"bench{size}",
+                    config=ConsumerConfig(ack_policy=AckPolicy.NONE),
                 )
-            )
-            meter = Meter(pids)
-            subscription = await js.pull_subscribe(
-                subject, durable=f"bench{size}", config=ConsumerConfig(ack_policy=AckPolicy.NONE)
-            )
-            total = 0
-            while True:
-                try:
-                    batch = await subscription.fetch(256, timeout=1)
-                except nats.errors.TimeoutError:
-                    break
-                total += len(batch)
-            rows.append(meter.row("nats-jetstream-r1", "consume 256", size, total, []))
+                total = 0
+                while True:
+                    try:
+                        batch = await subscription.fetch(256, timeout=1)
+                    except nats.errors.TimeoutError:
+                        break
+                    total += len(batch)
+                rows.append(meter.row("nats-jetstream-r1", "consume 256", size, total, []))
+            return rows
+
+        yield _Side("nats-jetstream-r1", pids, sender, rows_after)
         await connection.close()
     finally:
         if process.returncode is None:
             process.terminate()
             await process.wait()
-    return rows
+
+
+async def _interleaved_sends(sides: list[_Side], size: int, config: BrokerBenchConfig) -> list[Row]:
+    """Sync and windowed send rows of every side, measured in `rounds` alternating slices.
+
+    Each slice of one side is followed by the same slice of the other, and the side that goes
+    first alternates by round, so a machine that speeds up or slows down during the run moves
+    both sides alike (run one after the other, rows moved by up to 2x between reruns).
+    """
+    slice_s = config.seconds / config.rounds
+    modes = [("sync", None), (f"window {config.window}", config.window)]
+    tallies = {(side.system, mode): Tally(side.pids) for side in sides for mode, _ in modes}
+    for round_number in range(config.rounds):
+        order = sides if round_number % 2 == 0 else sides[::-1]
+        for mode, window in modes:
+            for side in order:
+                tally = tallies[(side.system, mode)]
+                send = side.sender(size)
+                tally.begin()
+                if window is None:
+                    count, latencies = await timed_sync(send, slice_s)
+                else:
+                    count, latencies = await timed_window(send, slice_s, window)
+                tally.end(count, latencies)
+    return [
+        tallies[(side.system, mode)].row(side.system, mode, size)
+        for side in sides
+        for mode, _ in modes
+    ]
 
 
 async def run_broker_bench(config: BrokerBenchConfig, progress: Callable[[str], None]) -> list[Row]:
-    """Run every row; ferrymq first, then NATS."""
+    """Run every row.
+
+    The send rows of both systems interleaved, then ferrymq's raw, C++ client and consume rows,
+    then NATS's consume rows.
+    """
     workdir = config.workdir or Path(tempfile.mkdtemp(prefix="ferrymq-bench-broker-"))
-    progress("ferrymq")
-    rows = await _ferrymq_rows(config, workdir)
-    if config.nats:
-        progress("NATS JetStream R1")
-        rows += await _nats_rows(config, workdir)
-    shutil.rmtree(workdir / "ferrymq-store", ignore_errors=True)
-    shutil.rmtree(workdir / "nats-store", ignore_errors=True)
-    return rows
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            progress("starting the servers")
+            sides = [await stack.enter_async_context(_ferrymq_side(config, workdir))]
+            if config.nats:
+                sides.append(await stack.enter_async_context(_nats_side(config, workdir)))
+            rows: list[Row] = []
+            for size in config.sizes:
+                progress(f"sends of {size} B")
+                rows += await _interleaved_sends(sides, size, config)
+            for side in sides:
+                progress(f"{side.system}: the remaining rows")
+                rows += await side.rows_after()
+    finally:
+        shutil.rmtree(workdir / "ferrymq-store", ignore_errors=True)
+        shutil.rmtree(workdir / "nats-store", ignore_errors=True)
+    return sorted(rows, key=lambda r: (r.system != "ferrymq", r.system))

@@ -356,7 +356,14 @@ def bench_store(
     type=click.FloatRange(min=0.2),
     default=5.0,
     show_default=True,
-    help="Length of each send measurement.",
+    help="Length of each send measurement (split over the rounds).",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1, max=100),
+    default=5,
+    show_default=True,
+    help="Slices each send row is measured in, alternating ferrymq and NATS.",
 )
 @click.option(
     "--window",
@@ -369,12 +376,19 @@ def bench_store(
 @click.option("--no-cpp", is_flag=True, help="Skip the official C++-core client rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def bench_broker(
-    sizes: str, seconds: float, window: int, no_nats: bool, no_cpp: bool, as_json: bool
+    sizes: str,
+    seconds: float,
+    rounds: int,
+    window: int,
+    no_nats: bool,
+    no_cpp: bool,
+    as_json: bool,
 ) -> None:
     """One broker beside NATS JetStream R1: sync, windowed and raw sends, consumes; CPU per row."""
     config = BrokerBenchConfig(
         sizes=_parse_ints(sizes, "--sizes"),
         seconds=seconds,
+        rounds=rounds,
         window=window,
         nats=not no_nats,
         cpp=not no_cpp,
@@ -395,6 +409,7 @@ def bench_broker(
                     "machine": _machine(),
                     "window": window,
                     "seconds": seconds,
+                    "rounds": rounds,
                     "rows": [r.as_json() for r in rows],
                     "ratios_to_nats": ratios_to_nats(rows),
                 }

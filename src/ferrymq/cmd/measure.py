@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Meter", "Row", "free_port", "quiet_nats_errors", "timed_window"]
+__all__ = ["Meter", "Row", "Tally", "free_port", "quiet_nats_errors", "timed_sync", "timed_window"]
 
 log = logging.getLogger(__name__)
 
@@ -69,24 +69,93 @@ class Meter:
     def row(self, system: str, mode: str, size: int, messages: int, latencies: list[float]) -> Row:
         """The row for what was measured since this meter was made."""
         elapsed = time.perf_counter() - self._start
-        client = (_self_cpu() - self._client) / elapsed * 100
-        servers = (sum(_process_cpu(p) for p in self._pids) - self._servers) / elapsed * 100
-        ordered = sorted(latencies)
-        return Row(
-            system=system,
-            mode=mode,
-            size=size,
-            messages=messages,
-            seconds=elapsed,
-            msgs_per_s=messages / elapsed,
-            mb_per_s=messages * size / elapsed / 1e6,
-            p50_ms=statistics.median(ordered) * 1000 if ordered else None,
-            p99_ms=ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
-            if ordered
-            else None,
-            client_cpu_pct=client,
-            server_cpu_pct=servers,
+        client = _self_cpu() - self._client
+        servers = sum(_process_cpu(p) for p in self._pids) - self._servers
+        return _row(system, mode, size, messages, elapsed, client, servers, latencies)
+
+
+class Tally:
+    """One row measured in slices, interleaved with another system's.
+
+    Time, CPU, messages and latencies are summed over the slices between `begin` and `end`.
+    """
+
+    def __init__(self, server_pids: list[int]) -> None:
+        self._pids = server_pids
+        self._mark: tuple[float, float, float] | None = None
+        self._elapsed = 0.0
+        self._client = 0.0
+        self._servers = 0.0
+        self._messages = 0
+        self._latencies: list[float] = []
+
+    def begin(self) -> None:
+        """Start a slice."""
+        self._mark = (time.perf_counter(), _self_cpu(), sum(_process_cpu(p) for p in self._pids))
+
+    def end(self, messages: int, latencies: list[float]) -> None:
+        """End the slice `begin` started, adding what it measured."""
+        if self._mark is None:
+            raise RuntimeError("Tally.end without begin")
+        started, client, servers = self._mark
+        self._elapsed += time.perf_counter() - started
+        self._client += _self_cpu() - client
+        self._servers += sum(_process_cpu(p) for p in self._pids) - servers
+        self._messages += messages
+        self._latencies += latencies
+        self._mark = None
+
+    def row(self, system: str, mode: str, size: int) -> Row:
+        """The row over every slice."""
+        return _row(
+            system,
+            mode,
+            size,
+            self._messages,
+            self._elapsed,
+            self._client,
+            self._servers,
+            self._latencies,
         )
+
+
+def _row(
+    system: str,
+    mode: str,
+    size: int,
+    messages: int,
+    elapsed: float,
+    client_cpu_s: float,
+    servers_cpu_s: float,
+    latencies: list[float],
+) -> Row:
+    ordered = sorted(latencies)
+    return Row(
+        system=system,
+        mode=mode,
+        size=size,
+        messages=messages,
+        seconds=elapsed,
+        msgs_per_s=messages / elapsed,
+        mb_per_s=messages * size / elapsed / 1e6,
+        p50_ms=statistics.median(ordered) * 1000 if ordered else None,
+        p99_ms=ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000 if ordered else None,
+        client_cpu_pct=client_cpu_s / elapsed * 100,
+        server_cpu_pct=servers_cpu_s / elapsed * 100,
+    )
+
+
+async def timed_sync(
+    send: Callable[[], Awaitable[object]], seconds: float
+) -> tuple[int, list[float]]:
+    """One send at a time for `seconds`; return count and per-send latencies."""
+    latencies: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        started = time.perf_counter()
+        await send()
+        latencies.append(time.perf_counter() - started)
+    return len(latencies), latencies
 
 
 async def timed_window(
