@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 import msgspec
 
@@ -117,25 +117,18 @@ class _JsonHeaderOut(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 _ExtValue = str | int | float | bool | None
+_V = TypeVar("_V")
 
 
-class _JsonHeaderIn(msgspec.Struct):
-    """The JSON header as any client may send it; unknown keys are ignored."""
+class _JsonHeaderIn(msgspec.Struct, Generic[_V]):
+    """The JSON header as any client may send it; unknown keys are ignored.
 
-    code: int
-    extFields: dict[str, _ExtValue] | None = None  # noqa: N815 - RocketMQ's wire name
-    flag: int = 0
-    language: str = "JAVA"
-    opaque: int = 0
-    remark: str | None = None
-    version: int = 0
-
-
-class _StringJsonHeaderIn(msgspec.Struct):
-    """The header as Java and ferrymq send it: every extFields value a string (the fast path)."""
+    `_JsonHeaderIn[str]` decodes headers whose extFields are all strings (Java's and ferrymq's)
+    with no conversion pass; `_JsonHeaderIn[_ExtValue]` takes numbers, booleans and nulls too.
+    """
 
     code: int
-    extFields: dict[str, str] | None = None  # noqa: N815 - RocketMQ's wire name
+    extFields: dict[str, _V] | None = None  # noqa: N815 - RocketMQ's wire name
     flag: int = 0
     language: str = "JAVA"
     opaque: int = 0
@@ -144,8 +137,8 @@ class _StringJsonHeaderIn(msgspec.Struct):
 
 
 _json_encoder: Final = msgspec.json.Encoder()
-_json_decoder: Final = msgspec.json.Decoder(_JsonHeaderIn)
-_string_json_decoder: Final = msgspec.json.Decoder(_StringJsonHeaderIn)
+_json_decoder: Final = msgspec.json.Decoder(_JsonHeaderIn[_ExtValue])
+_string_json_decoder: Final = msgspec.json.Decoder(_JsonHeaderIn[str])
 
 
 def _ext_value_to_str(value: str | int | float | bool) -> str:
@@ -170,7 +163,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
 
 
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
-    raw: _StringJsonHeaderIn | _JsonHeaderIn
+    raw: _JsonHeaderIn[str] | _JsonHeaderIn[_ExtValue]
     try:
         raw = _string_json_decoder.decode(header)
         ext_fields = raw.extFields or {}
