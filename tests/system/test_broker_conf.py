@@ -2,7 +2,6 @@
 broker that uses every key, logs keys ferrymq does not use once, and refuses bad values by key."""
 
 import asyncio
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.cmd.measure import free_port
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import TopicRouteData
 from ferrymq.wire.codes import RequestCode, ResponseCode
@@ -21,12 +21,6 @@ from .procs import FERRY, Server, start
 pytestmark = pytest.mark.system
 
 SEGMENT = 1024 * 1024
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _conf(tmp_path: Path, namesrv: Server, port: int) -> str:
@@ -68,7 +62,7 @@ async def _route(admin: AdminClient, topic: str) -> TopicRouteData:
 
 async def test_a_rocketmq_broker_conf_configures_every_key(tmp_path: Path) -> None:
     namesrv = start(["namesrv", "--listen", "127.0.0.1:0"], tmp_path, "namesrv")
-    port = _free_port()
+    port = free_port()
     conf = tmp_path / "broker.conf"
     conf.write_text(_conf(tmp_path, namesrv, port))
     broker = start(["broker", "--config", str(conf)], tmp_path, "broker")
