@@ -8,6 +8,7 @@ from typing import TypeVar
 import pytest
 
 from ferrymq.broker.metadata import GroupConfig, GroupFile
+from ferrymq.client.admin import AdminClient
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.testing import LocalCluster
@@ -34,16 +35,20 @@ from ferrymq.wire.broker import (
     EndTransactionRequestHeader,
     GetConsumerListByGroupRequestHeader,
     GetConsumeStatsRequestHeader,
+    GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
     GetTopicStatsInfoRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
+    SearchOffsetRequestHeader,
     SendMessageRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import CommandHeader
 from ferrymq.wire.msgid import decode_offset_msg_id
 from ferrymq.wire.records import (
     SYSFLAG_TRANSACTION_COMMIT,
@@ -653,3 +658,66 @@ async def test_subscription_groups_are_created_updated_deleted_and_survive_a_res
         cluster.broker.address, command(RequestCode.QUERY_CONSUMER_OFFSET, query), 5
     )
     assert found.code == ResponseCode.QUERY_NOT_FOUND
+
+
+async def test_offset_lookups_by_position_and_time(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    addr = cluster.broker.address
+    await create_topic(client, addr, "Timed", 2)
+    for i in range(3):
+        assert (await send(client, addr, "Timed", f"m{i}".encode())).code == 0
+        await asyncio.sleep(0.02)  # distinct store timestamps
+    _, records = await pull(client, addr, "Timed", 0, 0)
+    stamps = [r.store_timestamp_ms for r in records]
+    assert len(stamps) == 3
+    assert stamps[0] < stamps[1] < stamps[2]
+
+    async def ask(code: int, header: CommandHeader) -> RemotingCommand:
+        return await client.call(addr, command(code, header), 5)
+
+    low = await ask(
+        RequestCode.GET_MIN_OFFSET, GetMinOffsetRequestHeader(topic="Timed", queue_id=0)
+    )
+    high = await ask(
+        RequestCode.GET_MAX_OFFSET, GetMaxOffsetRequestHeader(topic="Timed", queue_id=0)
+    )
+    assert (low.ext_fields["offset"], high.ext_fields["offset"]) == ("0", "3")
+    for timestamp, expected in ((0, "0"), (stamps[1], "1"), (stamps[1] + 1, "2")):
+        found = await ask(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            SearchOffsetRequestHeader(topic="Timed", queue_id=0, timestamp=timestamp),
+        )
+        assert (found.code, found.ext_fields["offset"]) == (0, expected), timestamp
+    earliest = await ask(
+        RequestCode.GET_EARLIEST_MSG_STORETIME,
+        GetEarliestMsgStoretimeRequestHeader(topic="Timed", queue_id=0),
+    )
+    assert earliest.ext_fields["timestamp"] == str(stamps[0])
+    empty = await ask(
+        RequestCode.GET_EARLIEST_MSG_STORETIME,
+        GetEarliestMsgStoretimeRequestHeader(topic="Timed", queue_id=1),
+    )
+    assert empty.code == ResponseCode.SYSTEM_ERROR
+    assert "holds no message" in (empty.remark or "")
+
+
+async def test_a_deleted_topic_leaves_the_broker_and_the_nameserver(cluster: LocalCluster) -> None:
+    async with AdminClient(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Doomed", queues=2)
+        await admin.create_topic("Kept", queues=1)
+        async with RpcClient() as client:
+            addr = cluster.broker.address
+            assert (await send(client, addr, "Doomed", b"x")).code == 0
+            await admin.delete_topic("Doomed")
+            assert await admin.route("Doomed") is None
+            assert "Doomed" not in await admin.topics()
+            configs = await client.call(
+                addr, RemotingCommand(code=RequestCode.GET_ALL_TOPIC_CONFIG), 5
+            )
+            table = decode_body(configs.body, TopicConfigSerializeWrapper).topic_config_table
+            assert "Doomed" not in table
+            assert "Kept" in table
+            assert (await send(client, addr, "Doomed", b"y")).code == ResponseCode.TOPIC_NOT_EXIST
+            assert (await send(client, addr, "Kept", b"z")).code == ResponseCode.SUCCESS
+            assert await admin.route("Kept") is not None
