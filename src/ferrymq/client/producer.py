@@ -369,8 +369,8 @@ class Producer:
         born_timestamp = time.time_ns() // 1_000_000
         if code == RequestCode.SEND_MESSAGE_V2 and not batch:
             # the hot path: SendMessageRequestHeaderV2's extFields written directly (a header
-            # object and its flattening cost a fifth of a send's client CPU); test_producer
-            # checks it equals to_ext_fields of the header
+            # object and its flattening cost a fifth of a send's client CPU); a unit test
+            # (tests/unit/client/test_send_request.py) checks it equals the header's flattening
             fields = {
                 "a": self.group,
                 "b": topic,
