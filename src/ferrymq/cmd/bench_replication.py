@@ -27,7 +27,7 @@ from typing import Any
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.cmd.local import Child, spawn
-from ferrymq.cmd.measure import Meter, Row, free_port, quiet_nats_errors, timed_window
+from ferrymq.cmd.measure import Meter, Row, free_port, quiet_nats_errors, timed_sync, timed_window
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode
@@ -76,13 +76,8 @@ async def _send_rows(
 ) -> list[Row]:
     payload = os.urandom(size)
     meter = Meter(pids)
-    latencies: list[float] = []
-    end = time.perf_counter() + config.seconds
-    while time.perf_counter() < end:
-        started = time.perf_counter()
-        await producer_send(payload)
-        latencies.append(time.perf_counter() - started)
-    rows = [meter.row(system, "sync", size, len(latencies), latencies)]
+    count, latencies = await timed_sync(functools.partial(producer_send, payload), config.seconds)
+    rows = [meter.row(system, "sync", size, count, latencies)]
     meter = Meter(pids)
     count, window_latencies = await timed_window(
         functools.partial(producer_send, payload), config.seconds, config.window

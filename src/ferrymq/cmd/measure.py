@@ -58,20 +58,16 @@ def _self_cpu() -> float:
 
 
 class Meter:
-    """CPU of this process and of the server processes over one measurement."""
+    """CPU of this process and of the server processes over one measurement (one slice)."""
 
     def __init__(self, server_pids: list[int]) -> None:
-        self._pids = server_pids
-        self._client = _self_cpu()
-        self._servers = sum(_process_cpu(p) for p in server_pids)
-        self._start = time.perf_counter()
+        self._tally = Tally(server_pids)
+        self._tally.begin()
 
     def row(self, system: str, mode: str, size: int, messages: int, latencies: list[float]) -> Row:
         """The row for what was measured since this meter was made."""
-        elapsed = time.perf_counter() - self._start
-        client = _self_cpu() - self._client
-        servers = sum(_process_cpu(p) for p in self._pids) - self._servers
-        return _row(system, mode, size, messages, elapsed, client, servers, latencies)
+        self._tally.end(messages, latencies)
+        return self._tally.row(system, mode, size)
 
 
 class Tally:
