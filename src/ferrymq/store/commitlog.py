@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from ferrymq.errors import MessageTooLargeError, ProtocolError, StoreError
+from ferrymq.store.prepare import SegmentPreparer
 from ferrymq.store.segment import Segment, SegmentChain
 from ferrymq.wire.records import BLANK_MAGIC, BLANK_RECORD_BYTES, RecordInfo, record_info
 
@@ -26,6 +27,7 @@ __all__ = ["CommitLog", "ScanResult"]
 
 _BLANK: Final = struct.Struct(">ii")
 _SCAN_CHUNK: Final = 4 * 1024 * 1024
+_NEVER: Final = 1 << 63
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +44,16 @@ class ScanResult:
 class CommitLog:
     """Segments of records; one owner writes, readers are served from the same files."""
 
-    def __init__(self, directory: Path, segment_bytes: int) -> None:
+    def __init__(
+        self, directory: Path, segment_bytes: int, preparer: SegmentPreparer | None = None
+    ) -> None:
         self.chain = SegmentChain(directory, segment_bytes)
         self.write_offset = 0
         """The log offset the next record goes to."""
+        self.preparer = preparer
+        """Makes zero-filled segments ahead of need (`warm_segments`), or None: sparse ones."""
+        self._spare_at = _NEVER
+        """The log offset at which the next spare segment is requested (half the last one)."""
 
     @property
     def segment_bytes(self) -> int:
@@ -58,15 +66,40 @@ class CommitLog:
         return self.chain.min_offset if not self.chain.is_empty else self.write_offset
 
     def load(self) -> None:
-        """Open the segment files; `recover` must then set the write offset."""
+        """Open the segment files; `recover` must then set the write offset.
+
+        With a preparer, an empty log gets its first spare now, so the first append does not
+        wait for a segment's worth of zeros.
+        """
         self.chain.load()
         self.write_offset = self.chain.max_offset
+        if self.preparer is not None and not self.preparer.open(self.chain.directory):
+            self.preparer = None
+        if self.preparer is not None:
+            if self.chain.is_empty:
+                self.preparer.prepare_now()
+            self._arm_spare()
+
+    def _arm_spare(self) -> None:
+        last = self.chain.last
+        if self.preparer is None or last is None:
+            self._spare_at = _NEVER
+        else:
+            self._spare_at = last.start_offset + last.size // 2
 
     def _segment_for_write(self) -> Segment:
         last = self.chain.last
         if last is None or self.write_offset >= last.start_offset + last.size:
             size = self.segment_bytes
-            return self.chain.create(self.write_offset // size * size)
+            start = self.write_offset // size * size
+            preparer = self.preparer
+            if preparer is None:
+                return self.chain.create(start)
+            if self.chain.is_empty and not preparer.ready:
+                preparer.prepare_now()  # the first segment, after a truncation to nothing
+            segment = self.chain.create(start, preparer.take)
+            self._arm_spare()
+            return segment
         return last
 
     def reserve(self, length: int) -> int:
@@ -96,6 +129,13 @@ class CommitLog:
         segment = self._segment_for_write()
         segment.write(log_offset - segment.start_offset, data)
         self.write_offset = log_offset + len(data)
+        if self.write_offset >= self._spare_at:
+            self._request_spare()
+
+    def _request_spare(self) -> None:
+        assert self.preparer is not None
+        self._spare_at = _NEVER  # until the next segment is created
+        self.preparer.request()
 
     def append_raw(self, log_offset: int, data: bytes | bytearray | memoryview) -> None:
         """Write replicated bytes (records and blanks) at `log_offset`, within one segment."""
@@ -109,6 +149,8 @@ class CommitLog:
             raise StoreError(f"replica bytes at {log_offset} cross the end of a segment")
         segment.write(pos, data)
         self.write_offset = log_offset + len(data)
+        if self.write_offset >= self._spare_at:
+            self._request_spare()
 
     def read(self, log_offset: int, length: int) -> bytes:
         """Read up to `length` stored bytes at `log_offset`, never past a segment or the log end."""
@@ -120,6 +162,7 @@ class CommitLog:
         """Cut the log at `log_offset`: later bytes are zeroed or deleted, durably."""
         self.chain.truncate(log_offset)
         self.write_offset = log_offset
+        self._arm_spare()
 
     def scan(
         self,
@@ -209,5 +252,7 @@ class CommitLog:
                 batch.clear()
 
     def close(self) -> None:
-        """Close every segment file."""
+        """Stop preparing spares and close every segment file."""
+        if self.preparer is not None:
+            self.preparer.close()
         self.chain.close()

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -226,16 +227,23 @@ class SegmentChain:
         segment = self.segments[i]
         return segment if offset < segment.start_offset + segment.size else None
 
-    def create(self, start_offset: int) -> Segment:
-        """Append a new empty segment starting at `start_offset`."""
+    def create(
+        self, start_offset: int, take_spare: Callable[[Path], bool] | None = None
+    ) -> Segment:
+        """Append a new empty segment starting at `start_offset`.
+
+        `take_spare(path)`, when given, may move a prepared zero-filled file of the segment size
+        to `path` (and say so); otherwise the file is created sparse.
+        """
         if self.segments and start_offset != self.segments[-1].start_offset + self.segment_bytes:
             raise StoreError(f"new segment at {start_offset} would not be contiguous")
         if start_offset % self.segment_bytes:
             raise StoreError(f"segment start {start_offset} is not a multiple of the segment size")
         self.directory.mkdir(parents=True, exist_ok=True)
-        segment = Segment.open(
-            self.directory / segment_name(start_offset), start_offset, self.segment_bytes
-        )
+        path = self.directory / segment_name(start_offset)
+        if take_spare is not None and not path.exists():
+            take_spare(path)
+        segment = Segment.open(path, start_offset, self.segment_bytes)
         fsync_dir(self.directory)
         with self._lock:
             self.segments.append(segment)

@@ -60,6 +60,7 @@ from ferrymq.store.config import FlushDiskType, StoreConfig
 from ferrymq.store.consumequeue import ENTRY_BYTES, ConsumeQueue, QueueEntry, pack_entries
 from ferrymq.store.flush import Flusher
 from ferrymq.store.index import KeyIndex
+from ferrymq.store.prepare import SegmentPreparer
 from ferrymq.store.queues import QueueTable
 from ferrymq.wire.properties import TAGS, UNIQ_KEY, decode_properties, keys_of
 from ferrymq.wire.records import (
@@ -188,7 +189,12 @@ class Store:
         self._clock_ms = clock_ms
         self._on_dispatch = on_dispatch
         root = config.root_dir
-        self.commitlog = CommitLog(config.commitlog_path, config.commitlog_segment_bytes)
+        preparer = (
+            SegmentPreparer(config.spare_segment_path, config.commitlog_segment_bytes)
+            if config.warm_segments
+            else None
+        )
+        self.commitlog = CommitLog(config.commitlog_path, config.commitlog_segment_bytes, preparer)
         self.queues = QueueTable(root / "consumequeue", config.consume_queue_entries)
         self.index = KeyIndex(root / "index", config.index_slot_count, config.index_max_entries)
         self._checkpoint_path = root / "checkpoint"

@@ -12,6 +12,7 @@ import os
 import shutil
 import struct
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -97,6 +98,7 @@ class StoreWithCrashes(RuleBasedStateMachine):
         self._cut_commit_log(cut, garbage)
         self._lose_queue_tails(safe, data)
         self._damage_newest_index(safe, data)
+        self._leave_half_a_spare(data)
         self.model = [[m for m in q if m[3] <= cut] for q in self.model]
         self.store = Store.open(self.config)
         self.durable = self.store.max_log_offset
@@ -150,6 +152,13 @@ class StoreWithCrashes(RuleBasedStateMachine):
         raw[start : start + length] = bytes(len(raw[start : start + length]))
         newest.write_bytes(raw)
 
+    def _leave_half_a_spare(self, data: st.DataObject) -> None:
+        """Warm segments: a crash mid-preparation leaves a partial spare of any bytes."""
+        if not self.config.warm_segments:
+            return
+        partial = self.config.spare_segment_path / "spare.partial"
+        partial.write_bytes(data.draw(st.binary(max_size=64), label="partial spare"))
+
     @invariant()
     def queues_hold_exactly_the_model(self) -> None:
         for queue_id in range(QUEUES):
@@ -168,4 +177,15 @@ class StoreWithCrashes(RuleBasedStateMachine):
                 assert [r.body for r in self.store.query_by_key("Topic", key)] == [body]
 
 
+class WarmStoreWithCrashes(StoreWithCrashes):
+    """The same with zero-filled segments prepared ahead (`warm_segments`, SYNC_FLUSH's default)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store.close()
+        self.config = replace(self.config, warm_segments=True)
+        self.store = Store.open(self.config)
+
+
 TestStoreWithCrashes = StoreWithCrashes.TestCase
+TestWarmStoreWithCrashes = WarmStoreWithCrashes.TestCase
