@@ -197,6 +197,41 @@ def test_bench_commands_print_a_json_summary_last(servers: tuple[Server, Server]
         assert summary["errors"] == 0
 
 
+def test_bench_store_reports_both_ratios_and_every_measurement(tmp_path: Path) -> None:
+    done = ferry(
+        "bench",
+        "store",
+        "--quick",
+        "--sizes",
+        "1024",
+        "--batches",
+        "64",
+        "--json",
+        "--dir",
+        str(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["headline_case"] == {"size": 1024, "batch": 64}
+    (case,) = summary["cases"]
+    for name in (
+        "raw_write",
+        "async_append",
+        "raw_write_fsync",
+        "sync_append",
+        "sync_append_sparse",
+        "dispatch",
+        "replay",
+        "read",
+    ):
+        assert case[f"{name}_msg_s"] > 0, name
+    assert summary["async_ratio"] == round(case["async_append_mb_s"] / case["raw_write_mb_s"], 3)
+    assert summary["sync_ratio"] == pytest.approx(
+        case["sync_append_mb_s"] / case["raw_write_fsync_mb_s"], abs=0.01
+    )
+    assert list(tmp_path.iterdir()) == []  # every case cleans up after itself
+
+
 @pytest.mark.parametrize(
     "args",
     [

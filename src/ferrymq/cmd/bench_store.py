@@ -6,14 +6,17 @@ bytes:
 - async append (`Store.put`: encode and write to the commit log, ASYNC_FLUSH with the flusher
   running) against raw sequential `os.write` of the record bytes the store writes;
 - sync append (`Store.put` then waiting for the group-commit fsync) against raw `os.write` +
-  `os.fdatasync` per batch;
+  `os.fdatasync` per batch, as a SYNC_FLUSH broker runs it (zero-filled segments prepared ahead,
+  `warmMapedFileEnable`) and, for comparison, with sparse segments;
 - dispatch (`Store.dispatch`: consume-queue entries and key index for the appended records),
   measured apart from the append as RocketMQ's reput is;
 - replay: the commit log copied into a second store (`Store.append_replica`: parse, CRC check,
   dispatch), what a slave and crash recovery do;
 - reads by queue offset (`Store.get`, 32 messages per call, CRC checked).
 
-Ratios compare numbers measured in this run only. Nothing here asserts a speed.
+The three sync measurements run in interleaved slices (`_interleaved`), since a virtual disk's
+fsync latency drifts by tens of percent within a minute. Ratios compare numbers measured in this
+run only. Nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = ["CaseResult", "StoreBenchConfig", "run_store_bench"]
 _BORN = pack_host("127.0.0.1", 50000)
 _TOPIC = "BenchTopic"
 _QUEUES = 4
+_SYNC_SLICES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,8 @@ class CaseResult:
     async_append: Rate
     raw_write_fsync: Rate
     sync_append: Rate
+    sync_append_sparse: Rate
+    """SYNC_FLUSH with `warm_segments` off: every fsync also commits block allocations."""
     dispatch: Rate
     replay: Rate
     read: Rate
@@ -103,6 +109,7 @@ class CaseResult:
             "async_append",
             "raw_write_fsync",
             "sync_append",
+            "sync_append_sparse",
             "dispatch",
             "replay",
             "read",
@@ -140,50 +147,73 @@ def _record_bytes(items: list[BatchItem]) -> bytes:
     return b"".join(parts)
 
 
-def _timed(rounds: int, seconds: float, step: Callable[[int], int]) -> tuple[int, int, float]:
+def _timed(
+    rounds: int, seconds: float, step: Callable[[int], int], first: int = 0
+) -> tuple[int, int, float]:
     """Run `step(i)` (returning bytes written) until `rounds` or `seconds`; return totals."""
     data_bytes = 0
     done = 0
     start = time.perf_counter()
     deadline = start + seconds
     while done < rounds:
-        data_bytes += step(done)
+        data_bytes += step(first + done)
         done += 1
         if done % 16 == 0 and time.perf_counter() > deadline:
             break
     return done, data_bytes, time.perf_counter() - start
 
 
-def _raw_write(
-    path: Path, chunk: bytes, batch: int, rounds: int, seconds: float, fsync: bool
-) -> Rate:
+def _interleaved(
+    steps: list[Callable[[int], int]], rounds: int, seconds: float, slices: int
+) -> list[tuple[int, int, float]]:
+    """Run each step in turn, `seconds / slices` at a time, until each ran `seconds` or `rounds`.
+
+    The one going first rotates by slice, so drift of the disk's fsync latency during the run
+    (large on a virtual disk) weighs on every step alike. Returns (steps, bytes, seconds) each.
+    """
+    totals = [(0, 0, 0.0) for _ in steps]
+    for slice_number in range(slices):
+        turn = slice_number % len(steps)
+        for index in [*range(turn, len(steps)), *range(turn)]:
+            done, data_bytes, elapsed = totals[index]
+            if done >= rounds:
+                continue
+            more = _timed(rounds - done, seconds / slices, steps[index], first=done)
+            totals[index] = (done + more[0], data_bytes + more[1], elapsed + more[2])
+    return totals
+
+
+def _raw_step(fd: int, chunk: bytes, fsync: bool) -> Callable[[int], int]:
+    def step(_: int) -> int:
+        written = os.write(fd, chunk)
+        if fsync:
+            os.fdatasync(fd)
+        return written
+
+    return step
+
+
+def _raw_write(path: Path, chunk: bytes, batch: int, rounds: int, seconds: float) -> Rate:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-
-        def step(_: int) -> int:
-            written = os.write(fd, chunk)
-            if fsync:
-                os.fdatasync(fd)
-            return written
-
-        done, data_bytes, elapsed = _timed(rounds, seconds, step)
+        done, data_bytes, elapsed = _timed(rounds, seconds, _raw_step(fd, chunk, fsync=False))
     finally:
         os.close(fd)
         path.unlink(missing_ok=True)
     return Rate(done * batch, data_bytes, elapsed)
 
 
-def _store_config(root: Path, flush: FlushDiskType) -> StoreConfig:
+def _store_config(root: Path, flush: FlushDiskType, warm: bool) -> StoreConfig:
     return StoreConfig(
-        root_dir=root, flush_disk_type=flush, commitlog_segment_bytes=256 * 1024 * 1024
+        root_dir=root,
+        flush_disk_type=flush,
+        warm_segments=warm,
+        commitlog_segment_bytes=256 * 1024 * 1024,
     )
 
 
-def _append(
-    root: Path, items: list[BatchItem], rounds: int, seconds: float, flush: FlushDiskType
-) -> tuple[Rate, Store]:
-    store = Store.open(_store_config(root, flush))
-    sync = flush is FlushDiskType.SYNC_FLUSH
+def _append_step(store: Store, items: list[BatchItem]) -> Callable[[int], int]:
+    sync = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
 
     def step(i: int) -> int:
         result = store.put(_TOPIC, i % _QUEUES, items, born_host=_BORN, born_timestamp_ms=0)
@@ -191,8 +221,38 @@ def _append(
             store.wait_flushed(result.end_log_offset).result()
         return sum(result.sizes)
 
-    done, data_bytes, elapsed = _timed(rounds, seconds, step)
-    return Rate(done * len(items), data_bytes, elapsed), store
+    return step
+
+
+def _sync_rates(
+    work: Path, chunk: bytes, items: list[BatchItem], rounds: int, seconds: float
+) -> tuple[Rate, Rate, Rate]:
+    """Raw write+fdatasync, sync append (warm segments) and sync append (sparse), interleaved.
+
+    Opening the stores (and preparing the warm one's first segment) is not timed.
+    """
+    fd = os.open(work / "raw-sync", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    warm = Store.open(_store_config(work / "sync", FlushDiskType.SYNC_FLUSH, warm=True))
+    sparse = Store.open(_store_config(work / "sync-sparse", FlushDiskType.SYNC_FLUSH, warm=False))
+    try:
+        totals = _interleaved(
+            [
+                _raw_step(fd, chunk, fsync=True),
+                _append_step(warm, items),
+                _append_step(sparse, items),
+            ],
+            rounds,
+            seconds,
+            slices=_SYNC_SLICES,
+        )
+    finally:
+        os.close(fd)
+        warm.close()
+        sparse.close()
+    raw, warm_rate, sparse_rate = (
+        Rate(done * len(items), data_bytes, elapsed) for done, data_bytes, elapsed in totals
+    )
+    return raw, warm_rate, sparse_rate
 
 
 def _dispatch(store: Store) -> Rate:
@@ -247,22 +307,31 @@ def run_case(config: StoreBenchConfig, size: int, batch: int) -> CaseResult:
         items = _items(size, batch, ids)
         chunk = _record_bytes(items)
         rounds = max(16, config.max_bytes // len(chunk))
-        raw = _raw_write(work / "raw", chunk, batch, rounds, config.seconds, fsync=False)
-        async_rate, async_store = _append(
-            work / "async", items, rounds, config.seconds, FlushDiskType.ASYNC_FLUSH
-        )
+        raw = _raw_write(work / "raw", chunk, batch, rounds, config.seconds)
+        async_store = Store.open(_store_config(work / "async", FlushDiskType.ASYNC_FLUSH, False))
         try:
+            done, data_bytes, elapsed = _timed(
+                rounds, config.seconds, _append_step(async_store, items)
+            )
+            async_rate = Rate(done * batch, data_bytes, elapsed)
             dispatch = _dispatch(async_store)
             replay = _replay(async_store, work / "replica")
             read = _read(async_store)
         finally:
             async_store.close()
-        raw_sync = _raw_write(work / "raw-sync", chunk, batch, rounds, config.seconds, fsync=True)
-        sync_rate, sync_store = _append(
-            work / "sync", items, rounds, config.seconds, FlushDiskType.SYNC_FLUSH
+        raw_sync, sync_rate, sparse_rate = _sync_rates(work, chunk, items, rounds, config.seconds)
+        return CaseResult(
+            size,
+            batch,
+            raw,
+            async_rate,
+            raw_sync,
+            sync_rate,
+            sparse_rate,
+            dispatch,
+            replay,
+            read,
         )
-        sync_store.close()
-        return CaseResult(size, batch, raw, async_rate, raw_sync, sync_rate, dispatch, replay, read)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
