@@ -6,6 +6,7 @@ acknowledged message is consumed; no message appears twice unless its send was r
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,9 +64,13 @@ async def test_kill_the_master_under_load_and_lose_nothing(tmp_path: Path) -> No
 
             async with Producer(cluster.namesrv_addr, send_timeout=2.0) as producer:
 
-                async def produce(count: int, tag: str) -> None:
+                async def produce(
+                    count: int, tag: str, kill: Callable[[], object] | None = None, kill_at: int = 0
+                ) -> None:
                     nonlocal failed
                     for i in range(count):
+                        if kill is not None and i == kill_at:  # while message i's send is in flight
+                            asyncio.get_running_loop().call_soon(kill)
                         body = f"{tag}-{i:05d}".encode()
                         try:
                             result = await producer.send(TOPIC, body)
@@ -85,9 +90,9 @@ async def test_kill_the_master_under_load_and_lose_nothing(tmp_path: Path) -> No
                 victim = next(
                     name for name, child in cluster.brokers.items() if child.addr == old_master
                 )
-                killer = asyncio.get_running_loop().call_later(0.2, cluster.brokers[victim].kill)
-                await produce(400, "during")
-                killer.cancel()
+                # the kill is placed by count, not time: sends got fast enough to finish 400
+                # before a timer's 0.2 s went off
+                await produce(400, "during", kill_at=100, kill=cluster.brokers[victim].kill)
                 new_master = await _master(admin, not_addr=old_master)
                 assert new_master != old_master
                 await produce(200, "after")
