@@ -217,6 +217,7 @@ def test_bench_store_reports_both_ratios_and_every_measurement(tmp_path: Path) -
     for name in (
         "raw_write",
         "async_append",
+        "async_append_sparse",
         "raw_write_fsync",
         "sync_append",
         "sync_append_sparse",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ferrymq.config import ConfigError
 from ferrymq.model import format_address, parse_address
-from ferrymq.store.config import FlushDiskType, StoreConfig
+from ferrymq.store.config import FlushDiskType, SegmentFill, StoreConfig
 from ferrymq.wire.records import pack_host
 
 __all__ = ["BrokerConfig", "BrokerRole"]
@@ -88,6 +88,10 @@ class BrokerConfig:
     for all but a new store's first), so a send's fsync commits no block allocation: about half
     the fsync wait on ext4. RocketMQ: false. Ignored with ASYNC_FLUSH, where no send waits for
     an fsync and the zeros would only double the disk writes."""
+    preallocate_commit_log: bool = True
+    """ferrymq key: `posix_fallocate` each commit-log segment before use (in the background)
+    where `warmMapedFileEnable` does not zero-fill it, so appends skip the filesystem's per-page
+    block reservation (a 64 KiB write: 13 -> 7.6 us on ext4). Off: segments are sparse."""
     flush_interval_commit_log: int = 500
     flush_interval_consume_queue: int = 1000
     sync_flush_timeout: int = 5000
@@ -227,6 +231,12 @@ class BrokerConfig:
             raise ConfigError("messageDelayLevel", "no levels")
         return levels
 
+    @property
+    def _segment_fill(self) -> SegmentFill:
+        if self.warm_maped_file_enable and self.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            return SegmentFill.ZEROED
+        return SegmentFill.ALLOCATED if self.preallocate_commit_log else SegmentFill.SPARSE
+
     def store_config(self, advertised_port: int | None = None) -> StoreConfig:
         """The storage engine's settings."""
         return StoreConfig(
@@ -235,8 +245,7 @@ class BrokerConfig:
             commitlog_segment_bytes=self.mapped_file_size_commit_log,
             consume_queue_entries=self.mapped_file_size_consume_queue // 20,
             flush_disk_type=self.flush_disk_type,
-            warm_segments=self.warm_maped_file_enable
-            and self.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            segment_fill=self._segment_fill,
             flush_interval=self.flush_interval_commit_log / 1000,
             checkpoint_interval=self.flush_interval_consume_queue / 1000,
             max_message_bytes=self.max_message_size,

@@ -4,7 +4,9 @@ For each message size and batch size, one run measures, on the same filesystem a
 bytes:
 
 - async append (`Store.put`: encode and write to the commit log, ASYNC_FLUSH with the flusher
-  running) against raw sequential `os.write` of the record bytes the store writes;
+  running) against raw sequential `os.write` of the record bytes the store writes, as an
+  ASYNC_FLUSH broker runs it (segments `posix_fallocate`d ahead, `preallocateCommitLog`) and,
+  for comparison, with sparse segments;
 - sync append (`Store.put` then waiting for the group-commit fsync) against raw `os.write` +
   `os.fdatasync` per batch, as a SYNC_FLUSH broker runs it (zero-filled segments prepared ahead,
   `warmMapedFileEnable`) and, for comparison, with sparse segments;
@@ -14,13 +16,14 @@ bytes:
   dispatch), what a slave and crash recovery do;
 - reads by queue offset (`Store.get`, 32 messages per call, CRC checked).
 
-The three sync measurements run in interleaved slices (`_interleaved`), since a virtual disk's
-fsync latency drifts by tens of percent within a minute. Ratios compare numbers measured in this
-run only. Nothing here asserts a speed.
+The three async and the three sync measurements each run in interleaved slices (`_interleaved`),
+since a virtual machine's write and fsync times drift by tens of percent within a minute. Ratios
+compare numbers measured in this run only. Nothing here asserts a speed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -30,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ferrymq.store.config import FlushDiskType, StoreConfig
+from ferrymq.store.config import FlushDiskType, SegmentFill, StoreConfig
 from ferrymq.store.store import Store
 from ferrymq.wire.msgid import UniqueIdGenerator
 from ferrymq.wire.properties import UNIQ_KEY, encode_properties
@@ -41,7 +44,7 @@ __all__ = ["CaseResult", "StoreBenchConfig", "run_store_bench"]
 _BORN = pack_host("127.0.0.1", 50000)
 _TOPIC = "BenchTopic"
 _QUEUES = 4
-_SYNC_SLICES = 10
+_SLICES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +86,12 @@ class CaseResult:
     batch: int
     raw_write: Rate
     async_append: Rate
+    async_append_sparse: Rate
+    """ASYNC_FLUSH with sparse segments: writes reserve blocks page by page."""
     raw_write_fsync: Rate
     sync_append: Rate
     sync_append_sparse: Rate
-    """SYNC_FLUSH with `warm_segments` off: every fsync also commits block allocations."""
+    """SYNC_FLUSH with sparse segments: every fsync also commits block allocations."""
     dispatch: Rate
     replay: Rate
     read: Rate
@@ -107,6 +112,7 @@ class CaseResult:
         for name in (
             "raw_write",
             "async_append",
+            "async_append_sparse",
             "raw_write_fsync",
             "sync_append",
             "sync_append_sparse",
@@ -193,21 +199,11 @@ def _raw_step(fd: int, chunk: bytes, fsync: bool) -> Callable[[int], int]:
     return step
 
 
-def _raw_write(path: Path, chunk: bytes, batch: int, rounds: int, seconds: float) -> Rate:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        done, data_bytes, elapsed = _timed(rounds, seconds, _raw_step(fd, chunk, fsync=False))
-    finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
-    return Rate(done * batch, data_bytes, elapsed)
-
-
-def _store_config(root: Path, flush: FlushDiskType, warm: bool) -> StoreConfig:
+def _store_config(root: Path, flush: FlushDiskType, fill: SegmentFill) -> StoreConfig:
     return StoreConfig(
         root_dir=root,
         flush_disk_type=flush,
-        warm_segments=warm,
+        segment_fill=fill,
         commitlog_segment_bytes=256 * 1024 * 1024,
     )
 
@@ -224,35 +220,56 @@ def _append_step(store: Store, items: list[BatchItem]) -> Callable[[int], int]:
     return step
 
 
-def _sync_rates(
-    work: Path, chunk: bytes, items: list[BatchItem], rounds: int, seconds: float
+def _side_by_side(
+    raw_path: Path,
+    prepared: Store,
+    sparse: Store,
+    chunk: bytes,
+    items: list[BatchItem],
+    rounds: int,
+    seconds: float,
 ) -> tuple[Rate, Rate, Rate]:
-    """Raw write+fdatasync, sync append (warm segments) and sync append (sparse), interleaved.
+    """Raw writes, appends to `prepared` and appends to `sparse`, interleaved.
 
-    Opening the stores (and preparing the warm one's first segment) is not timed.
+    The raw writes go to one file, with an fdatasync after each when the stores sync-flush.
     """
-    fd = os.open(work / "raw-sync", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    warm = Store.open(_store_config(work / "sync", FlushDiskType.SYNC_FLUSH, warm=True))
-    sparse = Store.open(_store_config(work / "sync-sparse", FlushDiskType.SYNC_FLUSH, warm=False))
+    sync = prepared.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    fd = os.open(raw_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         totals = _interleaved(
             [
-                _raw_step(fd, chunk, fsync=True),
-                _append_step(warm, items),
+                _raw_step(fd, chunk, fsync=sync),
+                _append_step(prepared, items),
                 _append_step(sparse, items),
             ],
             rounds,
             seconds,
-            slices=_SYNC_SLICES,
+            slices=_SLICES,
         )
     finally:
         os.close(fd)
-        warm.close()
-        sparse.close()
-    raw, warm_rate, sparse_rate = (
+    raw, prepared_rate, sparse_rate = (
         Rate(done * len(items), data_bytes, elapsed) for done, data_bytes, elapsed in totals
     )
-    return raw, warm_rate, sparse_rate
+    return raw, prepared_rate, sparse_rate
+
+
+def _stores(work: Path, flush: FlushDiskType) -> tuple[Store, Store]:
+    """A store whose segments are made as a broker with `flush` makes them, and a sparse one.
+
+    A broker zero-fills segments with SYNC_FLUSH (`warmMapedFileEnable`) and allocates them
+    otherwise (`preallocateCommitLog`). Opening them (and preparing the first segment) is not
+    timed.
+    """
+    name = flush.value.lower()
+    fill = SegmentFill.ZEROED if flush is FlushDiskType.SYNC_FLUSH else SegmentFill.ALLOCATED
+    prepared = Store.open(_store_config(work / name, flush, fill))
+    try:
+        sparse = Store.open(_store_config(work / f"{name}-sparse", flush, SegmentFill.SPARSE))
+    except BaseException:
+        prepared.close()
+        raise
+    return prepared, sparse
 
 
 def _dispatch(store: Store) -> Rate:
@@ -307,27 +324,38 @@ def run_case(config: StoreBenchConfig, size: int, batch: int) -> CaseResult:
         items = _items(size, batch, ids)
         chunk = _record_bytes(items)
         rounds = max(16, config.max_bytes // len(chunk))
-        raw = _raw_write(work / "raw", chunk, batch, rounds, config.seconds)
-        async_store = Store.open(_store_config(work / "async", FlushDiskType.ASYNC_FLUSH, False))
-        try:
-            done, data_bytes, elapsed = _timed(
-                rounds, config.seconds, _append_step(async_store, items)
+        with contextlib.ExitStack() as stores:
+            async_store, async_sparse_store = (
+                stores.enter_context(s) for s in _stores(work, FlushDiskType.ASYNC_FLUSH)
             )
-            async_rate = Rate(done * batch, data_bytes, elapsed)
+            raw, async_rate, async_sparse = _side_by_side(
+                work / "raw", async_store, async_sparse_store, chunk, items, rounds, config.seconds
+            )
             dispatch = _dispatch(async_store)
             replay = _replay(async_store, work / "replica")
             read = _read(async_store)
-        finally:
-            async_store.close()
-        raw_sync, sync_rate, sparse_rate = _sync_rates(work, chunk, items, rounds, config.seconds)
+        with contextlib.ExitStack() as stores:
+            sync_store, sync_sparse_store = (
+                stores.enter_context(s) for s in _stores(work, FlushDiskType.SYNC_FLUSH)
+            )
+            raw_sync, sync_rate, sync_sparse = _side_by_side(
+                work / "raw-sync",
+                sync_store,
+                sync_sparse_store,
+                chunk,
+                items,
+                rounds,
+                config.seconds,
+            )
         return CaseResult(
             size,
             batch,
             raw,
             async_rate,
+            async_sparse,
             raw_sync,
             sync_rate,
-            sparse_rate,
+            sync_sparse,
             dispatch,
             replay,
             read,

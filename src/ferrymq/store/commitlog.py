@@ -51,7 +51,7 @@ class CommitLog:
         self.write_offset = 0
         """The log offset the next record goes to."""
         self.preparer = preparer
-        """Makes zero-filled segments ahead of need (`warm_segments`), or None: sparse ones."""
+        """Makes segments ahead of need (`segment_fill`), or None: sparse ones."""
         self._spare_at = _NEVER
         """The log offset at which the next spare segment is requested (half the last one)."""
 
@@ -68,8 +68,8 @@ class CommitLog:
     def load(self) -> None:
         """Open the segment files; `recover` must then set the write offset.
 
-        With a preparer, an empty log gets its first spare now, so the first append does not
-        wait for a segment's worth of zeros.
+        With a preparer, an empty log gets its first spare now (the caller waits for it), so
+        even the first segment is a prepared one.
         """
         self.chain.load()
         self.write_offset = self.chain.max_offset

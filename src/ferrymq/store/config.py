@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final
 
-__all__ = ["DEFAULT_STORE_HOST", "FlushDiskType", "StoreConfig"]
+__all__ = ["DEFAULT_STORE_HOST", "FlushDiskType", "SegmentFill", "StoreConfig"]
 
 DEFAULT_STORE_HOST: Final = b"\x7f\x00\x00\x01\x00\x00\x27\x8f"  # 127.0.0.1:10911
 
@@ -22,6 +22,18 @@ class FlushDiskType(StrEnum):
     """Acknowledge after the write to the page cache; fsync every `flush_interval`."""
     SYNC_FLUSH = "SYNC_FLUSH"
     """Acknowledge after fsync; concurrent appends share one fsync (group commit)."""
+
+
+class SegmentFill(StrEnum):
+    """How a commit-log segment file is made before records land in it (`store/prepare.py`)."""
+
+    SPARSE = "sparse"
+    """Created with ftruncate when needed: blocks are allocated as data lands (RocketMQ's way)."""
+    ALLOCATED = "allocated"
+    """`posix_fallocate`d ahead of need: writes into it skip the per-page block reservation."""
+    ZEROED = "zeroed"
+    """Zero-filled and synced ahead of need (`warmMapedFileEnable`): an fsync after an append
+    commits no block allocation. Costs one write of zeros per segment."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,10 +53,9 @@ class StoreConfig:
     index_max_entries: int = 2_000_000
     """`maxIndexNum` (RocketMQ: 20,000,000)."""
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
-    warm_segments: bool = False
-    """Zero-fill and sync each commit-log segment before use, ahead of need (`store/prepare.py`):
-    an fsync then commits no block allocation. Costs one write of zeros per segment and one
-    spare segment file of disk."""
+    segment_fill: SegmentFill = SegmentFill.SPARSE
+    """How commit-log segments are made; but for SPARSE, one spare segment file is prepared
+    ahead of need in the background, which costs a segment of disk."""
     flush_interval: float = 0.5
     """`flushIntervalCommitLog`: async flush period."""
     checkpoint_interval: float = 1.0

@@ -1,21 +1,31 @@
-"""Zero-filled commit-log segments made ahead of need (RocketMQ `warmMapedFileEnable`).
+"""Commit-log segments made ahead of need: allocated or zero-filled spare files.
 
-RocketMQ's `AllocateMappedFileService` with warm mapped files, as one spare file.
+RocketMQ's `AllocateMappedFileService` (the next file created before it is needed) with its warm
+mapped files (`warmMapedFileEnable`), as one spare file.
 
-A segment created sparse (ftruncate) gets its disk blocks only when data lands in it, so on ext4
-and XFS every fdatasync after an append also commits a journal transaction for the allocation. A
-segment whose bytes were written (as zeros) and synced before use has its blocks: an fdatasync
-then only writes the data. On this project's test VM that halves a 64 KiB write+fdatasync (455 to
-190 us; `docs/benchmarks.md`); PostgreSQL zero-fills its WAL segments for the same reason
-(`wal_init_zero`). Writes into a prepared segment also cannot fail for lack of disk space.
+A segment created sparse (ftruncate) gets its disk blocks only when data lands in it. Each write
+into it then makes the filesystem reserve blocks page by page (ext4 delayed allocation), and on
+ext4 and XFS every fdatasync after an append also commits a journal transaction for the
+allocation. Two ways to move that off the append path (`SegmentFill`):
+
+- ALLOCATED: `posix_fallocate` the spare (unwritten extents, no data written). A 64 KiB write
+  into it costs 7.6 us against 13 on a sparse file on this project's test VM; the extents are
+  converted to written ones at writeback, off the append path. What async-flush brokers use.
+- ZEROED: write zeros over the whole spare and sync them. An fdatasync after an append then only
+  writes the data: half the time of a 64 KiB write+fdatasync on the test VM (455 to 190 us;
+  `docs/benchmarks.md`), the way PostgreSQL zero-fills its WAL segments (`wal_init_zero`). Costs
+  one write of zeros per segment, so only sync-flush brokers use it.
+
+Writes into either cannot fail for lack of disk space.
 
 One spare file at a time, in a directory beside the commit log (`<commitlog>.prepared/`), so the
-commit log directory holds segments only. A spare is position-independent (zeros are zeros): the
-commit log renames it to the name of whatever segment it needs next.
+commit log directory holds segments only. A spare is position-independent (its bytes are zeros):
+the commit log renames it to the name of whatever segment it needs next. Its name says how it was
+prepared (`spare-allocated`, `spare-zeroed`); a store opened with another fill deletes it.
 
 Rules:
-1. A spare becomes visible under its final name (`spare`) only after its zeros are fsynced, so a
-   crash leaves either no spare, a complete one, or a `spare.partial` that the next open deletes.
+1. A spare becomes visible under its final name only after it is fsynced, so a crash leaves
+   either no spare, a complete one, or a `.partial` file that the next open deletes.
 2. The background thread never blocks the writer: `take` returns False when no spare is ready,
    and the commit log creates that segment sparse instead.
 3. An error while preparing (a full disk) is logged and leaves no file; the next roll tries again.
@@ -32,6 +42,7 @@ from pathlib import Path
 from typing import Final
 
 from ferrymq.store.atomic import fsync_dir
+from ferrymq.store.config import SegmentFill
 
 __all__ = ["SegmentPreparer"]
 
@@ -43,22 +54,25 @@ _SYNC_EVERY: Final = 32 << 20
 
 
 class SegmentPreparer:
-    """Keeps one zero-filled, synced spare segment file ready for the commit log."""
+    """Keeps one allocated or zero-filled, synced spare segment file ready for the commit log."""
 
-    def __init__(self, directory: Path, segment_bytes: int) -> None:
+    def __init__(self, directory: Path, segment_bytes: int, fill: SegmentFill) -> None:
+        if fill is SegmentFill.SPARSE:
+            raise ValueError("sparse segments need no preparer")
         self.directory = directory
         self.segment_bytes = segment_bytes
-        self._spare = directory / "spare"
-        self._partial = directory / "spare.partial"
+        self.fill = fill
+        self._spare = directory / f"spare-{fill.value}"
+        self._partial = directory / f"spare-{fill.value}.partial"
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
     def open(self, segments_dir: Path) -> bool:
-        """Delete a half-done spare and one of another size; False when unusable.
+        """Delete half-done spares, spares of another fill and one of another size.
 
-        Unusable: this directory is on another filesystem than `segments_dir`, where a spare
-        could not be renamed into place (logged).
+        Returns False when unusable: this directory is on another filesystem than
+        `segments_dir`, where a spare could not be renamed into place (logged).
         """
         self.directory.mkdir(parents=True, exist_ok=True)
         segments_dir.mkdir(parents=True, exist_ok=True)
@@ -69,7 +83,10 @@ class SegmentPreparer:
                 segments_dir,
             )
             return False
-        self._partial.unlink(missing_ok=True)
+        for other in self.directory.glob("spare*"):
+            if other != self._spare and other.is_file():
+                log.info("deleting %s (spares here are %s)", other, self._spare.name)
+                other.unlink()
         try:
             size = self._spare.stat().st_size
         except FileNotFoundError:
@@ -129,7 +146,7 @@ class SegmentPreparer:
         try:
             fd = os.open(self._partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                finished = self._fill(fd)
+                finished = self._fill(fd) if self.fill is SegmentFill.ZEROED else self._allocate(fd)
             finally:
                 os.close(fd)
             if not finished:
@@ -144,10 +161,17 @@ class SegmentPreparer:
                 self._partial.unlink(missing_ok=True)
             return
         log.info(
-            "prepared a zero-filled spare segment of %d bytes in %.2f s",
+            "prepared a spare segment (%s) of %d bytes in %.2f s",
+            self.fill.value,
             self.segment_bytes,
             time.monotonic() - started,
         )
+
+    def _allocate(self, fd: int) -> bool:
+        """Allocate the whole file's blocks, unwritten (they read as zeros), and sync that."""
+        os.posix_fallocate(fd, 0, self.segment_bytes)
+        os.fdatasync(fd)
+        return not self._stop.is_set()
 
     def _fill(self, fd: int) -> bool:
         """Write and sync zeros over the whole file; False when told to stop first."""

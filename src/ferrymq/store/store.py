@@ -56,7 +56,7 @@ from ferrymq.store import ledger
 from ferrymq.store.atomic import fsync_dir, read_file, write_atomic
 from ferrymq.store.checkpoint import Checkpoint
 from ferrymq.store.commitlog import CommitLog
-from ferrymq.store.config import FlushDiskType, StoreConfig
+from ferrymq.store.config import FlushDiskType, SegmentFill, StoreConfig
 from ferrymq.store.consumequeue import ENTRY_BYTES, ConsumeQueue, QueueEntry, pack_entries
 from ferrymq.store.flush import Flusher
 from ferrymq.store.index import KeyIndex
@@ -190,8 +190,10 @@ class Store:
         self._on_dispatch = on_dispatch
         root = config.root_dir
         preparer = (
-            SegmentPreparer(config.spare_segment_path, config.commitlog_segment_bytes)
-            if config.warm_segments
+            SegmentPreparer(
+                config.spare_segment_path, config.commitlog_segment_bytes, config.segment_fill
+            )
+            if config.segment_fill is not SegmentFill.SPARSE
             else None
         )
         self.commitlog = CommitLog(config.commitlog_path, config.commitlog_segment_bytes, preparer)

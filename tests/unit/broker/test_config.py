@@ -1,30 +1,41 @@
-"""Broker settings that reach the store: `warmMapedFileEnable` with each flush type."""
+"""Broker settings that reach the store: how commit-log segments are made with each flush type."""
 
 import pytest
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.config import ConfigError, build_config, parse_properties
+from ferrymq.store.config import SegmentFill
 
 
-def _store_warm(conf: str) -> bool:
+def _segment_fill(conf: str) -> SegmentFill:
     config, ignored = build_config(BrokerConfig, parse_properties(conf))
     assert ignored == []
-    return config.store_config().warm_segments
+    return config.store_config().segment_fill
 
 
-def test_sync_flush_warms_segments_by_default() -> None:
-    assert _store_warm("flushDiskType=SYNC_FLUSH\n")
+def test_sync_flush_zero_fills_segments_by_default() -> None:
+    assert _segment_fill("flushDiskType=SYNC_FLUSH\n") is SegmentFill.ZEROED
 
 
-def test_warm_mapped_files_can_be_turned_off() -> None:
-    assert not _store_warm("flushDiskType=SYNC_FLUSH\nwarmMapedFileEnable=false\n")
+def test_warm_mapped_files_off_leaves_segments_allocated() -> None:
+    conf = "flushDiskType=SYNC_FLUSH\nwarmMapedFileEnable=false\n"
+    assert _segment_fill(conf) is SegmentFill.ALLOCATED
 
 
-def test_async_flush_never_warms_segments() -> None:
-    assert not _store_warm("flushDiskType=ASYNC_FLUSH\nwarmMapedFileEnable=true\n")
-    assert not _store_warm("")
+def test_async_flush_allocates_segments_and_never_zero_fills_them() -> None:
+    assert _segment_fill("flushDiskType=ASYNC_FLUSH\nwarmMapedFileEnable=true\n") is (
+        SegmentFill.ALLOCATED
+    )
+    assert _segment_fill("") is SegmentFill.ALLOCATED
 
 
-def test_a_bad_warm_value_names_the_key() -> None:
-    with pytest.raises(ConfigError, match="warmMapedFileEnable"):
-        build_config(BrokerConfig, {"warmMapedFileEnable": "sometimes"})
+def test_preallocation_off_leaves_segments_sparse() -> None:
+    assert _segment_fill("preallocateCommitLog=false\n") is SegmentFill.SPARSE
+    conf = "flushDiskType=SYNC_FLUSH\nwarmMapedFileEnable=false\npreallocateCommitLog=false\n"
+    assert _segment_fill(conf) is SegmentFill.SPARSE
+
+
+@pytest.mark.parametrize("key", ["warmMapedFileEnable", "preallocateCommitLog"])
+def test_a_bad_boolean_names_the_key(key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        build_config(BrokerConfig, {key: "sometimes"})

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ferrymq.store.checkpoint import Checkpoint
+from ferrymq.store.config import SegmentFill
 from ferrymq.store.store import Store
 from ferrymq.wire.records import BatchItem, decode_record
 
@@ -153,10 +154,11 @@ class StoreWithCrashes(RuleBasedStateMachine):
         newest.write_bytes(raw)
 
     def _leave_half_a_spare(self, data: st.DataObject) -> None:
-        """Warm segments: a crash mid-preparation leaves a partial spare of any bytes."""
-        if not self.config.warm_segments:
+        """Prepared segments: a crash mid-preparation leaves a partial spare of any bytes."""
+        fill = self.config.segment_fill
+        if fill is SegmentFill.SPARSE:
             return
-        partial = self.config.spare_segment_path / "spare.partial"
+        partial = self.config.spare_segment_path / f"spare-{fill.value}.partial"
         partial.write_bytes(data.draw(st.binary(max_size=64), label="partial spare"))
 
     @invariant()
@@ -178,12 +180,12 @@ class StoreWithCrashes(RuleBasedStateMachine):
 
 
 class WarmStoreWithCrashes(StoreWithCrashes):
-    """The same with zero-filled segments prepared ahead (`warm_segments`, SYNC_FLUSH's default)."""
+    """The same with zero-filled segments prepared ahead (`warmMapedFileEnable` with SYNC_FLUSH)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.store.close()
-        self.config = replace(self.config, warm_segments=True)
+        self.config = replace(self.config, segment_fill=SegmentFill.ZEROED)
         self.store = Store.open(self.config)
 
 
