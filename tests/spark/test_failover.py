@@ -3,16 +3,19 @@
 A controller-mode cluster of real processes (a NameServer with an embedded controller, one
 broker group of three replicas with sync replication) holds a source and a target topic. One
 query streams the source into Parquet, another streams it into the target topic through the
-exactly-once sink, while a producer keeps sending; the test kills -9 the master by PID and the
-controller elects another. Each query either keeps going, or fails with a `RetryableQueryError`
-and, restarted from its checkpoint, finishes (with a failover timeout shorter than the election,
-the writing query must take that path). Either way the Parquet output holds every
-acknowledged message once, and the target topic every source row once.
+exactly-once sink, while a producer keeps sending; the test kills -9 the master by PID in the
+middle of a micro-batch of the writing query (rows prepared, commit not decided: checked in the
+stopped master's commit log) and the controller elects another. Each query either keeps going,
+or fails with a `RetryableQueryError` and, restarted from its checkpoint, finishes (with a
+failover timeout shorter than the election, the writing query must take that path). Either way
+the Parquet output holds every acknowledged message once, and the target topic every source row
+once.
 """
 
 import asyncio
 import json
 import logging
+import mmap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,17 +24,20 @@ from typing import Any
 import pytest
 
 from ferrymq.broker.metadata import SINK_TOPIC
+from ferrymq.broker.sink import Decide, decision_of
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
+from ferrymq.cmd.local import Child
 from ferrymq.cmd.up import ProcessCluster, UpConfig
-from ferrymq.errors import FerryError, SendOutcomeUnknownError
+from ferrymq.errors import FerryError, ProtocolError, SendOutcomeUnknownError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.broker import GetMaxOffsetRequestHeader
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
+from ferrymq.wire.records import BLANK_MAGIC, decode_record, peek_record_size
 
 pytestmark = pytest.mark.spark
 
@@ -122,6 +128,62 @@ def committed_end(checkpoint: Path) -> Any:
         return None
     lines = (checkpoint / "offsets" / str(done - 1)).read_text().splitlines()
     return json.loads(lines[2])
+
+
+def decided_batches(store_dir: Path) -> set[int]:
+    """The sink batches a stopped broker's commit log holds a decision for, read from its files."""
+    decided: set[int] = set()
+    for path in sorted((store_dir / "commitlog").iterdir()):
+        with (
+            path.open("rb") as file,
+            mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped,
+            memoryview(mapped) as data,
+        ):
+            position = 0
+            while position + 8 <= len(data):
+                try:
+                    size, magic = peek_record_size(data, position)
+                    if magic == BLANK_MAGIC:
+                        break
+                    op = decision_of(decode_record(data, position))
+                except ProtocolError:
+                    return decided  # the end of what was written (or a torn last record)
+                if isinstance(op, Decide):
+                    decided.add(op.batch)
+                position += size
+    return decided
+
+
+async def kill_mid_batch(victim: Child, checkpoint: Path, deadline: float) -> int:
+    """kill -9 the master in the middle of a micro-batch of the writing query; returns its id.
+
+    In the middle: its tasks began to prepare rows (the first landed in the sink log), and its
+    commit has not been decided, so the rest of the batch meets a group without a master. The
+    master is stopped (SIGSTOP) at the first prepared row and its commit log read from disk: a
+    batch whose decision it already holds (the whole batch ran between two polls) is let go on
+    (SIGCONT) and the next one is tried.
+    """
+    async with RpcClient() as client:
+        for _ in range(5):
+            planned = batches(checkpoint / "offsets")
+            while batches(checkpoint / "offsets") == planned:
+                assert time.monotonic() < deadline, "the writing query planned no batch"
+                await asyncio.sleep(0.005)
+            in_flight = batches(checkpoint / "offsets") - 1
+            prepared = await sink_log_end(client, victim.addr)
+            while await sink_log_end(client, victim.addr) == prepared:
+                assert time.monotonic() < deadline, "the writing query prepared no rows"
+                await asyncio.sleep(0.002)
+            victim.suspend()
+            decided = decided_batches(Path(str(victim.info["store_dir"])))
+            # the master coordinated every batch so far: the reader must find their decisions
+            assert set(range(in_flight)) <= decided, (in_flight, sorted(decided))
+            if in_flight not in decided:
+                victim.kill()
+                return in_flight
+            log.warning("batch %d was decided before the master stopped; next one", in_flight)
+            victim.resume()
+    raise AssertionError("every batch tried was decided before the master could be stopped")
 
 
 def start_query(
@@ -236,21 +298,8 @@ def test_kill_the_master_under_a_streaming_read_and_write(
                 assert all(q.isActive for q in queries), [str(q.exception()) for q in queries]
                 assert time.monotonic() < deadline, "the queries committed no micro-batch"
                 await asyncio.sleep(0.2)
-            # kill -9 the master (by the PID this test started) in the middle of a micro-batch
-            # of the writing query: once its tasks began to prepare rows (the first landed in
-            # the sink log), so the others, and its commit, meet a group without a master
-            async with RpcClient() as client:
-                planned = batches(write_cp / "offsets")
-                while batches(write_cp / "offsets") == planned:
-                    assert time.monotonic() < deadline, "the writing query planned no batch"
-                    await asyncio.sleep(0.005)
-                in_flight = batches(write_cp / "offsets") - 1
-                prepared = await sink_log_end(client, old_master)
-                while await sink_log_end(client, old_master) == prepared:
-                    assert time.monotonic() < deadline, "the writing query prepared no rows"
-                    await asyncio.sleep(0.002)
             victim = next(c for c in cluster.brokers.values() if c.addr == old_master)
-            victim.kill()
+            in_flight = await kill_mid_batch(victim, write_cp, deadline)
             assert batches(write_cp / "commits") == in_flight, "the batch ended before the kill"
             async with AdminClient(servers) as admin:
                 await master(admin, not_addr=old_master, timeout=60)

@@ -54,7 +54,7 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields, to_ext_fields
 from ferrymq.wire.properties import encode_properties
-from ferrymq.wire.records import BatchItem, decode_batch, decode_record, pack_host
+from ferrymq.wire.records import BatchItem, MessageRecord, decode_batch, decode_record, pack_host
 from ferrymq.wire.sink import (
     SinkBatchHeader,
     SinkCommit,
@@ -63,7 +63,7 @@ from ferrymq.wire.sink import (
     SinkWinner,
 )
 
-__all__ = ["SINK_CODES", "SINK_TOPIC", "SinkService", "SinkTable"]
+__all__ = ["SINK_CODES", "SINK_TOPIC", "Decide", "SinkService", "SinkTable", "decision_of"]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,15 @@ class Expire(msgspec.Struct, tag="expire"):
 Op = Decide | Begin | Done | Expire
 _encode_op = msgspec.json.Encoder().encode
 _decode_op = msgspec.json.Decoder(Op).decode
+
+
+def decision_of(record: MessageRecord) -> Op | None:
+    """The decision a `SINK_TOPIC` record holds; None for a prepared row.
+
+    Raises:
+        msgspec.ValidationError: the record is marked a decision but its body is not one.
+    """
+    return _decode_op(record.body) if _OP in record.properties else None
 
 
 # ---------------------------------------------------------------------- the table (pure)
@@ -236,15 +245,17 @@ class SinkService:
         except ProtocolError as exc:
             log.error("%s offset %d: unreadable record skipped: %s", SINK_TOPIC, queue_offset, exc)
             return
-        properties = record.properties
-        if _OP in properties:
-            try:
-                self.table.apply(_decode_op(record.body))
-            except msgspec.ValidationError as exc:
-                log.error("%s offset %d: unreadable decision: %s", SINK_TOPIC, queue_offset, exc)
-            else:
-                self._committing.discard(self._key_of(record.body))
+        try:
+            op = decision_of(record)
+        except msgspec.ValidationError as exc:
+            log.error("%s offset %d: unreadable decision: %s", SINK_TOPIC, queue_offset, exc)
             return
+        if op is not None:
+            self.table.apply(op)
+            if isinstance(op, Done):
+                self._committing.discard((op.sink, op.batch))
+            return
+        properties = record.properties
         batch = properties.get(_BATCH, "")
         if _SINK in properties and _TXN in properties and batch.lstrip("-").isdigit():
             self.table.stage(
@@ -256,10 +267,6 @@ class SinkService:
                 len(raw),
                 record.store_timestamp_ms,
             )
-
-    def _key_of(self, body: bytes) -> tuple[str, int]:
-        op = _decode_op(body)
-        return (op.sink, op.batch) if isinstance(op, Done) else ("", -1)
 
     async def run(self) -> None:
         """Follow `SINK_TOPIC` and expire old prepared batches (as master), forever."""
