@@ -178,7 +178,7 @@ def _read(
         header.queue_offset,
         max(1, min(header.max_msg_nums, 1024)),
         max_bytes=min(header.max_msg_bytes or _MAX_PULL_BYTES, _MAX_PULL_BYTES),
-        tags_filter=None if codes is None else codes.__contains__,
+        tags_codes=codes,
     )
 
 

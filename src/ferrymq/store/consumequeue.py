@@ -156,12 +156,16 @@ class ConsumeQueue:
         self.max_queue_offset = position // ENTRY_BYTES
         self.next_queue_offset = max(self.next_queue_offset, self.max_queue_offset)
 
+    def entry_bytes(self, queue_offset: int, max_count: int) -> bytes:
+        """The stored bytes of up to `max_count` entries from `queue_offset`, within one segment."""
+        if queue_offset < 0 or queue_offset >= self.max_queue_offset or max_count <= 0:
+            return b""
+        count = min(max_count, self.max_queue_offset - queue_offset)
+        return self.chain.read(queue_offset * ENTRY_BYTES, count * ENTRY_BYTES)
+
     def entries(self, queue_offset: int, max_count: int) -> list[QueueEntry]:
         """Up to `max_count` entries from `queue_offset`, within one segment."""
-        if queue_offset < 0 or queue_offset >= self.max_queue_offset or max_count <= 0:
-            return []
-        count = min(max_count, self.max_queue_offset - queue_offset)
-        data = self.chain.read(queue_offset * ENTRY_BYTES, count * ENTRY_BYTES)
+        data = self.entry_bytes(queue_offset, max_count)
         return [
             QueueEntry(queue_offset + i, log_offset, size, tags_code)
             for i, (log_offset, size, tags_code) in enumerate(_ENTRY.iter_unpack(data))

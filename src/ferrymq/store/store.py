@@ -36,7 +36,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
@@ -61,6 +61,7 @@ from ferrymq.store.consumequeue import ENTRY_BYTES, ConsumeQueue, QueueEntry, pa
 from ferrymq.store.flush import Flusher
 from ferrymq.store.index import KeyIndex
 from ferrymq.store.prepare import SegmentPreparer
+from ferrymq.store.queueread import EntryRun, entry_at, scan_entries, split_span
 from ferrymq.store.queues import QueueTable
 from ferrymq.wire.properties import TAGS, UNIQ_KEY, decode_properties, keys_of
 from ferrymq.wire.records import (
@@ -913,11 +914,12 @@ class Store:
         max_count: int,
         *,
         max_bytes: int = 4 * 1024 * 1024,
-        tags_filter: Callable[[int], bool] | None = None,
+        tags_codes: Set[int] | None = None,
     ) -> GetResult:
         """Read up to `max_count` records from a queue (RocketMQ `getMessage`).
 
-        `tags_filter(tags_code)` skips entries before any commit-log read.
+        With `tags_codes`, only entries whose tags code is in it are read (the others are
+        skipped before any commit-log read).
         """
         self._check_open()
         self.dispatch()
@@ -933,69 +935,65 @@ class Store:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, queue_offset, low, high)
         if queue_offset > high:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, low if low == 0 else high, low, high)
-        scan_limit = _MAX_FILTER_SCAN if tags_filter else max_count
-        chosen: list[QueueEntry] = []
-        total_bytes = 0
+        scan_limit = _MAX_FILTER_SCAN if tags_codes is not None else max_count
+        records: list[bytes] = []
+        offsets: list[int] = []
+        chosen = used_bytes = scanned = 0
         next_offset = queue_offset
-        scanned = 0
         min_log = self.commitlog.min_offset
         saw_removed = False
-        while len(chosen) < max_count and scanned < scan_limit and next_offset < high:
-            entries = queue.entries(next_offset, min(scan_limit - scanned, 1024))
+        while chosen < max_count and scanned < scan_limit and next_offset < high:
+            entries = queue.entry_bytes(next_offset, min(scan_limit - scanned, 1024))
             if not entries:
                 break
-            for entry in entries:
-                if len(chosen) >= max_count or scanned >= scan_limit:
-                    break
-                if chosen and total_bytes + entry.size > max_bytes:
-                    scanned = scan_limit
-                    break
-                scanned += 1
-                next_offset = entry.queue_offset + 1
-                if not entry.is_message:
-                    continue
-                if entry.log_offset < min_log:
-                    saw_removed = True
-                    continue
-                if tags_filter is not None and not tags_filter(entry.tags_code):
-                    continue
-                chosen.append(entry)
-                total_bytes += entry.size
-        records = self._read_records(chosen)
+            scan = scan_entries(
+                entries,
+                max_chosen=max_count - chosen,
+                max_scan=scan_limit - scanned,
+                max_bytes=max_bytes,
+                used_bytes=used_bytes,
+                have_chosen=chosen > 0,
+                min_log_offset=min_log,
+                codes=tags_codes,
+                span_bytes=_SPAN_BYTES,
+            )
+            for run in scan.runs:
+                records += self._read_run(entries, run)
+                offsets += range(next_offset + run.first, next_offset + run.first + run.count)
+            chosen += scan.chosen
+            used_bytes = scan.used_bytes
+            saw_removed = saw_removed or scan.saw_removed
+            next_offset += scan.scanned
+            scanned = scan_limit if scan.byte_limited else scanned + scan.scanned
         if records:
             status = GetStatus.FOUND
         elif saw_removed:
             status = GetStatus.OFFSET_FOUND_NULL
         else:
             status = GetStatus.NO_MATCHED_MESSAGE
-        offsets = [entry.queue_offset for entry in chosen]
         return GetResult(status, next_offset, low, high, records, offsets)
 
-    def _read_records(self, entries: list[QueueEntry]) -> list[bytes]:
-        """The stored bytes of each entry's record, CRC-checked; adjacent records in one read."""
-        records: list[bytes] = []
-        i = 0
-        while i < len(entries):
-            start = entries[i].log_offset
-            end = start + entries[i].size
-            j = i + 1
-            while j < len(entries) and entries[j].log_offset == end and end - start < _SPAN_BYTES:
-                end += entries[j].size
-                j += 1
-            if j == i + 1:
-                records.append(self.read_record(start, end - start))
-            else:
-                span = self.commitlog.read(start, end - start)
-                if len(span) != end - start:  # the span crosses a segment: read one by one
-                    records += [self.read_record(e.log_offset, e.size) for e in entries[i:j]]
-                else:
-                    view = memoryview(span)
-                    for entry in entries[i:j]:
-                        at = entry.log_offset - start
-                        record = bytes(view[at : at + entry.size])
-                        self._check_record(entry.log_offset, record)
-                        records.append(record)
-            i = j
+    def _read_run(self, entries: bytes, run: EntryRun) -> list[bytes]:
+        """The CRC-checked records of a run of entries, in one commit-log read."""
+        if run.count == 1:
+            return [
+                self.read_record(run.start_log_offset, run.end_log_offset - run.start_log_offset)
+            ]
+        length = run.end_log_offset - run.start_log_offset
+        span = self.commitlog.read(run.start_log_offset, length)
+        if len(span) != length:  # the span crosses a segment: read one by one
+            return [self.read_record(*entry_at(entries, run.first + k)) for k in range(run.count)]
+        config = self.config
+        records, bad = split_span(
+            span,
+            entries,
+            run,
+            check_crc=config.check_crc_on_read,
+            require_record_crc=config.require_record_crc,
+        )
+        if bad >= 0:
+            log_offset, _ = entry_at(entries, run.first + bad)
+            raise CorruptRecordError(log_offset, "body or record CRC mismatch")
         return records
 
     def _check_record(self, log_offset: int, record: bytes) -> None:

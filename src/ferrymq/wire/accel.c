@@ -1,5 +1,5 @@
 /*
- * ferrymq.wire.accel: C versions of the two per-message loops of the append path.
+ * ferrymq.wire.accel: C versions of the per-message loops of the append and read paths.
  *
  * Why by hand: encoding a stored record and hashing a key cost about 2 us and 4 us per message
  * in Python (measured: `ferry bench store`), more than writing the bytes to the page cache.
@@ -10,6 +10,9 @@
  * - java_string_hash(): Java's String.hashCode over UTF-16 code units.
  * - verify_record_crc(): records.verify_record_crc_py, the broker's check of every record a pull
  *   reads (half of a pull's time in Python).
+ * - scan_entries(), split_span(): the two per-entry loops of Store.get (store/queueread.py has
+ *   the Python references): choosing consume-queue entries, then cutting their records out of
+ *   one commit-log read and checking their CRCs (most of a pull's broker time in Python).
  * - decode_columns(): the read side's loop (records.decode_columns_py): stored records back to
  *   back, checked like records.decode_record, into column lists. Anything malformed raises
  *   ValueError and records.py re-runs the Python reference, which raises the exact error.
@@ -376,27 +379,144 @@ done:
     return result;
 }
 
+/* records.verify_record_crc_py over `len` bytes at `r`: body CRC and whole-record CRC hold. */
+static int record_crc_ok(const uint8_t *r, Py_ssize_t len, int require) {
+    if (len < MIN_RECORD) return 0;
+    uint32_t sys_flag = get32(r + 36);
+    Py_ssize_t at = 48 + (sys_flag & 0x10 ? 20 : 8) + 8 + (sys_flag & 0x20 ? 20 : 8) + 12;
+    int64_t body_len = at + 4 <= len ? (int32_t)get32(r + at) : -1;
+    if (body_len < 0 || at + 4 + body_len > len ||
+        (crc32_of(r + at + 4, (size_t)body_len) & 0x7FFFFFFFu) != get32(r + 8))
+        return 0;
+    long long whole = stored_record_crc(r + len - CRC_RESERVED);
+    if (whole < 0) return !require;
+    return (long long)(crc32_of(r, (size_t)(len - CRC_RESERVED)) & 0x7FFFFFFFu) == whole;
+}
+
 static PyObject *verify_record_crc(PyObject *self, PyObject *args) {
     Py_buffer view;
     int require;
     if (!PyArg_ParseTuple(args, "y*p", &view, &require)) return NULL;
-    const uint8_t *r = view.buf;
-    Py_ssize_t len = view.len;
-    int ok = 0;
-    if (len >= MIN_RECORD) {
-        uint32_t sys_flag = get32(r + 36);
-        Py_ssize_t at = 48 + (sys_flag & 0x10 ? 20 : 8) + 8 + (sys_flag & 0x20 ? 20 : 8) + 12;
-        int64_t body_len = at + 4 <= len ? (int32_t)get32(r + at) : -1;
-        if (body_len >= 0 && at + 4 + body_len <= len &&
-            (crc32_of(r + at + 4, (size_t)body_len) & 0x7FFFFFFFu) == get32(r + 8)) {
-            long long whole = stored_record_crc(r + len - CRC_RESERVED);
-            ok = whole < 0 ? !require
-                           : (long long)(crc32_of(r, (size_t)(len - CRC_RESERVED)) &
-                                         0x7FFFFFFFu) == whole;
-        }
-    }
+    int ok = record_crc_ok(view.buf, view.len, require);
     PyBuffer_Release(&view);
     return PyBool_FromLong(ok);
+}
+
+/* Consume-queue entries (store/consumequeue.py): int64 log offset, int32 size, int64 tags code,
+ * big-endian; a filler has size BLANK_ENTRY_SIZE. */
+#define ENTRY_BYTES 20
+#define BLANK_ENTRY_SIZE 0x7FFFFFFF
+
+/* store/queueread.py scan_entries_py: choose the entries a read returns, in runs of consecutive
+ * entries whose records lie back to back in the commit log. */
+static PyObject *scan_entries(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long max_chosen, max_scan, max_bytes, used, min_log, span_bytes;
+    int have_chosen;
+    PyObject *codes, *runs = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*LLLLpLOL", &view, &max_chosen, &max_scan, &max_bytes, &used,
+                          &have_chosen, &min_log, &codes, &span_bytes))
+        return NULL;
+    if (codes != Py_None && !PyAnySet_Check(codes)) {
+        PyErr_SetString(PyExc_TypeError, "codes must be a set or frozenset of ints, or None");
+        goto done;
+    }
+    runs = PyList_New(0);
+    if (runs == NULL) goto done;
+    const uint8_t *data = view.buf;
+    Py_ssize_t count = view.len / ENTRY_BYTES;
+    long long scanned = 0, chosen = 0;
+    int byte_limited = 0, saw_removed = 0;
+    /* the open run: entries [run_first, run_first + run_count), log bytes [run_start, run_end) */
+    Py_ssize_t run_first = 0, run_count = 0;
+    int64_t run_start = 0, run_end = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (chosen >= max_chosen || scanned >= max_scan) break;
+        const uint8_t *e = data + i * ENTRY_BYTES;
+        int64_t log_offset = get64(e), size = (int32_t)get32(e + 8), tags = get64(e + 12);
+        if ((have_chosen || chosen > 0) && used + size > max_bytes) {
+            byte_limited = 1;
+            break;
+        }
+        scanned++;
+        int take = log_offset >= 0 && size > 0 && size != BLANK_ENTRY_SIZE;
+        if (take && log_offset < min_log) {
+            saw_removed = 1;
+            take = 0;
+        }
+        if (take && codes != Py_None) {
+            PyObject *code = PyLong_FromLongLong(tags);
+            take = code == NULL ? -1 : PySet_Contains(codes, code);
+            Py_XDECREF(code);
+            if (take < 0) goto done;
+        }
+        if (!take) continue;
+        chosen++;
+        used += size;
+        if (run_count > 0 && run_first + run_count == i && log_offset == run_end &&
+            run_end - run_start < span_bytes) {
+            run_count++;
+            run_end += size;
+            continue;
+        }
+        if (run_count > 0 &&
+            append_new(runs, Py_BuildValue("(LLnn)", (long long)run_start, (long long)run_end,
+                                           run_first, run_count)) < 0)
+            goto done;
+        run_first = i;
+        run_count = 1;
+        run_start = log_offset;
+        run_end = log_offset + size;
+    }
+    if (run_count > 0 &&
+        append_new(runs, Py_BuildValue("(LLnn)", (long long)run_start, (long long)run_end,
+                                       run_first, run_count)) < 0)
+        goto done;
+    result = Py_BuildValue("(LLLiiO)", scanned, chosen, used, byte_limited, saw_removed, runs);
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(runs);
+    return result;
+}
+
+/* store/queueread.py split_span_py: the records of a run, cut out of its commit-log span by the
+ * entries' sizes; with check_crc, stops at the first whose CRCs fail and returns its index. */
+static PyObject *split_span(PyObject *self, PyObject *args) {
+    Py_buffer span, entries;
+    Py_ssize_t first, count, bad = -1;
+    int check_crc, require;
+    PyObject *records = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*nnpp", &span, &entries, &first, &count, &check_crc,
+                          &require))
+        return NULL;
+    if (first < 0 || count < 0 || (first + count) * ENTRY_BYTES > entries.len) {
+        PyErr_SetString(PyExc_ValueError, "the run is not within the entries");
+        goto done;
+    }
+    records = PyList_New(0);
+    if (records == NULL) goto done;
+    const uint8_t *e = (const uint8_t *)entries.buf + first * ENTRY_BYTES;
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t k = 0; k < count; k++, e += ENTRY_BYTES) {
+        int64_t size = (int32_t)get32(e + 8);
+        if (size <= 0 || pos + size > span.len) {
+            PyErr_SetString(PyExc_ValueError, "the span is shorter than the run's entries");
+            goto done;
+        }
+        const uint8_t *r = (const uint8_t *)span.buf + pos;
+        if (check_crc && !record_crc_ok(r, (Py_ssize_t)size, require)) {
+            bad = k;
+            break;
+        }
+        if (append_new(records, PyBytes_FromStringAndSize((const char *)r, size)) < 0) goto done;
+        pos += size;
+    }
+    result = Py_BuildValue("(On)", records, bad);
+done:
+    PyBuffer_Release(&span);
+    PyBuffer_Release(&entries);
+    Py_XDECREF(records);
+    return result;
 }
 
 static PyObject *crc_source(PyObject *self, PyObject *unused) {
@@ -410,6 +530,8 @@ static PyMethodDef methods[] = {
     {"verify_record_crc", verify_record_crc, METH_VARARGS, "Body and record CRCs hold."},
     {"decode_columns", decode_columns, METH_O, "Stored records into column lists."},
     {"crc_source", crc_source, METH_NOARGS, "Where CRC-32 comes from: zlib-ng or tables."},
+    {"scan_entries", scan_entries, METH_VARARGS, "Choose a read's consume-queue entries."},
+    {"split_span", split_span, METH_VARARGS, "A run's records out of its commit-log span."},
     {NULL, NULL, 0, NULL},
 };
 

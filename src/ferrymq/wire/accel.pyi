@@ -21,3 +21,22 @@ def decode_columns(
     data: bytes | bytearray | memoryview,
 ) -> tuple[list[int], list[int], list[int], list[bytes], list[str]]: ...
 def verify_record_crc(record: bytes | bytearray | memoryview, require: bool) -> bool: ...
+def scan_entries(
+    entries: bytes | bytearray | memoryview,
+    max_chosen: int,
+    max_scan: int,
+    max_bytes: int,
+    used_bytes: int,
+    have_chosen: bool,
+    min_log_offset: int,
+    codes: frozenset[int] | set[int] | None,
+    span_bytes: int,
+) -> tuple[int, int, int, int, int, list[tuple[int, int, int, int]]]: ...
+def split_span(
+    span: bytes | bytearray | memoryview,
+    entries: bytes | bytearray | memoryview,
+    first: int,
+    count: int,
+    check_crc: bool,
+    require_record_crc: bool,
+) -> tuple[list[bytes], int]: ...

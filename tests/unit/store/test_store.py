@@ -79,10 +79,10 @@ def test_tag_filter_skips_entries_without_reading_them(open_store: OpenStore) ->
     put(store, "T", 0, b"b1", TAGS="B")
     put(store, "T", 0, b"a2", TAGS="A")
     wanted = tags_hash("A")
-    result = store.get("T", 0, 0, 10, tags_filter=lambda code: code == wanted)
+    result = store.get("T", 0, 0, 10, tags_codes={wanted})
     assert [decode_record(r).body for r in result.records] == [b"a1", b"a2"]
     assert result.queue_offsets == [0, 2]
-    none = store.get("T", 0, 0, 10, tags_filter=lambda code: False)
+    none = store.get("T", 0, 0, 10, tags_codes=frozenset())
     assert (none.status, none.next_queue_offset) == (GetStatus.NO_MATCHED_MESSAGE, 3)
 
 
