@@ -1,4 +1,4 @@
-"""Arrow batches from record columns hold what the consumer's `Message`s say, column by column."""
+"""Arrow batches from record buffers hold what the consumer's `Message`s say, column by column."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from ferrymq.client.consumer import decode_messages
 from ferrymq.client.message import Message
 from ferrymq.spark.rows import arrow_schema, read_schema, to_batch
 from ferrymq.wire import properties as props
-from ferrymq.wire.records import BatchItem, decode_columns, encode_records_py, pack_host
+from ferrymq.wire.records import (
+    BatchItem,
+    decode_buffers,
+    encode_records_py,
+    pack_host,
+    peek_record_size,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -22,7 +28,7 @@ _names = st.sampled_from([props.KEYS, props.TAGS, props.UNIQ_KEY, "XKEYS", "a", 
 _props = st.dictionaries(_names, _text | st.sampled_from(["k1 k2", " k ", ""]), max_size=4)
 
 
-def _data(properties: list[dict[str, str]]) -> bytes:
+def _records(properties: list[dict[str, str]]) -> list[bytes]:
     host = pack_host("127.0.0.1", 1)
     parts, _ = encode_records_py(
         [BatchItem.of(f"body{i}".encode(), p) for i, p in enumerate(properties)],
@@ -37,7 +43,13 @@ def _data(properties: list[dict[str, str]]) -> bytes:
         store_timestamp_ms=1_700_000_000_002,
         store_host=host,
     )
-    return b"".join(parts)
+    data = b"".join(parts)
+    records: list[bytes] = []
+    while len(b"".join(records)) < len(data):
+        start = len(b"".join(records))
+        size, _ = peek_record_size(data, start)
+        records.append(data[start : start + size])
+    return records
 
 
 def _expected(messages: list[Message], names: list[str]) -> dict[str, list[Any]]:
@@ -68,13 +80,16 @@ def _expected(messages: list[Message], names: list[str]) -> dict[str, list[Any]]
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(_props, min_size=1, max_size=6), st.booleans(), st.booleans())
+@given(st.lists(_props, min_size=1, max_size=6), st.booleans(), st.booleans(), st.data())
 def test_batches_hold_what_messages_hold(
-    properties: list[dict[str, str]], headers: bool, ferry: bool
+    properties: list[dict[str, str]], headers: bool, ferry: bool, draw: st.DataObject
 ) -> None:
-    data = _data(properties)
+    records = _records(properties)
+    data = b"".join(records)
     schema = arrow_schema(read_schema(include_headers=headers, include_ferry_columns=ferry))
-    batch = to_batch(decode_columns(data), "T", 7, schema)
+    cut = draw.draw(st.integers(0, len(records) - 1))  # the records came in one or two pulls
+    pulls = [b"".join(records[:cut]), b"".join(records[cut:])] if cut else [data]
+    batch = to_batch([decode_buffers(pull) for pull in pulls], "T", 7, schema)
     assert batch.schema == schema
     got = {
         name: (

@@ -29,8 +29,8 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import CommandHeader, to_ext_fields
 from ferrymq.wire.records import (
-    RecordColumns,
-    decode_columns,
+    RecordBuffers,
+    decode_buffers,
     decode_record,
     peek_record_size,
 )
@@ -63,13 +63,13 @@ class PullResult:
 
 @dataclass(frozen=True, slots=True)
 class ColumnPull:
-    """Records from one queue as columns (`RecordColumns`), and where to continue."""
+    """Records from one queue as column buffers (`RecordBuffers`), and where to continue."""
 
     status: PullStatus
     next_offset: int
     min_offset: int
     max_offset: int
-    records: RecordColumns
+    records: RecordBuffers
 
 
 _STATUS: dict[int, PullStatus] = {
@@ -232,7 +232,7 @@ class PullConsumer:
         max_messages: int = 32,
         max_bytes: int | None = None,
     ) -> ColumnPull:
-        """`pull`, with the records as columns (`decode_columns`) instead of `Message`s."""
+        """`pull`, with the records as column buffers (`decode_buffers`), not `Message`s."""
         status, response = await self._pull(queue, offset, max_messages, max_bytes, "*", 0.0)
         fields = response.ext_fields
         return ColumnPull(
@@ -240,9 +240,9 @@ class PullConsumer:
             next_offset=int(fields.get("nextBeginOffset", offset)),
             min_offset=int(fields.get("minOffset", 0)),
             max_offset=int(fields.get("maxOffset", 0)),
-            records=decode_columns(response.body)
+            records=decode_buffers(response.body)
             if status is PullStatus.FOUND
-            else RecordColumns(),
+            else RecordBuffers(),
         )
 
     async def fetch_range(

@@ -3,7 +3,7 @@
 - `list_queues`: the queues a read covers, as topic-global partitions (a topic's readable queues
   ordered by broker name, then queue id);
 - `queue_bounds`: every queue's min and max offsets, concurrently;
-- `read_range`: the records of one `QueueRange`, as `RecordColumns`, with the data-loss rule:
+- `read_range`: the records of one `QueueRange`, as `RecordBuffers`, with the data-loss rule:
   offsets below the queue's min offset were deleted by retention; with `failOnDataLoss` that is a
   `DataLossError` naming the queue and the offsets, otherwise they are skipped (and logged).
 
@@ -29,7 +29,7 @@ from ferrymq.model import MessageQueue
 from ferrymq.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
 from ferrymq.spark.plan import Offsets, QueueRange
 from ferrymq.spark.retry import RetryableQueryError, with_failover
-from ferrymq.wire.records import RecordColumns
+from ferrymq.wire.records import RecordBuffers
 
 __all__ = [
     "DataLossError",
@@ -144,12 +144,9 @@ def _lost(r: QueueRange, start: int, end: int, fail: bool, why: str) -> None:
     log.warning("%sskipping them (failOnDataLoss=false)", message)
 
 
-def _within(records: RecordColumns, start: int, end: int) -> RecordColumns:
-    """The records at queue offsets `[start, end)`."""
-    offsets = records.queue_offsets
-    if not offsets or (min(offsets) >= start and max(offsets) < end):
-        return records
-    return records.take([i for i, o in enumerate(offsets) if start <= o < end])
+def _within(records: RecordBuffers, start: int, end: int) -> RecordBuffers:
+    """The records at queue offsets `[start, end)` (a pull's are in queue offset order)."""
+    return records.slice(*records.within(start, end))
 
 
 async def read_range(
@@ -159,7 +156,7 @@ async def read_range(
     fail_on_data_loss: bool,
     max_bytes: int,
     failover_timeout: float,
-) -> AsyncGenerator[RecordColumns]:
+) -> AsyncGenerator[RecordBuffers]:
     """The records of `r` in queue order, a pull's worth at a time (exactly offsets `[start, end)`).
 
     Raises:

@@ -13,19 +13,20 @@
 | tags, keys | string, array<string> | with includeFerryColumns |
 | msgId, storeTimestamp | string, timestamp | with includeFerryColumns |
 
-Batches are built from `RecordColumns` (the pulled records decoded straight into column lists,
-by the C accelerator when built): no per-message objects, and the properties text is split only
-for a record that has a KEYS property or when headers or ferrymq columns are asked for.
+Batches are built from `RecordBuffers` (the pulled records decoded straight into Arrow's buffer
+layout, by the C accelerator when built): the arrays are wrapped around those buffers with no
+per-message object (the key column too: the decoder extracts each record's KEYS property), and
+the properties text is split only when headers or ferrymq columns are asked for.
 `read()` yields `pyarrow.RecordBatch`es whose schema must equal Spark's Arrow form of the read
 schema (same names, order, types and nullability), so batches are built against exactly that.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -39,7 +40,7 @@ from pyspark.sql.types import (
 )
 
 from ferrymq.wire import properties as props
-from ferrymq.wire.records import RecordColumns
+from ferrymq.wire.records import RecordBuffers
 
 __all__ = ["arrow_schema", "property_map", "read_schema", "to_batch"]
 
@@ -74,9 +75,6 @@ def arrow_schema(schema: StructType) -> Any:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-_KEYS_ITEM = props.KEYS + props.NAME_VALUE_SEPARATOR
-
-
 def property_map(text: str) -> dict[str, str]:
     """A record's properties text as a consumer sees them (`decode_properties`, minus CRC32)."""
     found: dict[str, str] = {}
@@ -88,49 +86,58 @@ def property_map(text: str) -> dict[str, str]:
     return found
 
 
-def _key(text: str) -> bytes | None:
-    if _KEYS_ITEM not in text:  # most records: no KEYS property, nothing to split
-        return None
-    keys = property_map(text).get(props.KEYS)
-    return keys.encode() if keys else None
-
-
 def _headers(properties: dict[str, str]) -> list[dict[str, object]] | None:
     if not properties:
         return None
     return [{"key": k, "value": v.encode()} for k, v in sorted(properties.items())]
 
 
-def _timestamps(millis: list[int], kind: Any) -> Any:
-    return pc.multiply_checked(pa.array(millis, pa.int64()), 1000).cast(kind)
+def _over(kind: Any, count: int, validity: bytes | None, *buffers: bytes) -> Any:
+    """An Arrow array over `RecordBuffers` columns: int64 values, or int32 ends and data."""
+    bitmap = None if validity is None else pa.py_buffer(validity)
+    return pa.Array.from_buffers(kind, count, [bitmap, *(pa.py_buffer(b) for b in buffers)])
 
 
-def to_batch(records: RecordColumns, topic: str, partition: int, schema: Any) -> Any:
-    """One Arrow record batch of records of one partition, in `schema` (from `arrow_schema`)."""
+def _timestamps(millis: bytes, count: int, kind: Any) -> Any:
+    """Milliseconds as `kind` (microseconds): a cast that refuses what would overflow."""
+    return _over(pa.timestamp("ms", tz=kind.tz), count, None, millis).cast(kind)
+
+
+def _chunk(records: RecordBuffers, topic: str, partition: int, schema: Any) -> list[Any]:
     names = set(schema.names)
-    count = len(records)
+    count = records.count
     columns: dict[str, Any] = {
-        "key": [_key(text) for text in records.properties],
-        "value": records.bodies,
-        "topic": [topic] * count,
-        "partition": [partition] * count,
-        "offset": records.queue_offsets,
-        "timestamp": _timestamps(records.born_timestamps_ms, schema.field("timestamp").type),
-        "timestampType": [0] * count,
+        "key": _over(pa.binary(), count, records.key_validity, records.key_ends, records.keys),
+        "value": _over(pa.binary(), count, None, records.body_ends, records.bodies),
+        "topic": pa.repeat(pa.scalar(topic, pa.string()), count),
+        "partition": pa.repeat(pa.scalar(partition, pa.int32()), count),
+        "offset": _over(pa.int64(), count, None, records.queue_offsets),
+        "timestamp": _timestamps(records.born_timestamps_ms, count, schema.field("timestamp").type),
+        "timestampType": pa.repeat(pa.scalar(0, pa.int32()), count),
     }
     if "headers" in names or "msgId" in names:
-        maps = [property_map(text) for text in records.properties]
+        properties = _over(pa.string(), count, None, records.property_ends, records.properties)
+        maps = [property_map(text) for text in properties.to_pylist()]
         columns["headers"] = [_headers(m) for m in maps]
         columns["tags"] = [m.get(props.TAGS) for m in maps]
         columns["keys"] = [props.keys_of(m) or None for m in maps]
         columns["msgId"] = [m.get(props.UNIQ_KEY) or None for m in maps]
     if "storeTimestamp" in names:
         columns["storeTimestamp"] = _timestamps(
-            records.store_timestamps_ms, schema.field("storeTimestamp").type
+            records.store_timestamps_ms, count, schema.field("storeTimestamp").type
         )
-    arrays = [
+    return [
         column if isinstance(column, pa.Array) else pa.array(column, type=field.type)
         for field in schema
         for column in (columns[field.name],)
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def to_batch(pulls: Sequence[RecordBuffers], topic: str, partition: int, schema: Any) -> Any:
+    """One Arrow record batch of pulled records of one partition, in `schema` (`arrow_schema`)."""
+    chunks = [_chunk(records, topic, partition, schema) for records in pulls]
+    if len(chunks) == 1:
+        return pa.RecordBatch.from_arrays(chunks[0], schema=schema)
+    return pa.RecordBatch.from_arrays(
+        [pa.concat_arrays(list(column)) for column in zip(*chunks, strict=True)], schema=schema
+    )

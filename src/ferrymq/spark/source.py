@@ -60,7 +60,7 @@ from ferrymq.spark.plan import (
 )
 from ferrymq.spark.retry import with_failover
 from ferrymq.spark.rows import arrow_schema, read_schema, to_batch
-from ferrymq.wire.records import RecordColumns
+from ferrymq.wire.records import RecordBuffers
 
 __all__ = ["FerryDataSource", "RangePartition"]
 
@@ -117,17 +117,21 @@ class FerryDataSource(DataSource):
 # ---------------------------------------------------------------------- reading
 
 
-async def _collect(chunks: AsyncIterator[RecordColumns], rows: int) -> tuple[RecordColumns, bool]:
-    """At least `rows` records from `chunks` (fewer at the end), and whether it ended.
+async def _collect(
+    chunks: AsyncIterator[RecordBuffers], rows: int
+) -> tuple[list[RecordBuffers], bool]:
+    """Pulls of at least `rows` records from `chunks` (fewer at the end), and whether it ended.
 
     One trip into the event loop per Arrow batch, not per pull.
     """
-    records = RecordColumns()
+    collected: list[RecordBuffers] = []
+    count = 0
     async for chunk in chunks:
-        records.extend(chunk)
-        if len(records) >= rows:
-            return records, False
-    return records, True
+        collected.append(chunk)
+        count += chunk.count
+        if count >= rows:
+            return collected, False
+    return collected, True
 
 
 def read_partition(
@@ -148,9 +152,9 @@ def read_partition(
     )
     try:
         while True:
-            records, done = loop.run_until_complete(_collect(chunks, _ROWS_PER_BATCH))
-            if records:
-                yield to_batch(records, queue_range.topic, queue_range.partition, arrow)
+            pulls, done = loop.run_until_complete(_collect(chunks, _ROWS_PER_BATCH))
+            if pulls:
+                yield to_batch(pulls, queue_range.topic, queue_range.partition, arrow)
             if done:
                 break
     finally:

@@ -13,9 +13,10 @@
  * - scan_entries(), split_span(): the two per-entry loops of Store.get (store/queueread.py has
  *   the Python references): choosing consume-queue entries, then cutting their records out of
  *   one commit-log read and checking their CRCs (most of a pull's broker time in Python).
- * - decode_columns(): the read side's loop (records.decode_columns_py): stored records back to
- *   back, checked like records.decode_record, into column lists. Anything malformed raises
- *   ValueError and records.py re-runs the Python reference, which raises the exact error.
+ * - decode_buffers(): the read side's loop (records.decode_buffers_py): stored records back to
+ *   back, checked like records.decode_record, into column buffers in Arrow's layout. Anything
+ *   malformed raises ValueError and records.py re-runs the Python reference, which raises the
+ *   exact error.
  *
  * CRC-32 (zlib polynomial) comes from zlib-ng when its Python module is loaded (it exports
  * zng_crc32; looked up with dlsym), else from a slice-by-8 table here.
@@ -303,79 +304,205 @@ static PyObject *malformed(Py_ssize_t pos) {
     return NULL;
 }
 
-static PyObject *decode_columns(PyObject *self, PyObject *arg) {
+/* Whether `n` bytes are UTF-8 that Python's strict decoder accepts (no overlong forms, no
+ * surrogates, nothing above U+10FFFF). */
+static int utf8_valid(const uint8_t *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int len;
+        uint32_t cp;
+        if ((c & 0xE0) == 0xC0) {
+            len = 2;
+            cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            len = 3;
+            cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            len = 4;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + len > n) return 0;
+        for (int k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (s[i + k] & 0x3F);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
+            (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* Where the parts of the stored record at `r` lie (records.py _parse), or -1: malformed. */
+typedef struct {
+    int64_t total, born_len, body_at, body_len, topic_at, topic_len, props_at, props_len;
+} layout_t;
+
+static int parse_layout(const uint8_t *r, Py_ssize_t left, layout_t *out) {
+    if (left < 8) return -1;
+    int64_t total = (int32_t)get32(r);
+    uint32_t magic = get32(r + 4);
+    if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < MIN_RECORD || total > left) return -1;
+    uint32_t sys_flag = get32(r + 36);
+    int64_t born_len = sys_flag & 0x10 ? 20 : 8, store_len = sys_flag & 0x20 ? 20 : 8;
+    int64_t at = 48 + born_len + 8 + store_len + 12;
+    if (at + 4 > total) return -1;
+    int64_t body_len = (int32_t)get32(r + at);
+    at += 4;
+    int64_t topic_width = magic == MAGIC_V2 ? 2 : 1;
+    if (body_len < 0 || at + body_len + topic_width > total) return -1;
+    out->body_at = at;
+    out->body_len = body_len;
+    at += body_len;
+    int64_t topic_len = magic == MAGIC_V2 ? (int16_t)(r[at] << 8 | r[at + 1]) : r[at];
+    at += topic_width;
+    if (topic_len < 0 || at + topic_len + 2 > total) return -1;
+    out->topic_at = at;
+    out->topic_len = topic_len;
+    at += topic_len;
+    int64_t props_len = (int16_t)(r[at] << 8 | r[at + 1]);
+    at += 2;
+    if (props_len < 0 || at + props_len != total) return -1;
+    out->props_at = at;
+    out->props_len = props_len;
+    out->total = total;
+    out->born_len = born_len;
+    return 0;
+}
+
+/* Native byte order, as Arrow lays out its buffers. */
+static inline void put_i32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
+static inline void put_i64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
+
+/* The value of the last `KEYS\x01value` item of stored properties (items split by \x02; an item
+ * counts only with exactly one \x01, as properties.decode_properties reads them), or NULL. */
+static const uint8_t *find_key(const uint8_t *p, int64_t n, int64_t *key_len) {
+    const uint8_t *found = NULL, *end = p + n;
+    while (p < end) {
+        const uint8_t *stop = memchr(p, 0x02, (size_t)(end - p));
+        if (stop == NULL) stop = end;
+        const uint8_t *sep = memchr(p, 0x01, (size_t)(stop - p));
+        if (sep != NULL && memchr(sep + 1, 0x01, (size_t)(stop - sep - 1)) == NULL &&
+            sep - p == 4 && memcmp(p, "KEYS", 4) == 0) {
+            found = sep + 1;
+            *key_len = stop - found;
+        }
+        p = stop + 1;
+    }
+    return found;
+}
+
+/* records.decode_buffers_py: stored records back to back into Arrow-layout column buffers. One
+ * pass finds the layout of every record (sizing the buffers), a second checks CRCs and UTF-8
+ * and fills them. */
+static PyObject *decode_buffers(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     const uint8_t *buf = view.buf;
-    Py_ssize_t len = view.len, pos = 0;
-    PyObject *offsets = PyList_New(0), *born = PyList_New(0), *stored = PyList_New(0);
-    PyObject *bodies = PyList_New(0), *props = PyList_New(0), *result = NULL;
-    const uint8_t *topic_seen = NULL; /* the last topic bytes checked to be UTF-8 */
-    Py_ssize_t topic_seen_len = 0;
-    if (offsets == NULL || born == NULL || stored == NULL || bodies == NULL || props == NULL)
-        goto done;
+    Py_ssize_t len = view.len, pos = 0, count = 0;
+    int64_t body_bytes = 0, props_bytes = 0, key_len = 0;
+    PyObject *cols[10] = {NULL}, *result = NULL;
+    layout_t l;
     while (pos < len) {
-        if (pos + 8 > len) goto bad;
+        if (parse_layout(buf + pos, len - pos, &l) < 0) {
+            malformed(pos);
+            goto done;
+        }
+        count++;
+        body_bytes += l.body_len;
+        props_bytes += l.props_len;
+        pos += l.total;
+    }
+    if (body_bytes > INT32_MAX || props_bytes > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of bodies or properties");
+        goto done;
+    }
+    /* queue offsets, born and store timestamps; body ends and bodies; property ends and
+     * properties; key validity, ends and keys (at most the properties: shrunk when filled) */
+    Py_ssize_t sizes[10] = {count * 8,       count * 8,       count * 8,       (count + 1) * 4,
+                            body_bytes,      (count + 1) * 4, props_bytes,     (count + 7) / 8,
+                            (count + 1) * 4, props_bytes};
+    for (int c = 0; c < 10; c++) {
+        cols[c] = PyBytes_FromStringAndSize(NULL, sizes[c]);
+        if (cols[c] == NULL) goto done;
+    }
+    uint8_t *offsets = (uint8_t *)PyBytes_AS_STRING(cols[0]);
+    uint8_t *born = (uint8_t *)PyBytes_AS_STRING(cols[1]);
+    uint8_t *stored = (uint8_t *)PyBytes_AS_STRING(cols[2]);
+    uint8_t *body_ends = (uint8_t *)PyBytes_AS_STRING(cols[3]);
+    uint8_t *bodies = (uint8_t *)PyBytes_AS_STRING(cols[4]);
+    uint8_t *props_ends = (uint8_t *)PyBytes_AS_STRING(cols[5]);
+    uint8_t *props = (uint8_t *)PyBytes_AS_STRING(cols[6]);
+    uint8_t *key_valid = (uint8_t *)PyBytes_AS_STRING(cols[7]);
+    uint8_t *key_ends = (uint8_t *)PyBytes_AS_STRING(cols[8]);
+    uint8_t *keys = (uint8_t *)PyBytes_AS_STRING(cols[9]);
+    const uint8_t *topic_seen = NULL; /* the last topic bytes checked to be UTF-8 */
+    int64_t topic_seen_len = 0, body_end = 0, props_end = 0, key_end = 0;
+    put_i32(body_ends, 0);
+    put_i32(props_ends, 0);
+    put_i32(key_ends, 0);
+    memset(key_valid, 0, (size_t)sizes[7]);
+    pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
         const uint8_t *r = buf + pos;
-        int64_t total = (int32_t)get32(r);
-        uint32_t magic = get32(r + 4);
-        if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < MIN_RECORD) goto bad;
-        if (pos + total > len) goto bad;
-        uint32_t sys_flag = get32(r + 36);
-        int64_t born_len = sys_flag & 0x10 ? 20 : 8, store_len = sys_flag & 0x20 ? 20 : 8;
-        int64_t at = 48 + born_len + 8 + store_len + 12;
-        if (at + 4 > total) goto bad;
-        int64_t body_len = (int32_t)get32(r + at);
-        at += 4;
-        int64_t topic_width = magic == MAGIC_V2 ? 2 : 1;
-        if (body_len < 0 || at + body_len + topic_width > total) goto bad;
-        const uint8_t *body = r + at;
-        at += body_len;
-        int64_t topic_len = magic == MAGIC_V2 ? (int16_t)(r[at] << 8 | r[at + 1]) : r[at];
-        at += topic_width;
-        if (topic_len < 0 || at + topic_len + 2 > total) goto bad;
-        const uint8_t *topic = r + at;
-        at += topic_len;
-        int64_t props_len = (int16_t)(r[at] << 8 | r[at + 1]);
-        at += 2;
-        if (props_len < 0 || at + props_len != total) goto bad;
-        if ((crc32_of(body, (size_t)body_len) & 0x7FFFFFFFu) != get32(r + 8)) goto bad;
+        parse_layout(r, len - pos, &l);
+        int64_t total = l.total;
+        if ((crc32_of(r + l.body_at, (size_t)l.body_len) & 0x7FFFFFFFu) != get32(r + 8)) {
+            malformed(pos);
+            goto done;
+        }
         long long whole = stored_record_crc(r + total - CRC_RESERVED);
         if (whole >= 0 &&
-            (long long)(crc32_of(r, (size_t)(total - CRC_RESERVED)) & 0x7FFFFFFFu) != whole)
-            goto bad;
-        if (topic_seen == NULL || topic_seen_len != topic_len ||
-            memcmp(topic_seen, topic, (size_t)topic_len) != 0) {
-            PyObject *text = PyUnicode_DecodeUTF8((const char *)topic, topic_len, "strict");
-            if (text == NULL) goto bad_clear;
-            Py_DECREF(text);
-            topic_seen = topic;
-            topic_seen_len = topic_len;
-        }
-        PyObject *properties =
-            PyUnicode_DecodeUTF8((const char *)(r + at), (Py_ssize_t)props_len, "strict");
-        if (properties == NULL) goto bad_clear;
-        if (append_new(props, properties) < 0 ||
-            append_new(offsets, PyLong_FromLongLong(get64(r + 20))) < 0 ||
-            append_new(born, PyLong_FromLongLong(get64(r + 40))) < 0 ||
-            append_new(stored, PyLong_FromLongLong(get64(r + 48 + born_len))) < 0 ||
-            append_new(bodies, PyBytes_FromStringAndSize((const char *)body, body_len)) < 0)
+            (long long)(crc32_of(r, (size_t)(total - CRC_RESERVED)) & 0x7FFFFFFFu) != whole) {
+            malformed(pos);
             goto done;
+        }
+        const uint8_t *topic = r + l.topic_at;
+        if (topic_seen == NULL || topic_seen_len != l.topic_len ||
+            memcmp(topic_seen, topic, (size_t)l.topic_len) != 0) {
+            if (!utf8_valid(topic, l.topic_len)) {
+                malformed(pos);
+                goto done;
+            }
+            topic_seen = topic;
+            topic_seen_len = l.topic_len;
+        }
+        if (!utf8_valid(r + l.props_at, l.props_len)) {
+            malformed(pos);
+            goto done;
+        }
+        put_i64(offsets + i * 8, get64(r + 20));
+        put_i64(born + i * 8, get64(r + 40));
+        put_i64(stored + i * 8, get64(r + 48 + l.born_len));
+        memcpy(bodies + body_end, r + l.body_at, (size_t)l.body_len);
+        body_end += l.body_len;
+        put_i32(body_ends + (i + 1) * 4, (int32_t)body_end);
+        memcpy(props + props_end, r + l.props_at, (size_t)l.props_len);
+        props_end += l.props_len;
+        put_i32(props_ends + (i + 1) * 4, (int32_t)props_end);
+        const uint8_t *key = find_key(r + l.props_at, l.props_len, &key_len);
+        if (key != NULL && key_len > 0) { /* an empty KEYS is no key */
+            key_valid[i / 8] |= (uint8_t)(1u << (i % 8));
+            memcpy(keys + key_end, key, (size_t)key_len);
+            key_end += key_len;
+        }
+        put_i32(key_ends + (i + 1) * 4, (int32_t)key_end);
         pos += total;
     }
-    result = PyTuple_Pack(5, offsets, born, stored, bodies, props);
-    goto done;
-bad_clear:
-    PyErr_Clear();
-bad:
-    malformed(pos);
+    if (_PyBytes_Resize(&cols[9], (Py_ssize_t)key_end) < 0) goto done;
+    result = Py_BuildValue("(nOOOOOOOOOO)", count, cols[0], cols[1], cols[2], cols[3], cols[4],
+                           cols[5], cols[6], cols[7], cols[8], cols[9]);
 done:
     PyBuffer_Release(&view);
-    Py_XDECREF(offsets);
-    Py_XDECREF(born);
-    Py_XDECREF(stored);
-    Py_XDECREF(bodies);
-    Py_XDECREF(props);
+    for (int c = 0; c < 10; c++) Py_XDECREF(cols[c]);
     return result;
 }
 
@@ -528,7 +655,7 @@ static PyMethodDef methods[] = {
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode as a signed int."},
     {"measure", measure, METH_VARARGS, "(total stored bytes, largest body) of items."},
     {"verify_record_crc", verify_record_crc, METH_VARARGS, "Body and record CRCs hold."},
-    {"decode_columns", decode_columns, METH_O, "Stored records into column lists."},
+    {"decode_buffers", decode_buffers, METH_O, "Stored records into Arrow-layout buffers."},
     {"crc_source", crc_source, METH_NOARGS, "Where CRC-32 comes from: zlib-ng or tables."},
     {"scan_entries", scan_entries, METH_VARARGS, "Choose a read's consume-queue entries."},
     {"split_span", split_span, METH_VARARGS, "A run's records out of its commit-log span."},

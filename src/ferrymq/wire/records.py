@@ -24,7 +24,9 @@ properties_length i16 + properties`.
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
+import itertools
 import operator
 import struct
 import sys
@@ -37,6 +39,7 @@ from ferrymq.errors import ProtocolError
 from ferrymq.wire.crc import crc32 as _crc32
 from ferrymq.wire.properties import (
     CRC32_RESERVED_LEN,
+    KEYS,
     MAX_PROPERTIES_BYTES,
     PROPERTY_CRC32,
     TAGS,
@@ -66,12 +69,12 @@ __all__ = [
     "SYSFLAG_TRANSACTION_ROLLBACK",
     "BatchItem",
     "MessageRecord",
-    "RecordColumns",
+    "RecordBuffers",
     "RecordInfo",
     "body_crc",
     "decode_batch",
-    "decode_columns",
-    "decode_columns_py",
+    "decode_buffers",
+    "decode_buffers_py",
     "decode_record",
     "encode_batch",
     "encode_record",
@@ -442,70 +445,139 @@ def decode_record(
     )
 
 
-@dataclass(slots=True)
-class RecordColumns:
-    """Stored records as columns (what a columnar reader needs), one list entry per record."""
+@dataclass(frozen=True, slots=True)
+class RecordBuffers:
+    r"""Stored records as column buffers in Arrow's memory layout, one entry per record.
 
-    queue_offsets: list[int] = field(default_factory=list)
-    born_timestamps_ms: list[int] = field(default_factory=list)
-    store_timestamps_ms: list[int] = field(default_factory=list)
-    bodies: list[bytes] = field(default_factory=list)
-    properties: list[str] = field(default_factory=list)
-    r"""The stored `name\x01value\x02` properties text, CRC32 property included."""
+    What a columnar reader wraps into arrays with no Python object per record. In native byte
+    order, as Arrow's buffers: `queue_offsets`, `born_timestamps_ms` and `store_timestamps_ms`
+    hold int64 values; `bodies` and `properties` (the stored `name\x01value\x02` text, CRC32
+    property included, valid UTF-8) are variable-length, with `count + 1` int32 end offsets in
+    `body_ends` / `property_ends`, the first 0. `keys` holds each record's KEYS property (the
+    value `decode_properties` gives it), null (its bit clear in the `key_validity` bitmap,
+    least significant bit first) without one or when it is empty, ends in `key_ends`.
+    """
+
+    count: int = 0
+    queue_offsets: bytes = b""
+    born_timestamps_ms: bytes = b""
+    store_timestamps_ms: bytes = b""
+    body_ends: bytes = bytes(4)
+    bodies: bytes = b""
+    property_ends: bytes = bytes(4)
+    properties: bytes = b""
+    key_validity: bytes = b""
+    key_ends: bytes = bytes(4)
+    keys: bytes = b""
 
     def __len__(self) -> int:
-        return len(self.queue_offsets)
+        return self.count
 
-    def extend(self, other: RecordColumns) -> None:
-        """Append `other`'s records."""
-        self.queue_offsets += other.queue_offsets
-        self.born_timestamps_ms += other.born_timestamps_ms
-        self.store_timestamps_ms += other.store_timestamps_ms
-        self.bodies += other.bodies
-        self.properties += other.properties
+    def queue_offset(self, index: int) -> int:
+        """The queue offset of record `index`."""
+        value: int = _I64_NATIVE.unpack_from(self.queue_offsets, index * 8)[0]
+        return value
 
-    def take(self, keep: list[int]) -> RecordColumns:
-        """The records at indexes `keep`, in that order."""
-        return RecordColumns(
-            [self.queue_offsets[i] for i in keep],
-            [self.born_timestamps_ms[i] for i in keep],
-            [self.store_timestamps_ms[i] for i in keep],
-            [self.bodies[i] for i in keep],
-            [self.properties[i] for i in keep],
+    def within(self, start: int, end: int) -> tuple[int, int]:
+        """The indexes `[low, high)` of the records at queue offsets `[start, end)`.
+
+        The records must be in ascending queue offset order, as one queue's pull returns them.
+        """
+        count = self.count
+        if not count or (self.queue_offset(0) >= start and self.queue_offset(count - 1) < end):
+            return 0, count
+        low = bisect.bisect_left(range(count), start, key=self.queue_offset)
+        return low, max(low, bisect.bisect_left(range(count), end, key=self.queue_offset))
+
+    def slice(self, low: int, high: int) -> RecordBuffers:
+        """The records `[low, high)`."""
+        if (low, high) == (0, self.count):
+            return self
+        count = high - low
+        bodies = _slice_variable(self.body_ends, self.bodies, low, count)
+        properties = _slice_variable(self.property_ends, self.properties, low, count)
+        keys = _slice_variable(self.key_ends, self.keys, low, count)
+        valid = [self.key_validity[i // 8] >> (i % 8) & 1 for i in range(low, high)]
+        return RecordBuffers(
+            count,
+            self.queue_offsets[low * 8 : high * 8],
+            self.born_timestamps_ms[low * 8 : high * 8],
+            self.store_timestamps_ms[low * 8 : high * 8],
+            *bodies,
+            *properties,
+            _bitmap(valid),
+            *keys,
         )
 
 
-def decode_columns_py(data: bytes | bytearray | memoryview) -> RecordColumns:
-    """Records back to back (a pull response body) as columns, checked like `decode_record`.
+def _slice_variable(ends: bytes, data: bytes, low: int, count: int) -> tuple[bytes, bytes]:
+    """The (ends, data) of values `[low, low + count)` of a variable-length column."""
+    picked = struct.unpack_from(f"={count + 1}i", ends, low * 4)
+    rebased = struct.pack(f"={count + 1}i", *(end - picked[0] for end in picked))
+    return rebased, data[picked[0] : picked[-1]]
+
+
+def _bitmap(bits: list[int]) -> bytes:
+    """An Arrow validity bitmap (least significant bit first) of 0/1 values."""
+    packed = bytearray((len(bits) + 7) // 8)
+    for i, bit in enumerate(bits):
+        packed[i // 8] |= bit << (i % 8)
+    return bytes(packed)
+
+
+_I64_NATIVE: Final = struct.Struct("=q")
+
+
+def _ends(parts: list[bytes]) -> bytes:
+    return struct.pack(f"={len(parts) + 1}i", *itertools.accumulate(map(len, parts), initial=0))
+
+
+def decode_buffers_py(data: bytes | bytearray | memoryview) -> RecordBuffers:
+    """Records back to back (a pull response body) as column buffers, checked like `decode_record`.
 
     Raises:
         ProtocolError: anything `decode_record` refuses, or properties that are not UTF-8.
     """
-    columns = RecordColumns()
+    offsets: list[int] = []
+    born: list[int] = []
+    stored: list[int] = []
+    bodies: list[bytes] = []
+    properties: list[bytes] = []
+    keys: list[bytes] = []
     position = 0
     while position < len(data):
-        prefix, _, _, store_ts, _, body, properties = _parse(data, position, True)
-        try:
-            text = properties.decode()
-        except UnicodeDecodeError:
-            raise ProtocolError("message properties are not UTF-8") from None
-        columns.queue_offsets.append(prefix[5])
-        columns.born_timestamps_ms.append(prefix[8])
-        columns.store_timestamps_ms.append(store_ts)
-        columns.bodies.append(body)
-        columns.properties.append(text)
+        prefix, _, _, store_ts, _, body, props = _parse(data, position, True)
+        keys.append(decode_properties(props).get(KEYS, "").encode())
+        offsets.append(prefix[5])
+        born.append(prefix[8])
+        stored.append(store_ts)
+        bodies.append(body)
+        properties.append(props)
         position += prefix[0]
-    return columns
+    count = len(offsets)
+    return RecordBuffers(
+        count,
+        struct.pack(f"={count}q", *offsets),
+        struct.pack(f"={count}q", *born),
+        struct.pack(f"={count}q", *stored),
+        _ends(bodies),
+        b"".join(bodies),
+        _ends(properties),
+        b"".join(properties),
+        _bitmap([1 if key else 0 for key in keys]),
+        _ends(keys),
+        b"".join(keys),
+    )
 
 
-def decode_columns(data: bytes | bytearray | memoryview) -> RecordColumns:
-    """`decode_columns_py`, by the C accelerator when built (same columns, same errors)."""
+def decode_buffers(data: bytes | bytearray | memoryview) -> RecordBuffers:
+    """`decode_buffers_py`, by the C accelerator when built (same buffers, same errors)."""
     if _accel is None:
-        return decode_columns_py(data)
+        return decode_buffers_py(data)
     try:
-        return RecordColumns(*_accel.decode_columns(data))
+        return RecordBuffers(*_accel.decode_buffers(data))
     except ValueError:
-        return decode_columns_py(data)  # malformed: the reference raises the exact error
+        return decode_buffers_py(data)  # malformed: the reference raises the exact error
 
 
 def record_info(
