@@ -200,6 +200,35 @@ async def test_bad_sends_get_typed_errors_and_store_nothing(
     assert (await send(client, addr, "T", b"ok")).code == ResponseCode.SUCCESS
 
 
+async def test_a_batch_with_properties_that_are_not_utf8_is_refused_and_indexing_goes_on(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    addr = cluster.broker.address
+    await create_topic(client, addr, "T", 1)
+    header = SendMessageRequestHeader(
+        producer_group="PG",
+        topic="T",
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=0,
+        sys_flag=0,
+        born_timestamp=1,
+        flag=0,
+        batch=True,
+    )
+    before = cluster.broker.store.max_log_offset
+    body = encode_batch(
+        [BatchItem(b"fine", b"A\x01b\x02"), BatchItem(b"bad", b"A\x01\xff\xfe\x02")]
+    )
+    response = await client.call(addr, command(RequestCode.SEND_BATCH_MESSAGE, header, body), 5)
+    assert response.code == ResponseCode.MESSAGE_ILLEGAL
+    assert "not UTF-8" in (response.remark or "")
+    assert cluster.broker.store.max_log_offset == before
+    assert (await send(client, addr, "T", b"after")).code == ResponseCode.SUCCESS
+    _, records = await pull(client, addr, "T", 0, 0)
+    assert [r.body for r in records] == [b"after"]
+
+
 async def test_malformed_requests_answer_errors_and_garbage_closes_only_its_connection(
     cluster: LocalCluster, client: RpcClient
 ) -> None:
@@ -224,7 +253,8 @@ async def test_malformed_requests_answer_errors_and_garbage_closes_only_its_conn
     broken_batch = await client.call(
         addr, command(RequestCode.SEND_BATCH_MESSAGE, header, b"\x00\x00\x00\x30garbage"), 5
     )
-    assert broken_batch.code == ResponseCode.SYSTEM_ERROR
+    assert broken_batch.code == ResponseCode.MESSAGE_ILLEGAL
+    assert "batch item at 0" in (broken_batch.remark or "")
     host, port = addr.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
     writer.write(struct.pack(">ii", 40, 36) + b"\xff" * 36)

@@ -39,7 +39,13 @@ from ferrymq.broker.metadata import (
     retry_topic,
 )
 from ferrymq.broker.state import BrokerState
-from ferrymq.errors import CorruptRecordError, InvalidNameError, MessageTooLargeError, RequestError
+from ferrymq.errors import (
+    CorruptRecordError,
+    InvalidNameError,
+    MessageTooLargeError,
+    ProtocolError,
+    RequestError,
+)
 from ferrymq.model import validate_topic
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.deadline import wait_future
@@ -246,7 +252,10 @@ async def send_message(
         )
     batch = request.code == RequestCode.SEND_BATCH_MESSAGE or bool(header.batch)
     if batch:
-        items = decode_batch(request.body)
+        try:
+            items = decode_batch(request.body)
+        except ProtocolError as exc:
+            raise RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
         if not items:
             raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
     else:

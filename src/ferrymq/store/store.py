@@ -63,7 +63,7 @@ from ferrymq.store.index import KeyIndex
 from ferrymq.store.prepare import SegmentPreparer
 from ferrymq.store.queueread import EntryRun, entry_at, scan_entries, split_span
 from ferrymq.store.queues import QueueTable
-from ferrymq.wire.properties import TAGS, UNIQ_KEY, decode_properties, keys_of
+from ferrymq.wire.properties import TAGS, UNIQ_KEY, index_properties, keys_of
 from ferrymq.wire.records import (
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
@@ -602,7 +602,7 @@ class Store:
             at = put.log_offset
             queue_offset = put.first_queue_offset
             for item, size in zip(put.items, put.sizes, strict=True):
-                properties = decode_properties(item.properties) if item.properties else {}
+                properties = index_properties(item.properties) if item.properties else {}
                 infos.append(
                     RecordInfo(
                         put.topic,

@@ -23,6 +23,7 @@ __all__ = [
     "UNIQ_KEY",
     "decode_properties",
     "encode_properties",
+    "index_properties",
     "keys_of",
 ]
 
@@ -97,6 +98,19 @@ def decode_properties(data: bytes) -> dict[str, str]:
         if len(name_value) == 2:
             properties[name_value[0]] = name_value[1]
     return properties
+
+
+def index_properties(data: bytes) -> dict[str, str]:
+    """The properties an index reads: `decode_properties`, or none when they are not UTF-8.
+
+    Sends refuse such properties (`records.decode_batch`), so only data stored before that check
+    holds them; the record is intact (its CRCs hold) and is stored and served, it only has no
+    keys or tags to index. Indexing must not stop at it, nor recovery cut the log there.
+    """
+    try:
+        return decode_properties(data)
+    except ProtocolError:
+        return {}
 
 
 def keys_of(properties: dict[str, str]) -> list[str]:

@@ -45,6 +45,7 @@ from ferrymq.wire.properties import (
     TAGS,
     decode_properties,
     encode_properties,
+    index_properties,
     keys_of,
 )
 
@@ -595,7 +596,7 @@ def record_info(
     prefix, _, _, store_ts, topic, _, properties_bytes = _parse(
         buf, pos, check_crc, require_record_crc
     )
-    properties = decode_properties(properties_bytes)
+    properties = index_properties(properties_bytes)
     return RecordInfo(
         topic=topic,
         queue_id=prefix[3],
@@ -653,7 +654,10 @@ def encode_batch(items: list[BatchItem]) -> bytes:
 
 
 def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
-    """Decode a SEND_BATCH_MESSAGE body; raise `ProtocolError` if any item is malformed."""
+    """Decode a SEND_BATCH_MESSAGE body; raise `ProtocolError` if any item is malformed.
+
+    Properties must be UTF-8 (Java decodes them so; the broker's indexes read them).
+    """
     view = memoryview(data)
     items: list[BatchItem] = []
     pos = 0
@@ -673,7 +677,12 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
         at += 2
         if properties_length < 0 or at + properties_length != end:
             raise ProtocolError(f"batch item at {pos}: properties length {properties_length}")
-        items.append(BatchItem(body, bytes(view[at:end]), flag))
+        properties = bytes(view[at:end])
+        try:
+            properties.decode()
+        except UnicodeDecodeError:
+            raise ProtocolError(f"batch item at {pos}: properties are not UTF-8") from None
+        items.append(BatchItem(body, properties, flag))
         pos = end
     return items
 

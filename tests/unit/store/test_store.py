@@ -245,6 +245,28 @@ def test_a_bit_flip_mid_segment_is_cut_reported_and_quarantined(
     assert bodies(reopened, "T", 0) == [b"payload-%d" % i for i in range(5)]
 
 
+def test_a_stored_record_whose_properties_are_not_utf8_is_served_and_indexing_goes_on(
+    open_store: OpenStore,
+) -> None:
+    """Sends refuse such properties now; a record stored before that must not stop indexing."""
+    store = open_store()
+    store.put("T", 0, [BatchItem(b"odd", b"KEYS\x01\xff\x02")], born_host=BORN, born_timestamp_ms=1)
+    put(store, "T", 0, b"next", KEYS="k")
+
+    def served() -> list[bytes]:
+        records = store.get("T", 0, 0, 10).records
+        assert len(records) == 2
+        assert b"odd" in records[0]  # served as stored (a consumer's decode refuses it)
+        return [decode_record(records[1]).body]
+
+    assert served() == [b"next"]
+    assert store.dispatch_error is None
+    assert [r.body for r in store.query_by_key("T", "k", max_count=5)] == [b"next"]
+    store.close()
+    store = open_store()  # recovery keeps it: its CRCs hold
+    assert served() == [b"next"]
+
+
 def test_a_corrupt_record_is_never_served(open_store: OpenStore, tmp_path: Path) -> None:
     store = open_store()
     for i in range(60):
