@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from ferrymq.broker.metadata import SINK_TOPIC
 from ferrymq.config import ConfigError
 from ferrymq.model import format_address, parse_address
 from ferrymq.store.config import FlushDiskType, SegmentFill, StoreConfig
@@ -253,4 +254,5 @@ class BrokerConfig:
             disk_max_used_ratio=self.disk_max_used_space_ratio / 100,
             store_host=pack_host(self.broker_ip1, advertised_port or self.listen_port),
             confirm_gated=self.replicated,
+            unkeyed_topics=frozenset({SINK_TOPIC}),
         )

@@ -76,6 +76,9 @@ class StoreConfig:
     confirm_gated: bool = False
     """Index (and so serve) records only below the confirm offset, the replication high
     watermark: on for sync-replicated masters and slaves; off, everything appended is served."""
+    unkeyed_topics: frozenset[str] = frozenset()
+    """Topics whose records get consume-queue entries but no key-index entries: a server's
+    internal logs that nobody looks up by key or message id."""
 
     @property
     def commitlog_path(self) -> Path:

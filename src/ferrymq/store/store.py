@@ -464,7 +464,6 @@ class Store:
         if not infos:
             return
         runs: dict[ConsumeQueue, tuple[int, list[tuple[int, int, int]]]] = {}
-        keyed: list[RecordInfo] = []
         for info in infos:
             if transaction_type(info.sys_flag) not in _NO_QUEUE_ENTRY:
                 queue = self.queues.get_or_create(info.topic, info.queue_id)
@@ -474,11 +473,9 @@ class Store:
                         self._put_entries(queue, *found)
                     found = runs[queue] = (info.queue_offset, [])
                 found[1].append((info.log_offset, info.size, info.tags_code))
-            if info.keys or info.uniq_key:
-                keyed.append(info)
         for queue, (first, run) in runs.items():
             self._put_entries(queue, first, run)
-        self.index.add_many(keyed)
+        self._index_only(infos)
         last = infos[-1]
         self._dispatched_log_offset = last.log_offset + last.size
 
@@ -491,7 +488,9 @@ class Store:
             self._on_dispatch(queue.topic, queue.queue_id, queue.max_queue_offset)
 
     def _index_only(self, infos: list[RecordInfo]) -> None:
-        self.index.add_many(infos)
+        """Add the keys and unique keys of `infos` to the key index (not of unkeyed topics)."""
+        unkeyed = self.config.unkeyed_topics
+        self.index.add_many([i for i in infos if (i.keys or i.uniq_key) and i.topic not in unkeyed])
 
     def _mark_dirty(self, queue: ConsumeQueue, queue_offset: int) -> None:
         with self._dirty_lock:

@@ -209,6 +209,22 @@ def test_crash_recovery_rebuilds_consume_queues_and_index(
     assert [r.body for r in reopened.query_by_key("T", "k40")] == [b"m40"]
 
 
+def test_unkeyed_topics_are_served_but_never_key_indexed(open_store: OpenStore) -> None:
+    store = open_store(unkeyed_topics=frozenset({"Log"}))
+    for i in range(5):
+        put(store, "Log", 0, b"log%d" % i, KEYS="k")
+        put(store, "T", 0, b"t%d" % i, KEYS="k")
+    assert bodies(store, "Log", 0) == [b"log%d" % i for i in range(5)]
+    assert store.query_by_key("Log", "k") == []
+    assert len(store.query_by_key("T", "k")) == 5
+    store.dispatch()
+    store.abandon()  # a crash: the key index is rebuilt from the log, by the same rule
+    reopened = open_store(unkeyed_topics=frozenset({"Log"}))
+    assert reopened.query_by_key("Log", "k") == []
+    assert len(reopened.query_by_key("T", "k")) == 5
+    assert bodies(reopened, "Log", 0) == [b"log%d" % i for i in range(5)]
+
+
 def test_a_torn_tail_is_cut_and_the_rest_served(open_store: OpenStore, tmp_path: Path) -> None:
     store = open_store()
     offsets = [put(store, "T", 0, b"m%d" % i)[0] for i in range(10)]
