@@ -7,15 +7,17 @@ from pathlib import Path
 import pytest
 
 from ferrymq.broker.broker import Broker
+from ferrymq.broker.metadata import SINK_TOPIC
 from ferrymq.broker.sink import Begin
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.message import Message
 from ferrymq.client.sink import SinkClient
 from ferrymq.errors import RemoteError, RpcError
 from ferrymq.model import MessageQueue
 from ferrymq.testing import LocalCluster
 from ferrymq.wire import properties as props
-from ferrymq.wire.records import BatchItem
+from ferrymq.wire.records import BatchItem, pack_host
 
 
 def rows(prefix: str, count: int) -> list[BatchItem]:
@@ -104,6 +106,76 @@ async def test_a_commit_cut_short_is_finished_without_duplicates(tmp_path: Path)
             assert await visible(cluster, "Out") == [b"r-0", b"r-1"]
             assert await sink.commit("broker-a", "s2", 7, {"t": 5}) == (3, False)
         assert await visible(cluster, "Out") == [b"r-0", b"r-1", b"r-2", b"r-3", b"r-4"]
+    finally:
+        await cluster.close()
+
+
+async def committed(cluster: LocalCluster, topic: str) -> list[Message]:
+    async with PullConsumer(cluster.namesrv_addr, "checker") as consumer:
+        queue = (await consumer.queues(topic))[0]
+        return await consumer.fetch_range(queue, 0, await consumer.max_offset(queue))
+
+
+async def test_committed_rows_keep_their_own_properties_and_none_of_the_sinks(
+    tmp_path: Path,
+) -> None:
+    cluster = await two_groups(tmp_path)
+    try:
+        own = [
+            {props.UNIQ_KEY: "u0", props.KEYS: "k1 k2", props.TAGS: "t", "a": "b"},
+            {props.UNIQ_KEY: "u1", props.REAL_TOPIC: "Elsewhere", "FERRY_SINK": "forged"},
+            {props.UNIQ_KEY: "u2", "XFERRY_SINK": "odd name"},
+        ]
+        async with SinkClient(cluster.namesrv_addr) as sink:
+            a0 = MessageQueue("Out", "broker-a", 0)
+            items = [BatchItem.of(f"b{i}".encode(), p, flag=i) for i, p in enumerate(own)]
+            await sink.prepare(a0, "s", 0, "t", items)
+            assert await sink.decide("broker-a", "s", 0, {"t": {"broker-a": 3}})
+            assert await sink.commit("broker-a", "s", 0, {"t": 3}) == (3, False)
+        got = await committed(cluster, "Out")
+        assert [m.body for m in got] == [b"b0", b"b1", b"b2"]
+        assert [m.properties for m in got] == [
+            own[0],
+            {props.UNIQ_KEY: "u1"},  # the sink's own names are never a row's
+            own[2],
+        ]
+        assert got[0].keys == ["k1", "k2"]
+        assert got[0].tags == "t"
+        assert [m.msg_id for m in got] == ["u0", "u1", "u2"]
+        broker = cluster.broker
+        assert [broker.store.query_by_key("Out", "k2")[0].body] == [b"b0"]
+    finally:
+        await cluster.close()
+
+
+async def test_rows_prepared_in_the_older_layout_commit_the_same(tmp_path: Path) -> None:
+    """Rows an earlier broker prepared: the tags merged into the row's properties."""
+    cluster = await two_groups(tmp_path)
+    try:
+        broker = cluster.broker
+        tags = {
+            "FERRY_SINK": "s",
+            "FERRY_SINK_BATCH": "4",
+            "FERRY_SINK_TXN": "old",
+            props.REAL_TOPIC: "Out",
+            props.REAL_QUEUE_ID: "0",
+        }
+        rows_before = [  # a tag overrode the row's own REAL_TOPIC in place, as dict merges do
+            {props.REAL_TOPIC: "mine", props.UNIQ_KEY: f"o{i}", "a": "b"} for i in range(3)
+        ]
+        items = [BatchItem.of(f"o{i}".encode(), {**p, **tags}) for i, p in enumerate(rows_before)]
+        broker.store.put(
+            SINK_TOPIC, 0, items, born_host=pack_host("127.0.0.1", 7), born_timestamp_ms=5
+        )
+        broker.state.schedule_dispatch()
+        async with SinkClient(cluster.namesrv_addr) as sink:
+            assert await sink.decide("broker-a", "s", 4, {"old": {"broker-a": 3}})
+            assert await sink.commit("broker-a", "s", 4, {"old": 3}) == (3, False)
+        got = await committed(cluster, "Out")
+        assert [(m.body, m.properties) for m in got] == [
+            (f"o{i}".encode(), {props.UNIQ_KEY: f"o{i}", "a": "b"}) for i in range(3)
+        ]
+        assert {m.born_timestamp_ms for m in got} == {5}
     finally:
         await cluster.close()
 

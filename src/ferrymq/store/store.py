@@ -886,6 +886,14 @@ class Store:
         queue = self.queues.find(topic, queue_id)
         return queue.min_queue_offset if queue else 0
 
+    def read_log(self, log_offset: int, length: int) -> bytes:
+        """The commit log's bytes at `[log_offset, log_offset + length)`, unchecked.
+
+        Fewer when they would cross the end of a segment or of the log.
+        """
+        self._check_open()
+        return self.commitlog.read(log_offset, length)
+
     def read_record(self, log_offset: int, size: int | None = None) -> bytes:
         """The stored bytes of the record at `log_offset`, CRC-checked.
 

@@ -89,6 +89,7 @@ __all__ = [
     "peek_record_size",
     "record_crc_of",
     "record_info",
+    "record_origin",
     "record_overhead",
     "record_size",
     "store_timestamp_of",
@@ -579,6 +580,15 @@ def decode_buffers(data: bytes | bytearray | memoryview) -> RecordBuffers:
         return RecordBuffers(*_accel.decode_buffers(data))
     except ValueError:
         return decode_buffers_py(data)  # malformed: the reference raises the exact error
+
+
+def record_origin(data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, bytes]:
+    """(flag, born host) of the stored record at `pos`, read from its header (no checks)."""
+    (flag,) = _I32.unpack_from(data, pos + 16)
+    (sys_flag,) = _I32.unpack_from(data, pos + 36)
+    width = _IPV6_HOST if sys_flag & SYSFLAG_BORNHOST_V6 else _IPV4_HOST
+    at = pos + _PREFIX.size
+    return flag, bytes(data[at : at + width])
 
 
 def record_info(
