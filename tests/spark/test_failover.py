@@ -6,10 +6,10 @@ query streams the source into Parquet, another streams it into the target topic 
 exactly-once sink, while a producer keeps sending; the test kills -9 the master by PID in the
 middle of a micro-batch of the writing query (rows prepared, commit not decided: checked in the
 stopped master's commit log) and the controller elects another. Each query either keeps going,
-or fails with a `RetryableQueryError` and, restarted from its checkpoint, finishes (with a
-failover timeout shorter than the election, the writing query must take that path). Either way
-the Parquet output holds every acknowledged message once, and the target topic every source row
-once.
+or fails with a `RetryableQueryError` and, restarted from its checkpoint, finishes. With a
+200 ms failover timeout the replicas are held stopped until the writing query has failed, so it
+must take that path. Either way the Parquet output holds every acknowledged message once, and
+the target topic every source row once.
 """
 
 import asyncio
@@ -154,14 +154,17 @@ def decided_batches(store_dir: Path) -> set[int]:
     return decided
 
 
-async def kill_mid_batch(victim: Child, checkpoint: Path, deadline: float) -> int:
+async def kill_mid_batch(
+    victim: Child, checkpoint: Path, deadline: float, *, hold: list[Child]
+) -> int:
     """kill -9 the master in the middle of a micro-batch of the writing query; returns its id.
 
     In the middle: its tasks began to prepare rows (the first landed in the sink log), and its
     commit has not been decided, so the rest of the batch meets a group without a master. The
     master is stopped (SIGSTOP) at the first prepared row and its commit log read from disk: a
     batch whose decision it already holds (the whole batch ran between two polls) is let go on
-    (SIGCONT) and the next one is tried.
+    (SIGCONT) and the next one is tried. The processes in `hold` are stopped (SIGSTOP) just
+    before the kill.
     """
     async with RpcClient() as client:
         for _ in range(5):
@@ -179,6 +182,8 @@ async def kill_mid_batch(victim: Child, checkpoint: Path, deadline: float) -> in
             # the master coordinated every batch so far: the reader must find their decisions
             assert set(range(in_flight)) <= decided, (in_flight, sorted(decided))
             if in_flight not in decided:
+                for child in hold:
+                    child.suspend()
                 victim.kill()
                 return in_flight
             log.warning("batch %d was decided before the master stopped; next one", in_flight)
@@ -236,8 +241,8 @@ def settle(query: Any, checkpoint: Path, end: Any, restart: Any) -> str:
 def test_kill_the_master_under_a_streaming_read_and_write(
     spark: Any, tmp_path: Path, failover_timeout_ms: int | None
 ) -> None:
-    """Default `failoverTimeoutMs`: either outcome. 200 ms, shorter than any election: the
-    writing query, killed under mid-batch, must fail retryably and finish after a restart."""
+    """Default `failoverTimeoutMs`: either outcome. 200 ms, with the election held back until
+    the writing query stopped: it must fail retryably and finish after a restart."""
     cluster = ProcessCluster(
         UpConfig(data_dir=tmp_path / "cluster", replicas=3, controllers=1, embedded_controller=True)
     )
@@ -299,8 +304,18 @@ def test_kill_the_master_under_a_streaming_read_and_write(
                 assert time.monotonic() < deadline, "the queries committed no micro-batch"
                 await asyncio.sleep(0.2)
             victim = next(c for c in cluster.brokers.values() if c.addr == old_master)
-            in_flight = await kill_mid_batch(victim, write_cp, deadline)
+            # give-up: the replicas are stopped with the master, so no master can be elected
+            # until the writing query has failed (a commit Spark starts late would otherwise meet
+            # the new master and succeed); ride-out: the election runs at once
+            replicas = [c for c in cluster.brokers.values() if c is not victim]
+            held = [] if failover_timeout_ms is None else replicas
+            in_flight = await kill_mid_batch(victim, write_cp, deadline, hold=held)
             assert batches(write_cp / "commits") == in_flight, "the batch ended before the kill"
+            while held and queries[1].isActive:
+                assert time.monotonic() < deadline, "the writer outlived a group with no master"
+                await asyncio.sleep(0.1)
+            for child in held:
+                child.resume()
             async with AdminClient(servers) as admin:
                 await master(admin, not_addr=old_master, timeout=60)
             acked_before = len(sent.acked)
