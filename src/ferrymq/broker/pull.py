@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import struct
 from typing import Final
 
 from ferrymq.broker.metadata import GroupConfig
@@ -24,12 +23,9 @@ from ferrymq.wire.broker import PullMessageRequestHeader, PullMessageResponseHea
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields, to_ext_fields
-from ferrymq.wire.records import java_string_hash
+from ferrymq.wire.records import java_string_hash, record_log_offset
 
 MASTER_ID: Final = 0
-_LOG_OFFSET: Final = struct.Struct(">q")
-_LOG_OFFSET_AT: Final = 28
-"""A stored record's own log offset (RocketMQ PHYSICALOFFSET) is the int64 at byte 28."""
 
 __all__ = [
     "SYSFLAG_COMMIT_OFFSET",
@@ -157,7 +153,7 @@ def _suggest(state: BrokerState, group: GroupConfig, result: GetResult) -> int:
     """
     if not state.config.slave_read_enable or not result.records:
         return MASTER_ID
-    (last_pulled,) = _LOG_OFFSET.unpack_from(result.records[-1], _LOG_OFFSET_AT)
+    last_pulled = record_log_offset(result.records[-1])
     behind = state.store.max_log_offset - last_pulled
     if behind > _memory_bytes() * state.config.access_message_in_memory_max_ratio / 100:
         return group.which_broker_when_consume_slowly

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -76,6 +75,7 @@ from ferrymq.wire.records import (
     decode_buffers,
     decode_record,
     pack_host,
+    record_log_offset,
     record_origin,
 )
 from ferrymq.wire.sink import (
@@ -95,8 +95,6 @@ log = logging.getLogger(__name__)
 SINK_CODES: Final = (RequestCode.SINK_PREPARE, RequestCode.SINK_DECIDE, RequestCode.SINK_COMMIT)
 
 _OP: Final = "FERRY_SINK_OP"
-_LOG_OFFSET: Final = struct.Struct(">q")
-_LOG_OFFSET_AT: Final = 28
 _KEEP_DONE: Final = 64
 _BORN: Final = pack_host("127.0.0.1", 0)
 _APPLY_WAIT_S: Final = 10.0
@@ -273,7 +271,7 @@ class SinkService:
                 self._apply_record(queue_offsets[i], raw)
                 continue
             own, tags = split
-            (log_offset,) = _LOG_OFFSET.unpack_from(raw, _LOG_OFFSET_AT)
+            log_offset = record_log_offset(raw)
             row = uniq_key(own) or f"@{log_offset}"
             self.table.stage(
                 tags.sink, tags.batch, tags.txn, row, log_offset, len(raw), stored_ms[i]

@@ -89,6 +89,7 @@ __all__ = [
     "peek_record_size",
     "record_crc_of",
     "record_info",
+    "record_log_offset",
     "record_origin",
     "record_overhead",
     "record_size",
@@ -580,6 +581,15 @@ def decode_buffers(data: bytes | bytearray | memoryview) -> RecordBuffers:
         return RecordBuffers(*_accel.decode_buffers(data))
     except ValueError:
         return decode_buffers_py(data)  # malformed: the reference raises the exact error
+
+
+def record_log_offset(data: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The log offset (RocketMQ PHYSICALOFFSET) the stored record at `pos` says it has.
+
+    Read from its header only: no checks.
+    """
+    offset: int = _I64.unpack_from(data, pos + 28)[0]
+    return offset
 
 
 def record_origin(data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, bytes]:

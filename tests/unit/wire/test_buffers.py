@@ -250,3 +250,26 @@ def test_the_key_column_is_the_keys_property_decode_properties_reads(
     assert buffers == decode_buffers_py(_with_properties(raw))
     key = decode_properties(raw).get("KEYS")
     assert (buffers.key_validity[0] & 1, buffers.keys) == ((1, key.encode()) if key else (0, b""))
+
+
+@given(st.integers(-(2**31), 2**31 - 1), hosts, hosts, st.integers(0, 2**50))
+def test_header_readers_give_what_decode_record_gives(
+    flag: int, born: bytes, store: bytes, log_offset: int
+) -> None:
+    parts, _ = encode_records_py(
+        [BatchItem(b"body", b"A\x01b\x02", flag)],
+        topic="T",
+        queue_id=1,
+        first_queue_offset=3,
+        assign_queue_offsets=True,
+        first_log_offset=log_offset,
+        sys_flag=0,
+        born_timestamp_ms=9,
+        born_host=born,
+        store_timestamp_ms=10,
+        store_host=store,
+    )
+    data = b"pad" + b"".join(parts)
+    record = decode_record(data, 3)
+    assert records.record_origin(data, 3) == (record.flag, record.born_host)
+    assert records.record_log_offset(data, 3) == record.log_offset == log_offset
