@@ -49,6 +49,22 @@ async def send(
     return await client.call(addr, command(RequestCode.SEND_MESSAGE, header, body), 10)
 
 
+async def send_batch(client: RpcClient, addr: str, topic: str, body: bytes) -> RemotingCommand:
+    """A SEND_BATCH_MESSAGE of `body` (an encoded batch, or whatever a test sends as one)."""
+    header = SendMessageRequestHeader(
+        producer_group="PG",
+        topic=topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=0,
+        sys_flag=0,
+        born_timestamp=1,
+        flag=0,
+        batch=True,
+    )
+    return await client.call(addr, command(RequestCode.SEND_BATCH_MESSAGE, header, body), 10)
+
+
 async def pull(
     client: RpcClient,
     addr: str,

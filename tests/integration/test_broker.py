@@ -42,7 +42,6 @@ from ferrymq.wire.broker import (
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     SearchOffsetRequestHeader,
-    SendMessageRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
@@ -60,7 +59,7 @@ from ferrymq.wire.records import (
     encode_batch,
 )
 
-from .remoting import command, create_topic, pull, send
+from .remoting import command, create_topic, pull, send, send_batch
 
 FAST_DELAYS = {"message_delay_level": "1s 1s 1s 1s 1s"}
 
@@ -149,19 +148,8 @@ async def test_batches_take_consecutive_queue_offsets(
 ) -> None:
     addr = cluster.broker.address
     await create_topic(client, addr, "T", 1)
-    header = SendMessageRequestHeader(
-        producer_group="PG",
-        topic="T",
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp=1,
-        flag=0,
-        batch=True,
-    )
     body = encode_batch([BatchItem.of(f"m{i}".encode(), {"KEYS": f"k{i}"}) for i in range(3)])
-    response = await client.call(addr, command(RequestCode.SEND_BATCH_MESSAGE, header, body), 5)
+    response = await send_batch(client, addr, "T", body)
     assert response.code == ResponseCode.SUCCESS
     assert len(response.ext_fields["msgId"].split(",")) == 3
     _, records = await pull(client, addr, "T", 0, 0)
@@ -205,22 +193,11 @@ async def test_a_batch_with_properties_that_are_not_utf8_is_refused_and_indexing
 ) -> None:
     addr = cluster.broker.address
     await create_topic(client, addr, "T", 1)
-    header = SendMessageRequestHeader(
-        producer_group="PG",
-        topic="T",
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp=1,
-        flag=0,
-        batch=True,
-    )
     before = cluster.broker.store.max_log_offset
     body = encode_batch(
         [BatchItem(b"fine", b"A\x01b\x02"), BatchItem(b"bad", b"A\x01\xff\xfe\x02")]
     )
-    response = await client.call(addr, command(RequestCode.SEND_BATCH_MESSAGE, header, body), 5)
+    response = await send_batch(client, addr, "T", body)
     assert response.code == ResponseCode.MESSAGE_ILLEGAL
     assert "not UTF-8" in (response.remark or "")
     assert cluster.broker.store.max_log_offset == before
@@ -239,20 +216,7 @@ async def test_malformed_requests_answer_errors_and_garbage_closes_only_its_conn
     assert "consumerGroup" in (missing.remark or "")
     unknown = await client.call(addr, RemotingCommand(code=29999), 5)
     assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
-    header = SendMessageRequestHeader(
-        producer_group="PG",
-        topic="T",
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp=1,
-        flag=0,
-        batch=True,
-    )
-    broken_batch = await client.call(
-        addr, command(RequestCode.SEND_BATCH_MESSAGE, header, b"\x00\x00\x00\x30garbage"), 5
-    )
+    broken_batch = await send_batch(client, addr, "T", b"\x00\x00\x00\x30garbage")
     assert broken_batch.code == ResponseCode.MESSAGE_ILLEGAL
     assert "batch item at 0" in (broken_batch.remark or "")
     host, port = addr.rsplit(":", 1)

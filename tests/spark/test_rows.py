@@ -16,10 +16,9 @@ from ferrymq.wire import properties as props
 from ferrymq.wire.records import (
     BatchItem,
     decode_buffers,
-    encode_records_py,
-    pack_host,
-    peek_record_size,
 )
+
+from ..unit.wire.stored import split_records, stored
 
 pytestmark = pytest.mark.spark
 
@@ -29,27 +28,14 @@ _props = st.dictionaries(_names, _text | st.sampled_from(["k1 k2", " k ", ""]), 
 
 
 def _records(properties: list[dict[str, str]]) -> list[bytes]:
-    host = pack_host("127.0.0.1", 1)
-    parts, _ = encode_records_py(
-        [BatchItem.of(f"body{i}".encode(), p) for i, p in enumerate(properties)],
-        topic="T",
-        queue_id=0,
+    items = [BatchItem.of(f"body{i}".encode(), p) for i, p in enumerate(properties)]
+    data = stored(
+        items,
         first_queue_offset=5,
-        assign_queue_offsets=True,
-        first_log_offset=0,
-        sys_flag=0,
         born_timestamp_ms=1_700_000_000_001,
-        born_host=host,
         store_timestamp_ms=1_700_000_000_002,
-        store_host=host,
     )
-    data = b"".join(parts)
-    records: list[bytes] = []
-    while len(b"".join(records)) < len(data):
-        start = len(b"".join(records))
-        size, _ = peek_record_size(data, start)
-        records.append(data[start : start + size])
-    return records
+    return split_records(data)
 
 
 def _expected(messages: list[Message], names: list[str]) -> dict[str, list[Any]]:

@@ -21,8 +21,9 @@ from ferrymq.store.queueread import (
     split_span,
     split_span_py,
 )
-from ferrymq.wire.records import BatchItem, encode_records_py, pack_host
+from ferrymq.wire.records import BatchItem, pack_host
 
+from ..wire.stored import split_records, stored
 from .conftest import OpenStore
 
 _ENTRY = struct.Struct(">qiq")
@@ -142,23 +143,10 @@ def test_c_scan_equals_python_scan(entries: list[Entry], limits: dict[str, objec
 
 def _span(bodies: list[bytes]) -> tuple[bytes, bytes]:
     """Records back to back from log offset 0, and their consume-queue entries."""
-    host = pack_host("127.0.0.1", 1)
-    items = [BatchItem.of(b, {"TAGS": "t"}) for b in bodies]
-    parts, sizes = encode_records_py(
-        items,
-        topic="T",
-        queue_id=0,
-        first_queue_offset=0,
-        assign_queue_offsets=True,
-        first_log_offset=0,
-        sys_flag=0,
-        born_timestamp_ms=1,
-        born_host=host,
-        store_timestamp_ms=2,
-        store_host=host,
-    )
+    data = stored([BatchItem.of(b, {"TAGS": "t"}) for b in bodies])
+    sizes = [len(r) for r in split_records(data)]
     offsets = [sum(sizes[:i]) for i in range(len(sizes))]
-    return b"".join(parts), _pack([Entry(o, s, 0) for o, s in zip(offsets, sizes, strict=True)])
+    return data, _pack([Entry(o, s, 0) for o, s in zip(offsets, sizes, strict=True)])
 
 
 @given(

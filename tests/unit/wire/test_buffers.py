@@ -19,10 +19,11 @@ from ferrymq.wire.records import (
     decode_buffers_py,
     decode_record,
     encode_record,
-    encode_records_py,
     pack_host,
     peek_record_size,
 )
+
+from .stored import split_records, stored
 
 _text = st.text(st.characters(codec="utf-8", exclude_characters="\x01\x02"), max_size=12)
 _names = _text.filter(lambda name: name != PROPERTY_CRC32) | st.just("KEYS")
@@ -69,20 +70,17 @@ def _records(
     bodies: list[bytes], properties: list[dict[str, str]], topic: str, born: bytes, store: bytes
 ) -> bytes:
     items = [BatchItem.of(b, p) for b, p in zip(bodies, properties, strict=False)]
-    parts, _ = encode_records_py(
+    return stored(
         items,
         topic=topic,
         queue_id=3,
         first_queue_offset=40,
-        assign_queue_offsets=True,
         first_log_offset=1000,
-        sys_flag=0,
-        born_timestamp_ms=1_700_000_000_123,
         born_host=born,
-        store_timestamp_ms=1_700_000_000_456,
         store_host=store,
+        born_timestamp_ms=1_700_000_000_123,
+        store_timestamp_ms=1_700_000_000_456,
     )
-    return b"".join(parts)
 
 
 @given(
@@ -162,16 +160,6 @@ def test_without_the_accelerator_the_python_reference_runs(
     assert decode_buffers(data) == _expected(data)
 
 
-def _split(data: bytes) -> list[bytes]:
-    parts = []
-    position = 0
-    while position < len(data):
-        size, _ = peek_record_size(data, position)
-        parts.append(data[position : position + size])
-        position += size
-    return parts
-
-
 def test_buffers_within_and_slice() -> None:
     host = pack_host("127.0.0.1", 1)
     data = _records([b"a", b"bb", b"ccc", b"d"], [{}, {"K": "v"}, {}, {}], "T", host, host)
@@ -181,7 +169,7 @@ def test_buffers_within_and_slice() -> None:
     assert buffers.within(44, 50) == (4, 4)
     assert buffers.slice(0, 4) is buffers
     picked = buffers.slice(1, 3)
-    assert picked == _expected(b"".join(_split(data)[1:3]))
+    assert picked == _expected(b"".join(split_records(data)[1:3]))
     assert picked.bodies == b"bbccc"
     empty = RecordBuffers(0, b"", b"", b"", bytes(4), b"", bytes(4), b"", b"", bytes(4), b"")
     assert buffers.slice(2, 2) == empty
@@ -189,21 +177,7 @@ def test_buffers_within_and_slice() -> None:
 
 def _with_properties(raw: bytes) -> bytes:
     """One stored record whose properties are `raw` (CRCs right)."""
-    host = pack_host("127.0.0.1", 1)
-    parts, _ = encode_records_py(
-        [BatchItem(b"x", raw, 0)],
-        topic="T",
-        queue_id=0,
-        first_queue_offset=0,
-        assign_queue_offsets=True,
-        first_log_offset=0,
-        sys_flag=0,
-        born_timestamp_ms=1,
-        born_host=host,
-        store_timestamp_ms=2,
-        store_host=host,
-    )
-    return b"".join(parts)
+    return stored([BatchItem(b"x", raw, 0)])
 
 
 _UTF8_EDGES = [
@@ -256,20 +230,8 @@ def test_the_key_column_is_the_keys_property_decode_properties_reads(
 def test_header_readers_give_what_decode_record_gives(
     flag: int, born: bytes, store: bytes, log_offset: int
 ) -> None:
-    parts, _ = encode_records_py(
-        [BatchItem(b"body", b"A\x01b\x02", flag)],
-        topic="T",
-        queue_id=1,
-        first_queue_offset=3,
-        assign_queue_offsets=True,
-        first_log_offset=log_offset,
-        sys_flag=0,
-        born_timestamp_ms=9,
-        born_host=born,
-        store_timestamp_ms=10,
-        store_host=store,
-    )
-    data = b"pad" + b"".join(parts)
+    one = [BatchItem(b"body", b"A\x01b\x02", flag)]
+    data = b"pad" + stored(one, first_log_offset=log_offset, born_host=born, store_host=store)
     record = decode_record(data, 3)
     assert records.record_origin(data, 3) == (record.flag, record.born_host)
     assert records.record_log_offset(data, 3) == record.log_offset == log_offset
