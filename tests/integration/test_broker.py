@@ -383,6 +383,35 @@ async def test_sent_back_messages_are_retried_then_dead_lettered(
     assert (dead.body, dead.reconsume_times) == (b"poison", 2)
 
 
+async def test_illegal_names_create_no_group_topic_or_property(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    addr = cluster.broker.address
+    state = cluster.broker.state
+    await create_topic(client, addr, "T", 1)
+    await send(client, addr, "T", b"m")
+    _, (record,) = await pull(client, addr, "T", 0, 0)
+
+    async def send_back(group: str, origin: str) -> RemotingCommand:
+        header = ConsumerSendMsgBackRequestHeader(
+            offset=record.log_offset, group=group, delay_level=0, origin_msg_id=origin
+        )
+        return await client.call(addr, command(RequestCode.CONSUMER_SEND_MSG_BACK, header), 5)
+
+    for group, origin, said in [
+        ("../G", "id", "invalid group name"),
+        ("G\x01", "id", "invalid group name"),
+        ("G", "id\x02", "originMsgId"),
+    ]:
+        response = await send_back(group, origin)
+        assert response.code == ResponseCode.SYSTEM_ERROR
+        assert said in (response.remark or "")
+    assert set(state.groups.configs) == {"G"}  # the pull's group only
+    assert not any(t.startswith(("%RETRY%", "%DLQ%")) for t in state.topics.configs)
+    assert (await send(client, addr, "%RETRY%../x", b"m")).code == ResponseCode.SYSTEM_ERROR
+    assert (await send_back("G", "id")).code == ResponseCode.SUCCESS
+
+
 @pytest.mark.parametrize(
     "cluster", [{"transaction_timeout": 100, "transaction_check_interval": 200}], indirect=True
 )

@@ -41,6 +41,7 @@ from ferrymq.broker.metadata import (
 from ferrymq.broker.state import BrokerState
 from ferrymq.errors import (
     CorruptRecordError,
+    HeaderFieldError,
     InvalidNameError,
     MessageTooLargeError,
     ProtocolError,
@@ -62,7 +63,7 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields
 from ferrymq.wire.msgid import offset_msg_id
-from ferrymq.wire.properties import decode_properties, encode_properties
+from ferrymq.wire.properties import decode_properties, encode_properties, is_property_text
 from ferrymq.wire.records import (
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
@@ -100,10 +101,12 @@ def topic_for_send(
 
     Raises:
         RequestError: TOPIC_NOT_EXIST when it does not exist and may not be created.
+        InvalidNameError: it does not exist and its name breaks the naming rules.
     """
     config = state.topics.get(topic)
     if config is not None:
         return config
+    validate_topic(topic)
     if topic.startswith((RETRY_GROUP_PREFIX, DLQ_GROUP_PREFIX)):
         queues = retry_queue_nums if topic.startswith(RETRY_GROUP_PREFIX) else 1
         config = TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues)
@@ -435,6 +438,10 @@ async def consumer_send_back(
     been retried `maxReconsumeTimes` times (or the consumer asks with a negative delay level).
     """
     header = from_ext_fields(ConsumerSendMsgBackRequestHeader, request.ext_fields)
+    if header.origin_msg_id and not is_property_text(header.origin_msg_id):
+        raise HeaderFieldError(
+            "ConsumerSendMsgBackRequestHeader", "originMsgId", "holds a property separator"
+        )
     state.check_writable()
     group_config = state.group_config(header.group)
     try:

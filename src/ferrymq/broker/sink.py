@@ -59,7 +59,7 @@ from ferrymq.broker.sinkrows import (
     uniq_key,
 )
 from ferrymq.broker.state import BrokerState
-from ferrymq.errors import CorruptRecordError, ProtocolError, RequestError
+from ferrymq.errors import CorruptRecordError, HeaderFieldError, ProtocolError, RequestError
 from ferrymq.rpc.connection import Connection
 from ferrymq.store.store import GetStatus
 from ferrymq.wire import properties as props
@@ -67,7 +67,7 @@ from ferrymq.wire.bodies import Perm, decode_body, encode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields, to_ext_fields
-from ferrymq.wire.properties import encode_properties
+from ferrymq.wire.properties import encode_properties, is_property_text
 from ferrymq.wire.records import (
     BatchItem,
     MessageRecord,
@@ -406,6 +406,11 @@ class SinkService:
             raise RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
         if not items:
             raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "no rows to prepare")
+        for name, value in (("sinkId", header.sink_id), ("transactionId", header.transaction_id)):
+            if not is_property_text(value):
+                raise HeaderFieldError(
+                    "SinkPrepareRequestHeader", name, "holds a property separator"
+                )
         tags = encode_tags(
             Tags(header.sink_id, header.batch_id, header.transaction_id, topic, header.queue_id)
         )
@@ -540,7 +545,8 @@ class SinkService:
         state = self._state
         rows: list[tuple[str, int, BatchItem, bytes, int]] = []
         for txn in sorted(wanted):
-            for topic, queue_id, item, born_host, born_ms in self._staged_rows(batch.staged[txn]):
+            staged = batch.staged.get(txn, {})  # none only for a transaction of no rows
+            for topic, queue_id, item, born_host, born_ms in self._staged_rows(staged):
                 if batch.begun and _stored_already(state, topic, uniq_key(item.properties)):
                     continue  # an earlier commit wrote it before a crash or failover cut it short
                 rows.append((topic, queue_id, item, born_host, born_ms))

@@ -27,7 +27,7 @@ from ferrymq.broker.metadata import (
     TopicTable,
 )
 from ferrymq.errors import RequestError
-from ferrymq.model import parse_address
+from ferrymq.model import parse_address, validate_group
 from ferrymq.replication.master import ReplicationMaster
 from ferrymq.rpc.connection import Connection
 from ferrymq.store.store import Store
@@ -174,10 +174,12 @@ class BrokerState:
 
         Raises:
             RequestError: SUBSCRIPTION_GROUP_NOT_EXIST when it is unknown and may not be created.
+            InvalidNameError: it is unknown and its name breaks the naming rules.
         """
         config = self.groups.get(group)
         if config is not None:
             return config
+        validate_group(group)
         if not self.config.auto_create_subscription_group:
             raise RequestError(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,

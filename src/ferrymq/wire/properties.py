@@ -24,6 +24,7 @@ __all__ = [
     "decode_properties",
     "encode_properties",
     "index_properties",
+    "is_property_text",
     "keys_of",
 ]
 
@@ -98,6 +99,11 @@ def decode_properties(data: bytes) -> dict[str, str]:
         if len(name_value) == 2:
             properties[name_value[0]] = name_value[1]
     return properties
+
+
+def is_property_text(text: str) -> bool:
+    r"""Whether `text` can be a property name or value: it holds no `\x01` or `\x02`."""
+    return NAME_VALUE_SEPARATOR not in text and PROPERTY_SEPARATOR not in text
 
 
 def index_properties(data: bytes) -> dict[str, str]:
