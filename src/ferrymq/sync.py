@@ -40,6 +40,7 @@ from ferrymq.client.message import Message, SendResult
 from ferrymq.client.push import ConsumeFrom, MessageModel
 from ferrymq.client.transaction import TransactionSendResult, TransactionState
 from ferrymq.model import MessageQueue
+from ferrymq.rpc.loop import new_event_loop
 from ferrymq.wire.bodies import ClusterInfo, ConsumeStatsEntry, TopicOffsetEntry, TopicRouteData
 
 __all__ = ["AdminClient", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
@@ -47,19 +48,11 @@ __all__ = ["AdminClient", "Producer", "PullConsumer", "PushConsumer", "Transacti
 T = TypeVar("T")
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop  # optional: not on Windows
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 class _LoopThread:
     """An event loop running in a daemon thread, and a way to run coroutines on it and wait."""
 
     def __init__(self, name: str) -> None:
-        self.loop = _new_loop()
+        self.loop = new_event_loop()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._closed = False
         self._thread.start()

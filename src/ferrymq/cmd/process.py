@@ -15,6 +15,7 @@ from typing import NoReturn
 
 import click
 
+from ferrymq.rpc.loop import new_event_loop
 from ferrymq.store.atomic import write_atomic
 
 __all__ = ["fail", "kebab", "run_until_signal", "setup_logging", "write_ready"]
@@ -29,14 +30,6 @@ def setup_logging(level: str) -> None:
     )
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """Run `main(stop)` on uvloop (when installed); SIGINT/SIGTERM set `stop`."""
 
@@ -47,7 +40,7 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
             loop.add_signal_handler(sig, stop.set)
         await main(stop)
 
-    with asyncio.Runner(loop_factory=_new_loop) as asyncio_runner:
+    with asyncio.Runner(loop_factory=new_event_loop) as asyncio_runner:
         asyncio_runner.run(runner())
 
 

@@ -42,6 +42,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ferrymq.client.consumer import PullConsumer
+from ferrymq.rpc.loop import new_event_loop
 from ferrymq.spark.fetch import (
     Partition,
     list_queues,
@@ -66,7 +67,11 @@ __all__ = ["FerryDataSource", "RangePartition"]
 
 log = logging.getLogger(__name__)
 
-_ROWS_PER_BATCH = 8192
+_ROWS_PER_BATCH = 32768
+_BYTES_PER_BATCH = 32 * 1024 * 1024
+"""An Arrow batch ends at whichever comes first (bodies and properties). Fewer, larger batches
+cost Spark's JVM less per row (its Arrow reader and row conversion): a 500,000-row stream read
+into Parquet took 1.54-1.59 s with 32,768-row batches, 1.62-1.65 s with 8,192 (local[2])."""
 
 
 class RangePartition(InputPartition):
@@ -118,18 +123,20 @@ class FerryDataSource(DataSource):
 
 
 async def _collect(
-    chunks: AsyncIterator[RecordBuffers], rows: int
+    chunks: AsyncIterator[RecordBuffers], rows: int, max_bytes: int
 ) -> tuple[list[RecordBuffers], bool]:
-    """Pulls of at least `rows` records from `chunks` (fewer at the end), and whether it ended.
+    """Pulls from `chunks` of at least `rows` records or `max_bytes` (fewer at the end).
 
-    One trip into the event loop per Arrow batch, not per pull.
+    Returns them and whether `chunks` ended. Bytes count bodies and properties. One trip into
+    the event loop per Arrow batch, not per pull.
     """
     collected: list[RecordBuffers] = []
-    count = 0
+    count = size = 0
     async for chunk in chunks:
         collected.append(chunk)
         count += chunk.count
-        if count >= rows:
+        size += len(chunk.bodies) + len(chunk.properties)
+        if count >= rows or size >= max_bytes:
             return collected, False
     return collected, True
 
@@ -141,7 +148,7 @@ def read_partition(
     arrow = arrow_schema(schema)
     # a bare loop, not asyncio.Runner: Runner.run installs a SIGINT handler on every call, and
     # getting the old one back reprs the running task (milliseconds, measured per call)
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop()
     consumer = PullConsumer(options.servers, options.group)
     chunks = read_range(
         consumer,
@@ -152,7 +159,9 @@ def read_partition(
     )
     try:
         while True:
-            pulls, done = loop.run_until_complete(_collect(chunks, _ROWS_PER_BATCH))
+            pulls, done = loop.run_until_complete(
+                _collect(chunks, _ROWS_PER_BATCH, _BYTES_PER_BATCH)
+            )
             if pulls:
                 yield to_batch(pulls, queue_range.topic, queue_range.partition, arrow)
             if done:
