@@ -22,16 +22,6 @@ from ferrymq.client.admin import AdminClient
 
 from ..system.procs import Server, start
 
-SPARK_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.memory": "1g",
-    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-}
-
 
 def spark_env() -> None:
     """What Spark's processes need: the venv's Python for workers, loopback only."""
@@ -133,14 +123,11 @@ def ferry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ferry]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    """ferrymq's local session (`local_session`), as `ferry demo` and the bench start it."""
     spark_env()
-    from pyspark.sql import SparkSession
+    from ferrymq.spark.session import local_session
 
-    builder = SparkSession.builder.master("local[2]").appName("ferrymq-tests")
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("ferrymq-tests")
     yield session
     session.stop()
 

@@ -2,7 +2,8 @@
 
 `local_session` applies what the PySpark data source needs on one machine: workers run this
 Python (`PYSPARK_PYTHON`), everything binds loopback, no UI, two shuffle partitions, no empty
-micro-batches; `format("ferrymq")` is registered.
+micro-batches; Spark's Python processes import the installed PySpark (`home.launch_home`, which
+saves every streaming query about 0.5 s of CPU at start); `format("ferrymq")` is registered.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ferrymq.spark.home import launch_home
 from ferrymq.spark.source import FerryDataSource
 
 __all__ = ["demo_aggregate", "local_session"]
@@ -36,7 +38,8 @@ def local_session(app: str, master: str = "local[2]") -> Any:
     builder = SparkSession.builder.master(master).appName(app)
     for key, value in CONF.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with launch_home(master):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(FerryDataSource)
     return spark
