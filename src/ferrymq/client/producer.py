@@ -168,6 +168,8 @@ class Producer:
 
     def _choose(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
         turn = next(self._turn)
+        if avoid is None and queues and self.routes.all_healthy:
+            return queues[turn % len(queues)]
         healthy = [
             q for q in queues if self.routes.is_healthy(q.broker_name) and q.broker_name != avoid
         ]
@@ -202,6 +204,21 @@ class Producer:
             TopicNotFoundError: the topic has no route.
         """
         validate_topic(topic)
+        if (
+            tags is None
+            and keys is None
+            and properties is None
+            and delay_level == 0
+            and delay_ms is None
+            and deliver_at_ms is None
+        ):
+            # a plain message: its two properties written directly (what `_properties` and
+            # `encode_properties` give for it; a unit test holds the two paths equal)
+            msg_id = self.new_msg_id()
+            encoded = f"{props.UNIQ_KEY}\x01{msg_id}\x02{props.WAIT_STORE_MSG_OK}\x01true\x02"
+            return await self._send(
+                topic, RequestCode.SEND_MESSAGE_V2, body, encoded.encode(), msg_id, queue
+            )
         message_properties = self._properties(
             tags, keys, properties, delay_level, delay_ms, deliver_at_ms
         )

@@ -186,3 +186,13 @@ class Routes:
         """Whether the group has not failed recently."""
         until = self._faults.get(broker_name)
         return until is None or time.monotonic() >= until
+
+    @property
+    def all_healthy(self) -> bool:
+        """Whether no group failed recently (forgets the failures whose pause is over)."""
+        faults = self._faults
+        if faults:
+            now = time.monotonic()
+            for broker_name in [b for b, until in faults.items() if now >= until]:
+                del faults[broker_name]
+        return not faults

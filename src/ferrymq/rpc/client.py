@@ -125,7 +125,9 @@ class RpcClient:
             ConnectError: not sent (no connection).
             RequestTimeoutError, ConnectionClosedError: sent, outcome unknown.
         """
-        conn = await self.connection(address)
+        conn = self._connections.get(address)
+        if conn is None or conn.is_closed:
+            conn = await self.connection(address)
         async with self._slots:
             return await conn.call(request, timeout)
 
