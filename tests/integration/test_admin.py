@@ -9,7 +9,7 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.errors import ConnectError, FerryError
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
-from ferrymq.rpc.connection import Connection
+from ferrymq.rpc.connection import Connection, LaterResponse
 from ferrymq.testing import LocalCluster
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
@@ -26,7 +26,9 @@ async def test_a_created_topic_is_routed_when_create_returns(cluster: LocalClust
     register = cluster.namesrv.router.handler(RequestCode.REGISTER_BROKER)
     assert register is not None
 
-    async def late(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+    async def late(
+        conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | LaterResponse | None:
         await asyncio.sleep(0.2)  # the fault: a NameServer slow to take a registration
         return await register(conn, request)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,7 @@ import pytest
 from ferrymq.errors import NotLeaderError, ProposalDroppedError
 from ferrymq.raft.config import RaftConfig
 from ferrymq.raft.driver import RaftDriver
-from ferrymq.rpc.connection import Connection
+from ferrymq.rpc.connection import Connection, LaterResponse, RequestHandler
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand, encode_frame
@@ -77,11 +77,11 @@ class Cluster:
         self.members[node_id] = member
         return member
 
-    def _dispatch(
-        self, node_id: str
-    ) -> Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]:
+    def _dispatch(self, node_id: str) -> RequestHandler:
         # The router of a member is rebuilt on restart, so the server looks it up per request.
-        async def handle(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        async def handle(
+            conn: Connection, request: RemotingCommand
+        ) -> RemotingCommand | LaterResponse | None:
             return await self.routers[node_id](conn, request)
 
         return handle

@@ -1,14 +1,16 @@
-"""A connection's responses: those tasks finish in one loop turn go out in as few writes as can be.
+"""A connection's responses outside `data_received`: from tasks and from `LaterResponse`s.
 
-The first is written at once (a lone sync send waits for nothing), the others together at the
-start of the next turn (a replication ack that commits a window of sends costs two writes, not
-one per send).
+Those finished in one loop turn go out in as few writes as can be: the first at once (a lone
+sync send waits for nothing), the others together at the start of the next turn (a replication
+ack that commits a window of sends costs two writes, not one per send). Later responses count
+as in flight for back-pressure.
 """
 
 import asyncio
 from typing import Any
 
-from ferrymq.rpc.connection import Connection
+from ferrymq.rpc.connection import Connection, LaterResponse
+from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import FrameDecoder, RemotingCommand, encode_frame
 
 
@@ -59,3 +61,73 @@ async def test_responses_tasks_finish_together_go_out_in_two_writes() -> None:
     conn.data_received(encode_frame(RemotingCommand(2, opaque=9)))
     assert _opaques(transport.calls[-1]) == [9]
     assert len(transport.calls) == 3
+
+
+class PausableTransport(RecordingTransport):
+    """Also records pause_reading/resume_reading."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def reading(self) -> bool:
+        return not self.paused
+
+
+async def test_a_later_response_is_built_when_its_future_is_done() -> None:
+    loop = asyncio.get_running_loop()
+    waits: dict[int, asyncio.Future[str]] = {}
+
+    async def handler(conn: Connection, request: RemotingCommand) -> LaterResponse:
+        future = waits[request.opaque] = loop.create_future()
+
+        def build(value: str) -> RemotingCommand:
+            if value == "boom":
+                raise ValueError("the build failed")
+            return request.make_response(0, ext_fields={"value": value})
+
+        return LaterResponse(future, build)
+
+    conn = Connection(handler, max_in_flight=2)
+    transport = PausableTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.data_received(b"".join(encode_frame(RemotingCommand(1, opaque=i)) for i in range(3)))
+    assert sorted(waits) == [0, 1]  # the third waits for room: two are in flight
+    assert not transport.reading()
+    assert transport.calls == []
+    waits[1].set_result("one")
+    for _ in range(3):
+        await asyncio.sleep(0)
+    responses = FrameDecoder().feed(b"".join(transport.calls))
+    assert [(r.opaque, r.ext_fields["value"]) for r in responses] == [(1, "one")]
+    assert sorted(waits) == [0, 1, 2]  # started once one was answered
+    assert transport.reading()
+    waits[0].set_result("boom")
+    waits[2].set_result("two")
+    for _ in range(3):
+        await asyncio.sleep(0)
+    responses = FrameDecoder().feed(b"".join(transport.calls))
+    assert {r.opaque: r.code for r in responses} == {1: 0, 0: ResponseCode.SYSTEM_ERROR, 2: 0}
+    assert "the build failed" in (next(r for r in responses if r.opaque == 0).remark or "")
+
+
+async def test_a_later_response_is_dropped_when_the_connection_closed() -> None:
+    future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def handler(conn: Connection, request: RemotingCommand) -> LaterResponse:
+        return LaterResponse(future, lambda value: request.make_response(0))
+
+    conn = Connection(handler)
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.data_received(encode_frame(RemotingCommand(1, opaque=5)))
+    conn.connection_lost(None)
+    future.set_result("late")
+    await asyncio.sleep(0)
+    assert transport.calls == []

@@ -48,7 +48,7 @@ from ferrymq.replication.master import HAConfig, ReplicationMaster
 from ferrymq.replication.slave import ReplicationSlave, SlaveConfig
 from ferrymq.replication.syncstate import SyncStateChange
 from ferrymq.rpc.client import RpcClient
-from ferrymq.rpc.connection import Connection
+from ferrymq.rpc.connection import Connection, LaterResponse, RequestHandler
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
 from ferrymq.store.atomic import write_atomic
@@ -70,7 +70,9 @@ __all__ = ["Broker"]
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[BrokerState, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+Handler = Callable[
+    [BrokerState, Connection, RemotingCommand], Awaitable[RemotingCommand | LaterResponse | None]
+]
 
 _HANDLERS: dict[int, Handler] = {
     RequestCode.SEND_MESSAGE: send.send_message,
@@ -195,10 +197,10 @@ class Broker:
         """The broker's store."""
         return self.state.store
 
-    def _bind(
-        self, handler: Handler
-    ) -> Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]:
-        async def run(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+    def _bind(self, handler: Handler) -> RequestHandler:
+        async def run(
+            conn: Connection, request: RemotingCommand
+        ) -> RemotingCommand | LaterResponse | None:
             state = self._state
             if state is None:
                 raise RequestError(ResponseCode.SYSTEM_BUSY, "the broker is starting")

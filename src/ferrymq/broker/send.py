@@ -21,8 +21,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import random
+from collections.abc import Coroutine
+from typing import Any
 
 from ferrymq import testbugs
 from ferrymq.broker.metadata import (
@@ -48,7 +51,7 @@ from ferrymq.errors import (
     RequestError,
 )
 from ferrymq.model import validate_topic
-from ferrymq.rpc.connection import Connection
+from ferrymq.rpc.connection import Connection, LaterResponse
 from ferrymq.rpc.deadline import wait_future
 from ferrymq.store.config import FlushDiskType
 from ferrymq.store.store import PutResult
@@ -73,7 +76,13 @@ from ferrymq.wire.records import (
     transaction_type,
 )
 
-__all__ = ["consumer_send_back", "put_messages", "send_message", "topic_for_send"]
+__all__ = [
+    "append_messages",
+    "consumer_send_back",
+    "put_messages",
+    "send_message",
+    "topic_for_send",
+]
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +165,46 @@ async def put_messages(
         RequestError: SYSTEM_ERROR "in-sync replicas not enough" before anything is stored when
             the SyncStateSet is below `minInSyncReplicas`.
     """
+    result, waiting = append_messages(
+        state,
+        topic,
+        queue_id,
+        items,
+        born_host=born_host,
+        born_timestamp_ms=born_timestamp_ms,
+        sys_flag=sys_flag,
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+        wait_flush=wait_flush,
+    )
+    if waiting is None:
+        return result, ResponseCode.SUCCESS
+    if isinstance(waiting, asyncio.Future):
+        return result, _commit_code(await waiting)
+    return result, await waiting
+
+
+def append_messages(
+    state: BrokerState,
+    topic: str,
+    queue_id: int,
+    items: list[BatchItem],
+    *,
+    born_host: bytes,
+    born_timestamp_ms: int,
+    sys_flag: int = 0,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    wait_flush: bool = True,
+) -> tuple[PutResult, asyncio.Future[bool] | Coroutine[Any, Any, ResponseCode] | None]:
+    """`put_messages` up to its wait: the result and what the answer waits for.
+
+    None: nothing (SUCCESS now); a future: the SyncStateSet (`_commit_code` of its result); a
+    coroutine: the flush, then the SyncStateSet (its response code).
+
+    Raises:
+        RequestError: as `put_messages`.
+    """
     replication = state.replication
     if replication is not None and not replication.writable:
         raise RequestError(
@@ -187,25 +236,34 @@ async def put_messages(
     if replication is not None:
         replication.appended()
     state.schedule_dispatch()
-    if testbugs.ACK_BEFORE_REPLICATION:
-        return result, ResponseCode.SUCCESS
-    if wait_flush and state.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-        flushed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        _bridge(state.store.wait_flushed(result.end_log_offset), flushed)
-        try:
-            await wait_future(flushed, state.config.sync_flush_timeout / 1000)
-        except TimeoutError:
-            return result, ResponseCode.FLUSH_DISK_TIMEOUT
-        if replication is not None:
-            replication.appended()  # the master's own fsynced end moved (`own_end`)
-    if (
-        wait_flush
-        and replication is not None
-        and replication.config.sync
-        and not await replication.wait_committed(result.end_log_offset)
-    ):
-        return result, ResponseCode.FLUSH_SLAVE_TIMEOUT
-    return result, ResponseCode.SUCCESS
+    if testbugs.ACK_BEFORE_REPLICATION or not wait_flush:
+        return result, None
+    if state.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+        return result, _flush_then_commit(state, result.end_log_offset)
+    if replication is not None and replication.config.sync:
+        return result, replication.commit_waiter(result.end_log_offset)
+    return result, None
+
+
+def _commit_code(committed: bool) -> ResponseCode:
+    return ResponseCode.SUCCESS if committed else ResponseCode.FLUSH_SLAVE_TIMEOUT
+
+
+async def _flush_then_commit(state: BrokerState, end_log_offset: int) -> ResponseCode:
+    """SYNC_FLUSH: wait for the fsync, then (a SYNC_MASTER) for the SyncStateSet."""
+    flushed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    _bridge(state.store.wait_flushed(end_log_offset), flushed)
+    try:
+        await wait_future(flushed, state.config.sync_flush_timeout / 1000)
+    except TimeoutError:
+        return ResponseCode.FLUSH_DISK_TIMEOUT
+    replication = state.replication
+    if replication is None:
+        return ResponseCode.SUCCESS
+    replication.appended()  # the master's own fsynced end moved (`own_end`)
+    if replication.config.sync:
+        return _commit_code(await replication.wait_committed(end_log_offset))
+    return ResponseCode.SUCCESS
 
 
 def _bridge(source: concurrent.futures.Future[int], target: asyncio.Future[int]) -> None:
@@ -239,7 +297,7 @@ def _send_header(request: RemotingCommand) -> SendMessageRequestHeader:
 
 async def send_message(
     state: BrokerState, conn: Connection, request: RemotingCommand
-) -> RemotingCommand:
+) -> RemotingCommand | LaterResponse:
     """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320)."""
     header = _send_header(request)
     state.check_writable()
@@ -293,7 +351,7 @@ async def send_message(
         )
     if stored_topic == TRANS_HALF_TOPIC:
         sys_flag &= ~SYSFLAG_TRANSACTION_ROLLBACK  # half messages are plain messages of their topic
-    result, code = await put_messages(
+    result, waiting = append_messages(
         state,
         stored_topic,
         stored_queue,
@@ -304,6 +362,24 @@ async def send_message(
         reconsume_times=reconsume_times,
         wait_flush=_wants_wait(items[0]),
     )
+    answer = functools.partial(_send_response, state, request, header, items, queue_id, result)
+    if waiting is None:
+        return answer(ResponseCode.SUCCESS)
+    if isinstance(waiting, asyncio.Future):
+        # a SYNC_MASTER's send: answered by the commit's callback, with no task kept waiting
+        return LaterResponse(waiting, lambda committed: answer(_commit_code(committed)))
+    return answer(await waiting)
+
+
+def _send_response(
+    state: BrokerState,
+    request: RemotingCommand,
+    header: SendMessageRequestHeader,
+    items: list[BatchItem],
+    queue_id: int,
+    result: PutResult,
+    code: ResponseCode,
+) -> RemotingCommand:
     store_host = state.store.config.store_host
     log_offsets = result.log_offsets
     # SendMessageResponseHeader's fields, built directly: this runs once per send

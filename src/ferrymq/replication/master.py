@@ -20,6 +20,7 @@ section 6 items 1-3. One asyncio loop (the broker's) owns all of it:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import heapq
 import itertools
@@ -107,6 +108,9 @@ class ReplicationMaster:
         self._tasks: set[asyncio.Task[None]] = set()
         self._links: set[_SlaveLink] = set()
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
+        self._expiries: collections.deque[tuple[float, asyncio.Future[bool]]] = collections.deque()
+        """The waiters by deadline (loop time): one timer expires them all, oldest first."""
+        self._expiry_timer: asyncio.TimerHandle | None = None
         self._push_scheduled = False
         self._sequence = itertools.count()
         self.port = 0
@@ -155,6 +159,10 @@ class ReplicationMaster:
             if not future.done():
                 future.set_result(False)
         self._waiters.clear()
+        self._expiries.clear()
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -186,15 +194,37 @@ class ReplicationMaster:
 
     async def wait_committed(self, end_offset: int) -> bool:
         """Wait until the confirm offset reaches `end_offset`; False after `commit_timeout`."""
+        future = self.commit_waiter(end_offset)
+        return True if future is None else await future
+
+    def commit_waiter(self, end_offset: int) -> asyncio.Future[bool] | None:
+        """A future of whether the confirm offset reached `end_offset` within `commit_timeout`.
+
+        None when it already has. For a caller that answers from the future's callback.
+        """
         if self.state.confirm_offset >= end_offset:
-            return True
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            return None
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
         heapq.heappush(self._waiters, (end_offset, next(self._sequence), future))
-        handle = future.get_loop().call_later(self.config.commit_timeout, _expire, future)
-        try:
-            return await future
-        finally:
-            handle.cancel()
+        deadline = loop.time() + self.config.commit_timeout
+        self._expiries.append((deadline, future))  # deadlines only grow: the deque stays sorted
+        if self._expiry_timer is None:
+            self._expiry_timer = loop.call_at(deadline, self._expire_waiters)
+        return future
+
+    def _expire_waiters(self) -> None:
+        """Fail the waiters whose `commit_timeout` is over; arm the timer for the next one."""
+        self._expiry_timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        expiries = self._expiries
+        while expiries and (expiries[0][1].done() or expiries[0][0] <= now):
+            _, future = expiries.popleft()
+            if not future.done():
+                future.set_result(False)
+        if expiries:
+            self._expiry_timer = loop.call_at(expiries[0][0], self._expire_waiters)
 
     def own_end(self) -> int:
         """What this master itself holds: its log's end or, with `durable_only`, what is fsynced.
@@ -224,6 +254,9 @@ class ReplicationMaster:
             _, _, future = heapq.heappop(self._waiters)
             if not future.done():
                 future.set_result(True)
+        expiries = self._expiries
+        while expiries and expiries[0][1].done():  # let go of the answered ones
+            expiries.popleft()
         if self.config.sync:
             if self._on_confirm is None:
                 self.store.dispatch()
@@ -286,11 +319,6 @@ class ReplicationMaster:
                 self.state.disconnected(slave.broker_id)
             writer.transport.abort()
             self._tasks.discard(task)
-
-
-def _expire(future: asyncio.Future[bool]) -> None:
-    if not future.done():
-        future.set_result(False)
 
 
 def _wake(future: asyncio.Future[None]) -> None:

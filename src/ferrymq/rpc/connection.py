@@ -9,12 +9,16 @@ committed), the first is written at once and the others together at the start of
 one syscall for all but the first, and no wait for a lone one. A server pushes requests to
 clients the same way (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE).
 
+A handler that must wait for something another party resolves (a send waiting for its slaves'
+acks) may return a `LaterResponse` instead of awaiting it: the response is built by a callback of
+that future, with no task and no coroutine frames kept for the wait.
+
 Rules:
 1. Bytes that do not decode close this connection (logged with the peer and the reason); the
    process and every other connection keep running.
-2. Back-pressure both ways: at `max_in_flight` unanswered incoming requests the connection stops
-   reading until one finishes; writers wait while the transport's buffer is above its high-water
-   mark (`pause_writing`).
+2. Back-pressure both ways: at `max_in_flight` unanswered incoming requests (tasks and later
+   responses) the connection stops reading until one finishes; writers wait while the
+   transport's buffer is above its high-water mark (`pause_writing`).
 3. When the connection is lost every waiting caller fails with `ConnectionClosedError`: its
    request was sent, so its outcome is unknown.
 4. A handler's first step runs outside any task, so it bounds waits with `rpc.deadline`, not
@@ -25,11 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import itertools
 import logging
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 from ferrymq.errors import ConnectionClosedError, ProtocolError, RequestTimeoutError
 from ferrymq.rpc.deadline import wait_future
@@ -43,15 +48,33 @@ from ferrymq.wire.frame import (
     encode_frame_parts,
 )
 
-__all__ = ["DEFAULT_MAX_IN_FLIGHT", "Connection", "RequestHandler"]
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "Connection", "LaterResponse", "RequestHandler"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_IN_FLIGHT: Final = 1024
 """Unanswered requests one connection may have before its reading pauses."""
 
-RequestHandler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
-"""Handles one incoming request; returns the response, or None to send nothing."""
+
+class LaterResponse:
+    """A response that `build(future.result())` makes once `future` is done.
+
+    `build` runs in the future's callback; whatever it raises is answered as SYSTEM_ERROR.
+    """
+
+    __slots__ = ("build", "future")
+
+    def __init__(
+        self, future: asyncio.Future[Any], build: Callable[[Any], RemotingCommand]
+    ) -> None:
+        self.future = future
+        self.build = build
+
+
+RequestHandler = Callable[
+    ["Connection", RemotingCommand], Awaitable[RemotingCommand | LaterResponse | None]
+]
+"""Handles one incoming request; returns the response, a `LaterResponse`, or None for none."""
 
 _opaques = itertools.count(1)
 
@@ -79,6 +102,8 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._later = 0
+        """`LaterResponse`s not yet answered (counted in flight, like tasks)."""
         self._backlog: collections.deque[RemotingCommand] = collections.deque()
         self._writable = asyncio.Event()
         self._writable.set()
@@ -146,7 +171,7 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ requests in
 
     def _start_request(self, request: RemotingCommand) -> None:
-        if len(self._tasks) >= self._max_in_flight:
+        if len(self._tasks) + self._later >= self._max_in_flight:
             self._backlog.append(request)
             if not self._reading_paused:
                 self._reading_paused = True
@@ -158,9 +183,10 @@ class Connection(asyncio.Protocol):
             self._tasks.add(task)
             task.add_done_callback(self._request_done)
 
-    def _request_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        while self._backlog and len(self._tasks) < self._max_in_flight:
+    def _request_done(self, task: asyncio.Task[None] | None = None) -> None:
+        if task is not None:
+            self._tasks.discard(task)
+        while self._backlog and len(self._tasks) + self._later < self._max_in_flight:
             self._start_request(self._backlog.popleft())
         if self._reading_paused and not self._backlog:
             self._reading_paused = False
@@ -168,8 +194,9 @@ class Connection(asyncio.Protocol):
                 self._transport.resume_reading()
 
     async def _serve(self, request: RemotingCommand) -> None:
+        response: RemotingCommand | LaterResponse | None
         if self._on_request is None:
-            response: RemotingCommand | None = request.make_response(
+            response = request.make_response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 remark=f"request code {request.code} is not served on this connection",
             )
@@ -181,18 +208,47 @@ class Connection(asyncio.Protocol):
             except Exception as exc:
                 log.exception("request %d from %s failed", request.code, self.peer)
                 response = request.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        if isinstance(response, LaterResponse):
+            self._later += 1
+            response.future.add_done_callback(
+                functools.partial(self._answer_later, request, response.build)
+            )
+            return
         if response is not None and not request.is_oneway:
             if self._corked is None:
                 if not self._writable.is_set():
                     await self._writable.wait()
-                if self._deferred is None:  # the first this turn: at once, the rest deferred
-                    self._deferred = []
-                    asyncio.get_running_loop().call_soon(self._write_deferred)
-                else:
-                    head, body = encode_frame_parts(response)
-                    self._deferred += (head, body) if body else (head,)
-                    return
+                self._write_soon(response)
+            else:
+                self.write(response)
+
+    def _answer_later(
+        self,
+        request: RemotingCommand,
+        build: Callable[[Any], RemotingCommand],
+        future: asyncio.Future[Any],
+    ) -> None:
+        self._later -= 1
+        if self._backlog or self._reading_paused:
+            self._request_done()
+        if request.is_oneway or self.is_closed:
+            return
+        try:
+            response = build(future.result())
+        except Exception as exc:
+            log.exception("request %d from %s failed", request.code, self.peer)
+            response = request.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        self._write_soon(response)
+
+    def _write_soon(self, response: RemotingCommand) -> None:
+        """Outside `data_received`: the first response this turn at once, the rest next turn."""
+        if self._deferred is None:
+            self._deferred = []
+            asyncio.get_running_loop().call_soon(self._write_deferred)
             self.write(response)
+        else:
+            head, body = encode_frame_parts(response)
+            self._deferred += (head, body) if body else (head,)
 
     def _write_deferred(self) -> None:
         deferred, self._deferred = self._deferred, None

@@ -17,7 +17,12 @@ from typing import Self
 
 from ferrymq.errors import FerryError, HeaderFieldError, RequestError
 from ferrymq.model import format_address
-from ferrymq.rpc.connection import DEFAULT_MAX_IN_FLIGHT, Connection, RequestHandler
+from ferrymq.rpc.connection import (
+    DEFAULT_MAX_IN_FLIGHT,
+    Connection,
+    LaterResponse,
+    RequestHandler,
+)
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import DEFAULT_MAX_FRAME_BYTES, RemotingCommand
 
@@ -61,7 +66,9 @@ class Router:
         """Every routed request code."""
         return frozenset(self._routes)
 
-    async def __call__(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+    async def __call__(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | LaterResponse | None:
         """Run the handler routed for the request's code; turn its errors into responses."""
         handler = self._routes.get(request.code)
         if log.isEnabledFor(logging.DEBUG):
