@@ -156,27 +156,30 @@ async def test_a_sync_send_is_committed_only_when_every_member_has_it(
     assert len(g.master_store.get("T", 0, 0, 10).records) == 2, "consumers never see above it"
 
 
-async def test_commit_waiters_expire_each_after_its_own_timeout(
+async def test_commit_callbacks_come_once_each_after_its_own_timeout(
     group: Callable[..., Group],
 ) -> None:
     g = group(sync=True, commit_timeout=0.6, heartbeat_interval=0.2)
     await g.start()
     await g.add_slave(1)
     await _until(lambda: g.master.state.members == frozenset({0, 1}))
-    answered = g.master.commit_waiter(g.put(b"both"))
-    assert answered is not None
-    assert await answered
+    calls: dict[str, list[bool]] = {"both": [], "a": [], "b": []}
+    end = g.put(b"both")
+    g.master.on_committed(end, calls["both"].append)
+    await _until(lambda: calls["both"] == [True])
     assert not g.master._expiries, "an answered waiter is let go at once"
+    g.master.on_committed(end, calls["both"].append)
+    assert calls["both"] == [True, True], "already committed: called right away"
     await g.stop_slave(1)
-    first = g.master.commit_waiter(g.put(b"a"))
+    g.master.on_committed(g.put(b"a"), calls["a"].append)
     await asyncio.sleep(0.3)
-    second = g.master.commit_waiter(g.put(b"b"))
-    assert first is not None
-    assert second is not None
-    assert await first is False
-    assert not second.done(), "the second waiter has its own deadline, 0.3 s later"
-    assert await second is False
+    g.master.on_committed(g.put(b"b"), calls["b"].append)
+    await _until(lambda: calls["a"] == [False])
+    assert calls["b"] == [], "the second waiter has its own deadline, 0.3 s later"
+    await _until(lambda: calls["b"] == [False])
     assert not g.master._expiries
+    await asyncio.sleep(0.7)
+    assert calls == {"both": [True, True], "a": [False], "b": [False]}, "each called once"
 
 
 async def test_a_slave_that_diverged_is_truncated_to_the_master(

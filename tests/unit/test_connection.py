@@ -80,54 +80,55 @@ class PausableTransport(RecordingTransport):
         return not self.paused
 
 
-async def test_a_later_response_is_built_when_its_future_is_done() -> None:
-    loop = asyncio.get_running_loop()
-    waits: dict[int, asyncio.Future[str]] = {}
+async def test_a_later_response_is_sent_when_its_answer_comes() -> None:
+    later: dict[int, LaterResponse] = {}
+    requests: dict[int, RemotingCommand] = {}
 
     async def handler(conn: Connection, request: RemotingCommand) -> LaterResponse:
-        future = waits[request.opaque] = loop.create_future()
+        requests[request.opaque] = request
+        later[request.opaque] = conn.answer_later(request)
+        return later[request.opaque]
 
-        def build(value: str) -> RemotingCommand:
-            if value == "boom":
-                raise ValueError("the build failed")
-            return request.make_response(0, ext_fields={"value": value})
-
-        return LaterResponse(future, build)
+    def build(opaque: int, value: str) -> RemotingCommand:
+        if value == "boom":
+            raise ValueError("the build failed")
+        return requests[opaque].make_response(0, ext_fields={"value": value})
 
     conn = Connection(handler, max_in_flight=2)
     transport = PausableTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.data_received(b"".join(encode_frame(RemotingCommand(1, opaque=i)) for i in range(3)))
-    assert sorted(waits) == [0, 1]  # the third waits for room: two are in flight
+    assert sorted(later) == [0, 1]  # the third waits for room: two are in flight
     assert not transport.reading()
     assert transport.calls == []
-    waits[1].set_result("one")
-    for _ in range(3):
-        await asyncio.sleep(0)
+    later[1].send_built(lambda: build(1, "one"))
+    assert sorted(later) == [0, 1, 2]  # started once one was answered
+    assert transport.reading()
     responses = FrameDecoder().feed(b"".join(transport.calls))
     assert [(r.opaque, r.ext_fields["value"]) for r in responses] == [(1, "one")]
-    assert sorted(waits) == [0, 1, 2]  # started once one was answered
-    assert transport.reading()
-    waits[0].set_result("boom")
-    waits[2].set_result("two")
+    later[0].send_built(lambda: build(0, "boom"))
+    later[2].send_built(lambda: build(2, "two"))
+    later[2].send_built(lambda: build(2, "again"))  # only the first answer counts
     for _ in range(3):
         await asyncio.sleep(0)
     responses = FrameDecoder().feed(b"".join(transport.calls))
     assert {r.opaque: r.code for r in responses} == {1: 0, 0: ResponseCode.SYSTEM_ERROR, 2: 0}
     assert "the build failed" in (next(r for r in responses if r.opaque == 0).remark or "")
+    assert [r.ext_fields.get("value") for r in responses if r.opaque == 2] == ["two"]
 
 
 async def test_a_later_response_is_dropped_when_the_connection_closed() -> None:
-    future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    later: list[LaterResponse] = []
 
     async def handler(conn: Connection, request: RemotingCommand) -> LaterResponse:
-        return LaterResponse(future, lambda value: request.make_response(0))
+        later.append(conn.answer_later(request))
+        return later[-1]
 
     conn = Connection(handler)
     transport = RecordingTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.data_received(encode_frame(RemotingCommand(1, opaque=5)))
     conn.connection_lost(None)
-    future.set_result("late")
+    later[0].send(RemotingCommand(1, opaque=5, flag=1))
     await asyncio.sleep(0)
     assert transport.calls == []

@@ -25,6 +25,7 @@ import functools
 import logging
 import random
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from ferrymq import testbugs
@@ -51,6 +52,7 @@ from ferrymq.errors import (
     RequestError,
 )
 from ferrymq.model import validate_topic
+from ferrymq.replication.master import ReplicationMaster
 from ferrymq.rpc.connection import Connection, LaterResponse
 from ferrymq.rpc.deadline import wait_future
 from ferrymq.store.config import FlushDiskType
@@ -77,6 +79,7 @@ from ferrymq.wire.records import (
 )
 
 __all__ = [
+    "CommitWait",
     "append_messages",
     "consumer_send_back",
     "put_messages",
@@ -179,8 +182,8 @@ async def put_messages(
     )
     if waiting is None:
         return result, ResponseCode.SUCCESS
-    if isinstance(waiting, asyncio.Future):
-        return result, _commit_code(await waiting)
+    if isinstance(waiting, CommitWait):
+        return result, _commit_code(await waiting.master.wait_committed(waiting.end_log_offset))
     return result, await waiting
 
 
@@ -196,11 +199,11 @@ def append_messages(
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
     wait_flush: bool = True,
-) -> tuple[PutResult, asyncio.Future[bool] | Coroutine[Any, Any, ResponseCode] | None]:
+) -> tuple[PutResult, CommitWait | Coroutine[Any, Any, ResponseCode] | None]:
     """`put_messages` up to its wait: the result and what the answer waits for.
 
-    None: nothing (SUCCESS now); a future: the SyncStateSet (`_commit_code` of its result); a
-    coroutine: the flush, then the SyncStateSet (its response code).
+    None: nothing (SUCCESS now); a `CommitWait`: the SyncStateSet; a coroutine: the flush,
+    then the SyncStateSet (its response code).
 
     Raises:
         RequestError: as `put_messages`.
@@ -240,9 +243,21 @@ def append_messages(
         return result, None
     if state.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
         return result, _flush_then_commit(state, result.end_log_offset)
-    if replication is not None and replication.config.sync:
-        return result, replication.commit_waiter(result.end_log_offset)
+    if (
+        replication is not None
+        and replication.config.sync
+        and not replication.committed(result.end_log_offset)
+    ):
+        return result, CommitWait(replication, result.end_log_offset)
     return result, None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitWait:
+    """A send that waits for every SyncStateSet member to have what it stored."""
+
+    master: ReplicationMaster
+    end_log_offset: int
 
 
 def _commit_code(committed: bool) -> ResponseCode:
@@ -365,9 +380,14 @@ async def send_message(
     answer = functools.partial(_send_response, state, request, header, items, queue_id, result)
     if waiting is None:
         return answer(ResponseCode.SUCCESS)
-    if isinstance(waiting, asyncio.Future):
-        # a SYNC_MASTER's send: answered by the commit's callback, with no task kept waiting
-        return LaterResponse(waiting, lambda committed: answer(_commit_code(committed)))
+    if isinstance(waiting, CommitWait):
+        # a SYNC_MASTER's send: answered from the commit's callback, with no task kept waiting
+        later = conn.answer_later(request)
+        waiting.master.on_committed(
+            waiting.end_log_offset,
+            lambda committed: later.send_built(lambda: answer(_commit_code(committed))),
+        )
+        return later
     return answer(await waiting)
 
 

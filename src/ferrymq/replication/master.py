@@ -107,8 +107,8 @@ class ReplicationMaster:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._links: set[_SlaveLink] = set()
-        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
-        self._expiries: collections.deque[tuple[float, asyncio.Future[bool]]] = collections.deque()
+        self._waiters: list[tuple[int, int, _Waiter]] = []
+        self._expiries: collections.deque[tuple[float, _Waiter]] = collections.deque()
         """The waiters by deadline (loop time): one timer expires them all, oldest first."""
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._push_scheduled = False
@@ -155,10 +155,10 @@ class ReplicationMaster:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
-        for _, _, future in self._waiters:
-            if not future.done():
-                future.set_result(False)
+        waiters = [waiter for _, _, waiter in self._waiters]
         self._waiters.clear()
+        for waiter in waiters:
+            waiter.resolve(False)
         self._expiries.clear()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
@@ -194,24 +194,39 @@ class ReplicationMaster:
 
     async def wait_committed(self, end_offset: int) -> bool:
         """Wait until the confirm offset reaches `end_offset`; False after `commit_timeout`."""
-        future = self.commit_waiter(end_offset)
-        return True if future is None else await future
+        if self.committed(end_offset):
+            return True
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
-    def commit_waiter(self, end_offset: int) -> asyncio.Future[bool] | None:
-        """A future of whether the confirm offset reached `end_offset` within `commit_timeout`.
+        def resolve(committed: bool) -> None:
+            if not future.done():
+                future.set_result(committed)
 
-        None when it already has. For a caller that answers from the future's callback.
+        self.on_committed(end_offset, resolve)
+        return await future
+
+    def committed(self, end_offset: int) -> bool:
+        """Whether the confirm offset reached `end_offset`."""
+        return self.state.confirm_offset >= end_offset
+
+    def on_committed(self, end_offset: int, callback: Callable[[bool], object]) -> None:
+        """Call `callback(True)` once the confirm offset reaches `end_offset`, else False.
+
+        False comes after `commit_timeout`, or when this master closes. True comes right away
+        when it already has, else from the code that moved the confirm offset (an ack's
+        processing), with no loop turn in between: a sync send's answer goes out in the same
+        turn its last ack came in.
         """
-        if self.state.confirm_offset >= end_offset:
-            return None
+        if self.committed(end_offset):
+            callback(True)
+            return
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
-        heapq.heappush(self._waiters, (end_offset, next(self._sequence), future))
+        waiter = _Waiter(callback)
+        heapq.heappush(self._waiters, (end_offset, next(self._sequence), waiter))
         deadline = loop.time() + self.config.commit_timeout
-        self._expiries.append((deadline, future))  # deadlines only grow: the deque stays sorted
+        self._expiries.append((deadline, waiter))  # deadlines only grow: the deque stays sorted
         if self._expiry_timer is None:
             self._expiry_timer = loop.call_at(deadline, self._expire_waiters)
-        return future
 
     def _expire_waiters(self) -> None:
         """Fail the waiters whose `commit_timeout` is over; arm the timer for the next one."""
@@ -219,10 +234,9 @@ class ReplicationMaster:
         loop = asyncio.get_running_loop()
         now = loop.time()
         expiries = self._expiries
-        while expiries and (expiries[0][1].done() or expiries[0][0] <= now):
-            _, future = expiries.popleft()
-            if not future.done():
-                future.set_result(False)
+        while expiries and (expiries[0][1].done or expiries[0][0] <= now):
+            _, waiter = expiries.popleft()
+            waiter.resolve(False)
         if expiries:
             self._expiry_timer = loop.call_at(expiries[0][0], self._expire_waiters)
 
@@ -251,11 +265,10 @@ class ReplicationMaster:
             self.store.set_confirm_offset(confirm if confirm < written else None, dispatch=False)
         # the committed sends first: their tasks run before the indexing scheduled below
         while self._waiters and self._waiters[0][0] <= confirm:
-            _, _, future = heapq.heappop(self._waiters)
-            if not future.done():
-                future.set_result(True)
+            _, _, waiter = heapq.heappop(self._waiters)
+            waiter.resolve(True)
         expiries = self._expiries
-        while expiries and expiries[0][1].done():  # let go of the answered ones
+        while expiries and expiries[0][1].done:  # let go of the answered ones
             expiries.popleft()
         if self.config.sync:
             if self._on_confirm is None:
@@ -319,6 +332,25 @@ class ReplicationMaster:
                 self.state.disconnected(slave.broker_id)
             writer.transport.abort()
             self._tasks.discard(task)
+
+
+class _Waiter:
+    """One `on_committed` callback, called once."""
+
+    __slots__ = ("callback", "done")
+
+    def __init__(self, callback: Callable[[bool], object]) -> None:
+        self.callback = callback
+        self.done = False
+
+    def resolve(self, committed: bool) -> None:
+        if self.done:
+            return
+        self.done = True
+        try:
+            self.callback(committed)
+        except Exception:  # one answer's failure must not stop the others
+            log.exception("a commit callback failed")
 
 
 def _wake(future: asyncio.Future[None]) -> None:

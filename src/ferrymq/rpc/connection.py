@@ -10,8 +10,8 @@ one syscall for all but the first, and no wait for a lone one. A server pushes r
 clients the same way (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE).
 
 A handler that must wait for something another party resolves (a send waiting for its slaves'
-acks) may return a `LaterResponse` instead of awaiting it: the response is built by a callback of
-that future, with no task and no coroutine frames kept for the wait.
+acks) may return `conn.answer_later(request)` instead of awaiting it, and `send` the response
+from that party's callback: no task, no coroutine frames and no loop turn in between.
 
 Rules:
 1. Bytes that do not decode close this connection (logged with the peer and the reason); the
@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import itertools
 import logging
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Final
 
 from ferrymq.errors import ConnectionClosedError, ProtocolError, RequestTimeoutError
 from ferrymq.rpc.deadline import wait_future
@@ -57,18 +56,33 @@ DEFAULT_MAX_IN_FLIGHT: Final = 1024
 
 
 class LaterResponse:
-    """A response that `build(future.result())` makes once `future` is done.
+    """The answer to one request, sent later (`Connection.answer_later`).
 
-    `build` runs in the future's callback; whatever it raises is answered as SYSTEM_ERROR.
+    A handler returns it in place of a response and calls `send` or `send_built` once the
+    response is ready; until then the request counts as in flight. Only the first answer counts.
     """
 
-    __slots__ = ("build", "future")
+    __slots__ = ("_conn", "_request", "_sent")
 
-    def __init__(
-        self, future: asyncio.Future[Any], build: Callable[[Any], RemotingCommand]
-    ) -> None:
-        self.future = future
-        self.build = build
+    def __init__(self, conn: Connection, request: RemotingCommand) -> None:
+        self._conn = conn
+        self._request = request
+        self._sent = False
+
+    def send(self, response: RemotingCommand) -> None:
+        """Answer with `response` (written with the others of this loop turn)."""
+        if not self._sent:
+            self._sent = True
+            self._conn._answered_later(self._request, response)
+
+    def send_built(self, build: Callable[[], RemotingCommand]) -> None:
+        """Answer with what `build()` returns, or SYSTEM_ERROR naming what it raised."""
+        try:
+            response = build()
+        except Exception as exc:
+            log.exception("request %d from %s failed", self._request.code, self._conn.peer)
+            response = self._request.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        self.send(response)
 
 
 RequestHandler = Callable[
@@ -209,40 +223,33 @@ class Connection(asyncio.Protocol):
                 log.exception("request %d from %s failed", request.code, self.peer)
                 response = request.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
         if isinstance(response, LaterResponse):
-            self._later += 1
-            response.future.add_done_callback(
-                functools.partial(self._answer_later, request, response.build)
-            )
             return
         if response is not None and not request.is_oneway:
-            if self._corked is None:
-                if not self._writable.is_set():
-                    await self._writable.wait()
-                self._write_soon(response)
-            else:
-                self.write(response)
+            if self._corked is None and not self._writable.is_set():
+                await self._writable.wait()
+            self._write_soon(response)
 
-    def _answer_later(
-        self,
-        request: RemotingCommand,
-        build: Callable[[Any], RemotingCommand],
-        future: asyncio.Future[Any],
-    ) -> None:
+    def answer_later(self, request: RemotingCommand) -> LaterResponse:
+        """A handle to answer `request` later; return it from the handler (see the module)."""
+        self._later += 1
+        return LaterResponse(self, request)
+
+    def _answered_later(self, request: RemotingCommand, response: RemotingCommand) -> None:
         self._later -= 1
         if self._backlog or self._reading_paused:
             self._request_done()
-        if request.is_oneway or self.is_closed:
-            return
-        try:
-            response = build(future.result())
-        except Exception as exc:
-            log.exception("request %d from %s failed", request.code, self.peer)
-            response = request.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
-        self._write_soon(response)
+        if not request.is_oneway and not self.is_closed:
+            self._write_soon(response)
 
     def _write_soon(self, response: RemotingCommand) -> None:
-        """Outside `data_received`: the first response this turn at once, the rest next turn."""
-        if self._deferred is None:
+        """Write a response: with the read's others inside `data_received`, else batched by turn.
+
+        Outside `data_received` the first response of a loop turn goes at once, the rest
+        together at the start of the next turn.
+        """
+        if self._corked is not None:
+            self.write(response)
+        elif self._deferred is None:
             self._deferred = []
             asyncio.get_running_loop().call_soon(self._write_deferred)
             self.write(response)
