@@ -6,6 +6,7 @@ branches at once instead of guessing magic numbers first.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 
@@ -28,6 +29,7 @@ from ferrymq.wire.properties import encode_properties
 from ferrymq.wire.records import BatchItem, MessageRecord, encode_batch, encode_record
 
 __all__ = ["SEEDS"]
+
 
 _PROPERTIES = {"UNIQ_KEY": "7F00000100002A9F", "TAGS": "a", "KEYS": "k1 k2", "WAIT": "true"}
 _RECORD = MessageRecord(
@@ -72,12 +74,20 @@ def _index_file() -> bytes:
     return header + bytes(slot_table) + bytes(20) + entry
 
 
+def _record_run() -> bytes:
+    """The log offset of the first record (8 bytes), then two records back to back."""
+    first = encode_record(_RECORD, record_crc=True)
+    second = dataclasses.replace(_RECORD, log_offset=_RECORD.log_offset + len(first))
+    return struct.pack(">q", _RECORD.log_offset) + first + encode_record(second, record_crc=True)
+
+
 SEEDS: dict[str, list[bytes]] = {
     "frame": [_with_cut(b"".join(_frames())), *map(_with_cut, _frames())],
     "frame_fixed": [bytes([len(f) - 8 - len(_COMMAND.body) % 256]) + f[8:] for f in _frames()],
     "headers": [b"\x00\x01chaos\x00\x023\x00\x03g", b"\x05\x00\x01x"],
     "record": [encode_record(_RECORD), encode_record(_RECORD, record_crc=True)],
     "record_fixed": [encode_record(_RECORD, record_crc=True)],
+    "record_run": [_record_run()],
     "batch": [encode_batch([BatchItem.of(b"a", _PROPERTIES), BatchItem.of(b"bb")])],
     "batch_fixed": [encode_batch([BatchItem.of(b"a", _PROPERTIES)])],
     "ha_slave": [

@@ -42,6 +42,8 @@ from ferrymq.wire.records import (
     peek_record_size,
     record_crc_of,
     record_info,
+    record_infos,
+    record_infos_py,
 )
 
 __all__ = ["EXPECTED_ERRORS", "TARGETS", "Target"]
@@ -150,6 +152,20 @@ def _record_fixed(data: bytes) -> None:
         return
     assert info.size == len(buf) == peek_record_size(buf, 0)[0]
     assert checked.body == record.body
+
+
+def _record_run(data: bytes) -> None:
+    """Bytes a scan takes records from in one call: C and Python take the same ones."""
+    first = int.from_bytes(data[:8].ljust(8, b"\0"), "big", signed=True)
+    for check_crc in (False, True):
+        python = record_infos_py(
+            data, 8, len(data), check_crc=check_crc, require_record_crc=False, log_offset=first
+        )
+        accelerated = record_infos(
+            data, 8, len(data), check_crc=check_crc, require_record_crc=False, log_offset=first
+        )
+        assert accelerated == python
+        assert 8 <= python[1] <= max(8, len(data))
 
 
 def _batch(data: bytes) -> None:
@@ -310,6 +326,7 @@ TARGETS: Final[dict[str, Target]] = {
     "headers": _headers,
     "record": _record,
     "record_fixed": _record_fixed,
+    "record_run": _record_run,
     "batch": _batch,
     "batch_fixed": _batch_fixed,
     "ha_slave": _ha_slave,

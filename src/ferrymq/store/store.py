@@ -614,7 +614,6 @@ class Store:
                         put.sys_flag,
                         keys_of(properties),
                         properties.get(UNIQ_KEY),
-                        properties,
                     )
                 )
                 at += size

@@ -13,6 +13,8 @@
  * - scan_entries(), split_span(): the two per-entry loops of Store.get (store/queueread.py has
  *   the Python references): choosing consume-queue entries, then cutting their records out of
  *   one commit-log read and checking their CRCs (most of a pull's broker time in Python).
+ * - record_infos(): the per-record loop of CommitLog.scan (replica appends, recovery): what
+ *   records.record_info gives for records back to back, stopping at the first it cannot take.
  * - decode_buffers(): the read side's loop (records.decode_buffers_py): stored records back to
  *   back, checked like records.decode_record, into column buffers in Arrow's layout. Anything
  *   malformed raises ValueError and records.py re-runs the Python reference, which raises the
@@ -382,22 +384,27 @@ static int parse_layout(const uint8_t *r, Py_ssize_t left, layout_t *out) {
 static inline void put_i32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
 static inline void put_i64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
 
-/* The value of the last `KEYS\x01value` item of stored properties (items split by \x02; an item
- * counts only with exactly one \x01, as properties.decode_properties reads them), or NULL. */
-static const uint8_t *find_key(const uint8_t *p, int64_t n, int64_t *key_len) {
+/* The value of the last `name\x01value` item of stored properties (items split by \x02; an
+ * item counts only with exactly one \x01, as properties.decode_properties reads them), or NULL. */
+static const uint8_t *find_property(const uint8_t *p, int64_t n, const char *name,
+                                    size_t name_len, int64_t *value_len) {
     const uint8_t *found = NULL, *end = p + n;
     while (p < end) {
         const uint8_t *stop = memchr(p, 0x02, (size_t)(end - p));
         if (stop == NULL) stop = end;
         const uint8_t *sep = memchr(p, 0x01, (size_t)(stop - p));
         if (sep != NULL && memchr(sep + 1, 0x01, (size_t)(stop - sep - 1)) == NULL &&
-            sep - p == 4 && memcmp(p, "KEYS", 4) == 0) {
+            (size_t)(sep - p) == name_len && memcmp(p, name, name_len) == 0) {
             found = sep + 1;
-            *key_len = stop - found;
+            *value_len = stop - found;
         }
         p = stop + 1;
     }
     return found;
+}
+
+static const uint8_t *find_key(const uint8_t *p, int64_t n, int64_t *key_len) {
+    return find_property(p, n, "KEYS", 4, key_len);
 }
 
 /* records.decode_buffers_py: stored records back to back into Arrow-layout column buffers. One
@@ -527,6 +534,80 @@ static PyObject *verify_record_crc(PyObject *self, PyObject *args) {
     int ok = record_crc_ok(view.buf, view.len, require);
     PyBuffer_Release(&view);
     return PyBool_FromLong(ok);
+}
+
+/* A property's value as a str (the properties are valid UTF-8), or None when absent. */
+static PyObject *property_str(const uint8_t *props, int64_t n, const char *name, size_t len) {
+    int64_t value_len = 0;
+    const uint8_t *value = find_property(props, n, name, len, &value_len);
+    if (value == NULL) Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8((const char *)value, (Py_ssize_t)value_len, "strict");
+}
+
+/* records.record_info over records back to back (store/commitlog.py _scan's fast path): from
+ * `pos`, one (topic, queue_id, queue_offset, log_offset, size, tags_code, store_timestamp_ms,
+ * sys_flag, KEYS value or None, UNIQ_KEY value or None) per record while the record is whole
+ * before `limit`, well formed, its CRCs hold (with check_crc), its topic is UTF-8 and it stores
+ * the log offset `log_offset` plus its distance from `pos`. Stops at the first that is not (a
+ * zero header, a blank record, one that does not fit, anything wrong): the caller looks at that
+ * one with the Python reference. Returns (tuples, the position it stopped at). */
+static PyObject *record_infos(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, limit;
+    int check_crc, require;
+    long long first_log_offset;
+    if (!PyArg_ParseTuple(args, "y*nnppL", &view, &pos, &limit, &check_crc, &require,
+                          &first_log_offset))
+        return NULL;
+    if (limit > view.len) limit = view.len;
+    const uint8_t *buf = view.buf;
+    Py_ssize_t start = pos;
+    PyObject *infos = PyList_New(0);
+    layout_t l;
+    while (infos != NULL && pos >= 0 && pos + 8 <= limit) {
+        const uint8_t *r = buf + pos;
+        if (parse_layout(r, limit - pos, &l) < 0) break;
+        if (check_crc && !record_crc_ok(r, (Py_ssize_t)l.total, require)) break;
+        if (get64(r + 28) != first_log_offset + (pos - start)) break;
+        if (!utf8_valid(r + l.topic_at, (Py_ssize_t)l.topic_len)) break;
+        const uint8_t *props = r + l.props_at;
+        PyObject *tags = NULL, *keys = NULL, *uniq = NULL, *topic = NULL;
+        long tags_code = 0;
+        if (utf8_valid(props, (Py_ssize_t)l.props_len)) {
+            tags = property_str(props, l.props_len, "TAGS", 4);
+            keys = tags ? property_str(props, l.props_len, "KEYS", 4) : NULL;
+            uniq = keys ? property_str(props, l.props_len, "UNIQ_KEY", 8) : NULL;
+        } else { /* index_properties: such properties index nothing */
+            tags = Py_NewRef(Py_None);
+            keys = Py_NewRef(Py_None);
+            uniq = Py_NewRef(Py_None);
+        }
+        if (uniq != NULL && tags != Py_None && PyUnicode_GET_LENGTH(tags) > 0) {
+            PyObject *hash = java_string_hash(NULL, tags);
+            tags_code = hash ? PyLong_AsLong(hash) : -1;
+            Py_XDECREF(hash);
+            if (hash == NULL) Py_CLEAR(uniq);
+        }
+        if (uniq != NULL)
+            topic = PyUnicode_DecodeUTF8((const char *)r + l.topic_at, (Py_ssize_t)l.topic_len,
+                                         "strict");
+        PyObject *info = NULL;
+        if (topic != NULL)
+            info = Py_BuildValue("(OiLLLlLiOO)", topic, (int)(int32_t)get32(r + 12),
+                                 (long long)get64(r + 20), (long long)get64(r + 28),
+                                 (long long)l.total, tags_code,
+                                 (long long)get64(r + 48 + l.born_len),
+                                 (int)(int32_t)get32(r + 36), keys, uniq);
+        Py_XDECREF(topic);
+        Py_XDECREF(tags);
+        Py_XDECREF(keys);
+        Py_XDECREF(uniq);
+        if (info == NULL || append_new(infos, info) < 0) Py_CLEAR(infos);
+        else pos += (Py_ssize_t)l.total;
+    }
+    PyBuffer_Release(&view);
+    if (infos == NULL) return NULL;
+    return Py_BuildValue("(Nn)", infos, pos);
 }
 
 /* Consume-queue entries (store/consumequeue.py): int64 log offset, int32 size, int64 tags code,
@@ -659,6 +740,7 @@ static PyMethodDef methods[] = {
     {"crc_source", crc_source, METH_NOARGS, "Where CRC-32 comes from: zlib-ng or tables."},
     {"scan_entries", scan_entries, METH_VARARGS, "Choose a read's consume-queue entries."},
     {"split_span", split_span, METH_VARARGS, "A run's records out of its commit-log span."},
+    {"record_infos", record_infos, METH_VARARGS, "What dispatch indexes of records in a row."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -40,3 +40,11 @@ def split_span(
     check_crc: bool,
     require_record_crc: bool,
 ) -> tuple[list[bytes], int]: ...
+def record_infos(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    limit: int,
+    check_crc: bool,
+    require_record_crc: bool,
+    log_offset: int,
+) -> tuple[list[tuple[str, int, int, int, int, int, int, int, str | None, str | None]], int]: ...

@@ -39,6 +39,7 @@ from ferrymq.errors import ProtocolError
 from ferrymq.wire.crc import crc32 as _crc32
 from ferrymq.wire.properties import (
     CRC32_RESERVED_LEN,
+    KEY_SEPARATOR,
     KEYS,
     MAX_PROPERTIES_BYTES,
     PROPERTY_CRC32,
@@ -89,6 +90,8 @@ __all__ = [
     "peek_record_size",
     "record_crc_of",
     "record_info",
+    "record_infos",
+    "record_infos_py",
     "record_log_offset",
     "record_origin",
     "record_overhead",
@@ -338,7 +341,6 @@ class RecordInfo:
     sys_flag: int
     keys: list[str]
     uniq_key: str | None
-    properties: dict[str, str]
 
 
 def record_crc_of(record: bytes | bytearray | memoryview) -> int | None:
@@ -628,8 +630,94 @@ def record_info(
         sys_flag=prefix[7],
         keys=keys_of(properties),
         uniq_key=properties.get("UNIQ_KEY"),
-        properties=properties,
     )
+
+
+def record_infos_py(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    limit: int,
+    *,
+    check_crc: bool,
+    require_record_crc: bool,
+    log_offset: int,
+) -> tuple[list[RecordInfo], int]:
+    """`record_info` of records back to back from `pos`, up to the first it cannot take.
+
+    Takes a record while it is whole before `limit`, valid (`record_info` with these checks)
+    and stores the log offset `log_offset` plus its distance from `pos`. Stops at anything else
+    (a zero header, a blank record, one that does not fit, anything wrong) and returns the
+    records taken and where it stopped: the caller looks at that position itself.
+    """
+    infos: list[RecordInfo] = []
+    at = pos
+    limit = min(limit, len(buf))
+    while at + 8 <= limit:
+        total, magic = struct.unpack_from(">ii", buf, at)
+        if magic == BLANK_MAGIC or total <= 0 or at + total > limit:
+            break
+        try:
+            info = record_info(
+                memoryview(buf)[:limit],
+                at,
+                check_crc=check_crc,
+                require_record_crc=require_record_crc,
+            )
+        except ProtocolError:
+            break
+        if info.log_offset != log_offset + (at - pos):
+            break
+        infos.append(info)
+        at += total
+    return infos, at
+
+
+def record_infos(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    limit: int,
+    *,
+    check_crc: bool,
+    require_record_crc: bool,
+    log_offset: int,
+) -> tuple[list[RecordInfo], int]:
+    """`record_infos_py`, by the C accelerator when built (the same records, the same stop)."""
+    if _accel is None:
+        return record_infos_py(
+            buf,
+            pos,
+            limit,
+            check_crc=check_crc,
+            require_record_crc=require_record_crc,
+            log_offset=log_offset,
+        )
+    found, stop = _accel.record_infos(buf, pos, limit, check_crc, require_record_crc, log_offset)
+    return [
+        RecordInfo(
+            topic,
+            queue_id,
+            queue_offset,
+            log_offset_,
+            size,
+            tags_code,
+            store_timestamp_ms,
+            sys_flag,
+            [key for key in keys.split(KEY_SEPARATOR) if key] if keys else [],
+            uniq_key,
+        )
+        for (
+            topic,
+            queue_id,
+            queue_offset,
+            log_offset_,
+            size,
+            tags_code,
+            store_timestamp_ms,
+            sys_flag,
+            keys,
+            uniq_key,
+        ) in found
+    ], stop
 
 
 @dataclass(frozen=True, slots=True)
