@@ -340,7 +340,9 @@ class FrameDecoder:
         buffer = self._buffer
         # nothing held back (the usual case): frames are cut straight out of `data`, with no
         # copy into the buffer and out again; only an incomplete tail is kept
-        source: bytes | bytearray = data if not buffer else buffer + data
+        if buffer:
+            buffer += data  # appended in place: a large frame arrives in many reads
+        source: bytes | bytearray = buffer or data
         commands: list[RemotingCommand] = []
         pos = 0
         size = len(source)
