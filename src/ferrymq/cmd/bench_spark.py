@@ -6,7 +6,8 @@ measures, in one run, on the same rows (`rows` bodies of `size` bytes in a 4-que
 - batch read: `spark.read.format("ferrymq")` into the `noop` sink, beside `spark.read.parquet`
   of the same rows (written once beforehand) into `noop`;
 - streaming read: `readStream.format("ferrymq")` into Parquet (Trigger.AvailableNow), beside
-  `readStream.parquet` of the same files into Parquet;
+  `readStream.parquet` of the same files into Parquet, `repeat` times each, alternating which
+  goes first, the median reported;
 - streaming write: `readStream.parquet` into `writeStream.format("ferrymq")` (exactly once), beside
   the same stream into Parquet.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -46,6 +48,9 @@ class SparkBenchConfig:
     rows: int = 500_000
     size: int = 100
     max_offsets_per_trigger: int = 250_000
+    repeat: int = 3
+    """Runs of the stream-read pair (ferrymq, Parquet, alternating who goes first); its rows
+    report the median (a single run of either moves by 10 % on this machine)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,8 @@ class SparkRow:
     sink: str
     rows: int
     seconds: float
+    runs: tuple[float, ...] = ()
+    """Each run's seconds, when the row is the median of several."""
 
     @property
     def rows_per_s(self) -> float:
@@ -68,6 +75,7 @@ class SparkRow:
         return {
             **asdict(self),
             "seconds": round(self.seconds, 3),
+            "runs": [round(r, 3) for r in self.runs],
             "rows_per_s": round(self.rows_per_s),
         }
 
@@ -195,16 +203,26 @@ def _measure(
         lambda: spark.read.parquet(str(files)).write.format("noop").mode("overwrite").save()
     )
     rows.append(SparkRow("batch read", "parquet", "noop", n, seconds))
-    progress("stream read: ferrymq -> parquet")
-    seconds = _timed(
-        lambda: run_stream(ferry_stream(), "parquet", "read-ferry", path=str(work / "o1"))
-    )
-    rows.append(SparkRow("stream read", "ferrymq", "parquet", n, seconds))
-    progress("stream read: parquet -> parquet")
-    seconds = _timed(
-        lambda: run_stream(parquet_stream(), "parquet", "read-parquet", path=str(work / "o2"))
-    )
-    rows.append(SparkRow("stream read", "parquet", "parquet", n, seconds))
+    ferry_runs: list[float] = []
+    parquet_runs: list[float] = []
+    for run in range(config.repeat):
+
+        def ferry_job(run: int = run) -> None:
+            run_stream(ferry_stream(), "parquet", f"read-ferry{run}", path=str(work / f"o1-{run}"))
+
+        def parquet_job(run: int = run) -> None:
+            run_stream(
+                parquet_stream(), "parquet", f"read-parquet{run}", path=str(work / f"o2-{run}")
+            )
+
+        jobs = [(ferry_job, ferry_runs, "ferrymq"), (parquet_job, parquet_runs, "parquet")]
+        for job, runs, source in jobs if run % 2 == 0 else jobs[::-1]:
+            progress(f"stream read {run + 1}/{config.repeat}: {source} -> parquet")
+            runs.append(_timed(job))
+    for source, runs in (("ferrymq", ferry_runs), ("parquet", parquet_runs)):
+        rows.append(
+            SparkRow("stream read", source, "parquet", n, statistics.median(runs), tuple(runs))
+        )
     progress("stream write: parquet -> ferrymq")
     seconds = _timed(
         lambda: run_stream(

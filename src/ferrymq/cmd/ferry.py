@@ -427,12 +427,21 @@ def bench_broker(
 @bench.command("spark")
 @click.option("--rows", type=click.IntRange(min=1000), default=500_000, show_default=True)
 @click.option("--size", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1, max=20),
+    default=3,
+    show_default=True,
+    help="Runs of the stream-read pair (alternating); the median is reported.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def bench_spark(rows: int, size: int, as_json: bool) -> None:
+def bench_spark(rows: int, size: int, repeat: int, as_json: bool) -> None:
     """The ferrymq Spark data source beside Spark reading Parquet: batch, stream read, write."""
     from ferrymq.cmd.bench_spark import SparkBenchConfig, ratios, run_spark_bench
 
-    config = SparkBenchConfig(rows=rows, size=size, max_offsets_per_trigger=max(1, rows // 2))
+    config = SparkBenchConfig(
+        rows=rows, size=size, max_offsets_per_trigger=max(1, rows // 2), repeat=repeat
+    )
     console = Console(stderr=True)
     with console.status("measuring") as status:
         try:
@@ -456,9 +465,10 @@ def bench_spark(rows: int, size: int, as_json: bool) -> None:
     for column in ("job", "source", "sink", "rows", "seconds", "rows/s"):
         table.add_column(column, justify="left" if column in ("job", "source", "sink") else "right")
     for r in results:
-        table.add_row(
-            r.job, r.source, r.sink, f"{r.rows:,}", f"{r.seconds:.2f}", f"{r.rows_per_s:,.0f}"
-        )
+        seconds = f"{r.seconds:.2f}"
+        if len(r.runs) > 1:
+            seconds += " (" + ", ".join(f"{run:.2f}" for run in r.runs) + ")"
+        table.add_row(r.job, r.source, r.sink, f"{r.rows:,}", seconds, f"{r.rows_per_s:,.0f}")
     _wide_console().print(table)
     click.echo(" ".join(f"{k}={v}x" for k, v in to_parquet.items()) + " (ferrymq/Parquet)")
 
