@@ -247,12 +247,30 @@ def _measure(
     return rows
 
 
+def _in_spark(
+    servers: str, work: Path, config: SparkBenchConfig, progress: Callable[[str], None]
+) -> list[SparkRow]:
+    """Start Spark, measure, stop it: all in one thread.
+
+    The session is active only in the thread that made it, and Spark looks a streaming sink's
+    Python data source up in the active session: a `writeStream.format("ferrymq")` from
+    another thread fails with `ClassNotFoundException: ferrymq.DefaultSource` (seen when
+    `asyncio.to_thread` ran the measuring on another worker thread than the session's start).
+    """
+    from ferrymq.spark.session import local_session
+
+    progress("starting Spark")
+    spark = local_session("ferrymq-bench")
+    try:
+        return _measure(spark, servers, work, config, progress)
+    finally:
+        spark.stop()
+
+
 async def run_spark_bench(
     config: SparkBenchConfig, progress: Callable[[str], None]
 ) -> list[SparkRow]:
     """Start the servers, load the topic, measure every job, stop everything."""
-    from ferrymq.spark.session import local_session
-
     work = Path(tempfile.mkdtemp(prefix="ferrymq-bench-spark-"))
     children: list[Child] = []
     try:
@@ -275,12 +293,7 @@ async def run_spark_bench(
         children.append(broker)
         progress(f"producing {config.rows:,} rows of {config.size} B")
         await _produce(namesrv.addr, config)
-        progress("starting Spark")
-        spark = await asyncio.to_thread(local_session, "ferrymq-bench")
-        try:
-            return await asyncio.to_thread(_measure, spark, namesrv.addr, work, config, progress)
-        finally:
-            await asyncio.to_thread(spark.stop)
+        return await asyncio.to_thread(_in_spark, namesrv.addr, work, config, progress)
     finally:
         for child in reversed(children):
             await child.stop()

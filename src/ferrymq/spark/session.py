@@ -30,7 +30,12 @@ CONF = {
 
 
 def local_session(app: str, master: str = "local[2]") -> Any:
-    """A SparkSession on this machine with `format("ferrymq")` registered."""
+    """A SparkSession on this machine with `format("ferrymq")` registered.
+
+    Spark finds a streaming sink's Python data source through the session active in the
+    calling thread: start `writeStream.format("ferrymq")` queries from the thread that made the
+    session (another thread gets `ClassNotFoundException: ferrymq.DefaultSource`).
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
