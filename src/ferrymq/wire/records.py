@@ -39,7 +39,6 @@ from ferrymq.errors import ProtocolError
 from ferrymq.wire.crc import crc32 as _crc32
 from ferrymq.wire.properties import (
     CRC32_RESERVED_LEN,
-    KEY_SEPARATOR,
     KEYS,
     MAX_PROPERTIES_BYTES,
     PROPERTY_CRC32,
@@ -692,32 +691,14 @@ def record_infos(
             log_offset=log_offset,
         )
     found, stop = _accel.record_infos(buf, pos, limit, check_crc, require_record_crc, log_offset)
-    return [
-        RecordInfo(
-            topic,
-            queue_id,
-            queue_offset,
-            log_offset_,
-            size,
-            tags_code,
-            store_timestamp_ms,
-            sys_flag,
-            [key for key in keys.split(KEY_SEPARATOR) if key] if keys else [],
-            uniq_key,
+    # each tuple is RecordInfo's fields, with the KEYS value in place of the keys it lists
+    infos: list[RecordInfo] = []
+    for topic, queue, queue_offset, at, size, tags, stored, sys_flag, keys, uniq in found:
+        listed = keys_of({KEYS: keys}) if keys else []
+        infos.append(
+            RecordInfo(topic, queue, queue_offset, at, size, tags, stored, sys_flag, listed, uniq)
         )
-        for (
-            topic,
-            queue_id,
-            queue_offset,
-            log_offset_,
-            size,
-            tags_code,
-            store_timestamp_ms,
-            sys_flag,
-            keys,
-            uniq_key,
-        ) in found
-    ], stop
+    return infos, stop
 
 
 @dataclass(frozen=True, slots=True)
