@@ -263,7 +263,7 @@ class ReplicationMaster:
         confirm = self.state.update_confirm(self.own_end())
         if self.config.sync:
             self.store.set_confirm_offset(confirm if confirm < written else None, dispatch=False)
-        # the committed sends first: their tasks run before the indexing scheduled below
+        # the committed sends first: answered here, before the indexing scheduled below
         while self._waiters and self._waiters[0][0] <= confirm:
             _, _, waiter = heapq.heappop(self._waiters)
             waiter.resolve(True)
