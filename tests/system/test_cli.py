@@ -1,6 +1,7 @@
 """The `ferry` command against real server processes: admin, produce, consume, bench, bad usage."""
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -195,6 +196,40 @@ def test_bench_commands_print_a_json_summary_last(servers: tuple[Server, Server]
         summary = json.loads(done.stdout.splitlines()[-1])
         assert summary["messages"] == 200, summary
         assert summary["errors"] == 0
+
+
+@pytest.mark.skipif(
+    not shutil.which("nats-server"), reason="needs nats-server (.ci/run installs it)"
+)
+def test_bench_replication_rows_every_system_and_mode_with_its_ratios(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "ferrymq.cmd.ferry", "bench", "replication",
+            "--sizes", "100", "--seconds", "0.6", "--rounds", "2", "--window", "16", "--json",
+        ],
+        capture_output=True, text=True, timeout=150, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["rounds"] == 2
+    rows = {(r["system"], r["mode"]): r for r in summary["rows"]}
+    assert sorted(rows) == [
+        (system, mode)
+        for system in ("ferrymq-r1", "ferrymq-r3", "nats-jetstream-r3")
+        for mode in ("sync", "window 16")
+    ]
+    for row in rows.values():
+        assert row["messages"] > 0, row
+        assert row["failed"] == 0, row
+        assert 0.5 <= row["seconds"] < 5, row  # two slices of 0.3 s each, not the whole run
+    for ratio in summary["ratios"]:
+        r3 = rows[("ferrymq-r3", ratio["mode"])]["msgs_per_s"]
+        assert ratio["r3_over_r1"] == pytest.approx(
+            r3 / rows[("ferrymq-r1", ratio["mode"])]["msgs_per_s"], abs=0.01
+        )
+        assert ratio["r3_over_nats_r3"] == pytest.approx(
+            r3 / rows[("nats-jetstream-r3", ratio["mode"])]["msgs_per_s"], abs=0.01
+        )
 
 
 def test_bench_store_reports_both_ratios_and_every_measurement(tmp_path: Path) -> None:

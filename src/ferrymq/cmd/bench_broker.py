@@ -41,10 +41,10 @@ from ferrymq.cmd.local import Child, spawn
 from ferrymq.cmd.measure import (
     Meter,
     Row,
-    Tally,
+    Side,
     free_port,
+    interleaved_sends,
     quiet_nats_errors,
-    timed_sync,
     timed_window,
 )
 from ferrymq.rpc.client import RpcClient
@@ -123,22 +123,8 @@ async def _ferrymq(workdir: Path) -> AsyncIterator[tuple[str, list[Child]]]:
         await namesrv.stop()
 
 
-@dataclass
-class _Side:
-    """One system under test, running.
-
-    `sender(size)` sends one message of that size; `rows_after` measures what comes after the
-    interleaved send rows.
-    """
-
-    system: str
-    pids: list[int]
-    sender: Callable[[int], Callable[[], Awaitable[object]]]
-    rows_after: Callable[[], Awaitable[list[Row]]]
-
-
 @contextlib.asynccontextmanager
-async def _ferrymq_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterator[_Side]:
+async def _ferrymq_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterator[Side]:
     async with _ferrymq(workdir) as (namesrv, children):
         pids = [children[1].pid]
         async with AdminClient(namesrv) as admin:
@@ -184,7 +170,7 @@ async def _ferrymq_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterat
                         rows.append(meter.row("ferrymq", "consume 256", size, total, []))
                 return rows
 
-            yield _Side("ferrymq", pids, sender, rows_after)
+            yield Side("ferrymq", pids, sender, rows_after)
 
 
 async def _raw_rows(
@@ -275,7 +261,7 @@ def _cpp_row(namesrv: str, topic: str, size: int, seconds: float, pids: list[int
 
 
 @contextlib.asynccontextmanager
-async def _nats_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterator[_Side]:
+async def _nats_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterator[Side]:
     binary = shutil.which("nats-server")
     if binary is None:
         raise RuntimeError("nats-server is not installed (apt-get install nats-server)")
@@ -349,41 +335,12 @@ async def _nats_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterator[
                 rows.append(meter.row("nats-jetstream-r1", "consume 256", size, total, []))
             return rows
 
-        yield _Side("nats-jetstream-r1", pids, sender, rows_after)
+        yield Side("nats-jetstream-r1", pids, sender, rows_after)
         await connection.close()
     finally:
         if process.returncode is None:
             process.terminate()
             await process.wait()
-
-
-async def _interleaved_sends(sides: list[_Side], size: int, config: BrokerBenchConfig) -> list[Row]:
-    """Sync and windowed send rows of every side, measured in `rounds` alternating slices.
-
-    Each slice of one side is followed by the same slice of the other, and the side that goes
-    first alternates by round, so a machine that speeds up or slows down during the run moves
-    both sides alike (run one after the other, rows moved by up to 2x between reruns).
-    """
-    slice_s = config.seconds / config.rounds
-    modes = [("sync", None), (f"window {config.window}", config.window)]
-    tallies = {(side.system, mode): Tally(side.pids) for side in sides for mode, _ in modes}
-    for round_number in range(config.rounds):
-        order = sides if round_number % 2 == 0 else sides[::-1]
-        for mode, window in modes:
-            for side in order:
-                tally = tallies[(side.system, mode)]
-                send = side.sender(size)
-                tally.begin()
-                if window is None:
-                    count, latencies = await timed_sync(send, slice_s)
-                else:
-                    count, latencies = await timed_window(send, slice_s, window)
-                tally.end(count, latencies)
-    return [
-        tallies[(side.system, mode)].row(side.system, mode, size)
-        for side in sides
-        for mode, _ in modes
-    ]
 
 
 async def run_broker_bench(config: BrokerBenchConfig, progress: Callable[[str], None]) -> list[Row]:
@@ -402,7 +359,13 @@ async def run_broker_bench(config: BrokerBenchConfig, progress: Callable[[str], 
             rows: list[Row] = []
             for size in config.sizes:
                 progress(f"sends of {size} B")
-                rows += await _interleaved_sends(sides, size, config)
+                rows += await interleaved_sends(
+                    sides,
+                    size,
+                    seconds=config.seconds,
+                    rounds=config.rounds,
+                    window=config.window,
+                )
             for side in sides:
                 progress(f"{side.system}: the remaining rows")
                 rows += await side.rows_after()

@@ -1,7 +1,8 @@
 """`ferry bench replication`: three replicas with sync replication beside one, and beside NATS R3.
 
 One run measures ferrymq with one replica, ferrymq with three, and a 3-node NATS JetStream
-cluster with an R3 stream.
+cluster with an R3 stream. All three run for the whole run, and every row is measured in rotating
+slices (`measure.interleaved_sends`): one system's slice, then the same slice of the next.
 
 Every ferrymq broker runs as its own process (`ferry broker`): R1 is a SYNC_MASTER alone in its
 SyncStateSet, R3 a SYNC_MASTER with two SLAVEs, so a send is acknowledged only once all three
@@ -19,7 +20,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.cmd.local import Child, spawn
-from ferrymq.cmd.measure import Meter, Row, free_port, quiet_nats_errors, timed_sync, timed_window
+from ferrymq.cmd.measure import Row, Side, free_port, interleaved_sends, quiet_nats_errors
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode
@@ -42,9 +43,13 @@ class ReplicationBenchConfig:
 
     sizes: tuple[int, ...] = (100, 1024)
     seconds: float = 5.0
+    rounds: int = 5
     window: int = 256
     nats: bool = True
     workdir: Path | None = None
+
+
+_SYSTEMS = ("ferrymq-r1", "ferrymq-r3", "nats-jetstream-r3")
 
 
 def ratios(rows: list[Row]) -> list[dict[str, Any]]:
@@ -65,25 +70,6 @@ def ratios(rows: list[Row]) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-async def _send_rows(
-    producer_send: Callable[[bytes], Any],
-    system: str,
-    size: int,
-    config: ReplicationBenchConfig,
-    pids: list[int],
-) -> list[Row]:
-    payload = os.urandom(size)
-    meter = Meter(pids)
-    count, latencies = await timed_sync(functools.partial(producer_send, payload), config.seconds)
-    rows = [meter.row(system, "sync", size, count, latencies)]
-    meter = Meter(pids)
-    count, window_latencies = await timed_window(
-        functools.partial(producer_send, payload), config.seconds, config.window
-    )
-    rows.append(meter.row(system, f"window {config.window}", size, count, window_latencies))
-    return rows
 
 
 @contextlib.asynccontextmanager
@@ -127,9 +113,10 @@ async def _ferrymq_group(workdir: Path, replicas: int) -> AsyncIterator[tuple[st
             await child.stop()
 
 
-async def _ferrymq_rows(config: ReplicationBenchConfig, workdir: Path, replicas: int) -> list[Row]:
-    rows: list[Row] = []
-    system = f"ferrymq-r{replicas}"
+@contextlib.asynccontextmanager
+async def _ferrymq_side(
+    config: ReplicationBenchConfig, workdir: Path, replicas: int
+) -> AsyncIterator[Side]:
     async with _ferrymq_group(workdir, replicas) as (namesrv, brokers):
         async with AdminClient(namesrv) as admin:
             for size in config.sizes:
@@ -141,13 +128,12 @@ async def _ferrymq_rows(config: ReplicationBenchConfig, workdir: Path, replicas:
                 await asyncio.sleep(0.05)
         await _wait_in_sync(brokers[0].addr, replicas)
         async with Producer(namesrv, "bench-replication", send_timeout=10) as producer:
-            for size in config.sizes:
+            payloads = {size: os.urandom(size) for size in config.sizes}
 
-                async def send(payload: bytes, topic: str = f"Repl{size}") -> None:
-                    await producer.send(topic, payload)
+            def sender(size: int) -> Callable[[], Awaitable[object]]:
+                return functools.partial(producer.send, f"Repl{size}", payloads[size])
 
-                rows += await _send_rows(send, system, size, config, [b.pid for b in brokers])
-    return rows
+            yield Side(f"ferrymq-r{replicas}", [b.pid for b in brokers], sender)
 
 
 async def _wait_in_sync(master: str, replicas: int) -> None:
@@ -166,7 +152,8 @@ async def _wait_in_sync(master: str, replicas: int) -> None:
             await asyncio.sleep(0.1)
 
 
-async def _nats_rows(config: ReplicationBenchConfig, workdir: Path) -> list[Row]:
+@contextlib.asynccontextmanager
+async def _nats_side(config: ReplicationBenchConfig, workdir: Path) -> AsyncIterator[Side]:
     binary = shutil.which("nats-server")
     if binary is None:
         raise RuntimeError("nats-server is not installed (apt-get install nats-server)")
@@ -176,7 +163,6 @@ async def _nats_rows(config: ReplicationBenchConfig, workdir: Path) -> list[Row]
     client_ports = {n: free_port() for n in names}
     route_ports = {n: free_port() for n in names}
     processes: list[asyncio.subprocess.Process] = []
-    rows: list[Row] = []
     try:
         for name in names:
             routes = ", ".join(
@@ -195,25 +181,23 @@ async def _nats_rows(config: ReplicationBenchConfig, workdir: Path) -> list[Row]
                         binary, "-c", str(conf), stdout=asyncio.subprocess.DEVNULL, stderr=log
                     )
                 )
-        pids = [p.pid for p in processes]
         leader = await _nats_r3_leader(f"nats://127.0.0.1:{client_ports['n1']}")
         connection = await nats.connect(
             f"nats://127.0.0.1:{client_ports[leader]}", error_cb=quiet_nats_errors
         )
         js = connection.jetstream()
-        for size in config.sizes:
+        payloads = {size: os.urandom(size) for size in config.sizes}
 
-            async def send(payload: bytes, subject: str = f"repl.{size}") -> None:
-                await js.publish(subject, payload, timeout=10)
+        def sender(size: int) -> Callable[[], Awaitable[object]]:
+            return functools.partial(js.publish, f"repl.{size}", payloads[size], timeout=10)
 
-            rows += await _send_rows(send, "nats-jetstream-r3", size, config, pids)
+        yield Side("nats-jetstream-r3", [p.pid for p in processes], sender)
         await connection.close()
     finally:
         for process in processes:
             if process.returncode is None:
                 process.terminate()
                 await process.wait()
-    return rows
 
 
 async def _nats_r3_leader(url: str) -> str:
@@ -254,17 +238,28 @@ async def _nats_r3_leader(url: str) -> str:
 async def run_replication_bench(
     config: ReplicationBenchConfig, progress: Callable[[str], None]
 ) -> list[Row]:
-    """Ferrymq R1, ferrymq R3, then NATS R3, each started fresh and stopped after its rows."""
+    """Start ferrymq R1, ferrymq R3 and NATS R3 side by side, then measure their rows in turns."""
     workdir = config.workdir or Path(tempfile.mkdtemp(prefix="ferrymq-bench-replication-"))
     try:
-        progress("ferrymq, one replica")
-        rows = await _ferrymq_rows(config, workdir, 1)
-        progress("ferrymq, three replicas")
-        rows += await _ferrymq_rows(config, workdir, 3)
-        if config.nats:
-            progress("NATS JetStream R3")
-            rows += await _nats_rows(config, workdir)
+        async with contextlib.AsyncExitStack() as stack:
+            progress("starting the servers")
+            sides = [
+                await stack.enter_async_context(_ferrymq_side(config, workdir, 1)),
+                await stack.enter_async_context(_ferrymq_side(config, workdir, 3)),
+            ]
+            if config.nats:
+                sides.append(await stack.enter_async_context(_nats_side(config, workdir)))
+            rows: list[Row] = []
+            for size in config.sizes:
+                progress(f"sends of {size} B")
+                rows += await interleaved_sends(
+                    sides,
+                    size,
+                    seconds=config.seconds,
+                    rounds=config.rounds,
+                    window=config.window,
+                )
     finally:
         if config.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    return rows
+    return sorted(rows, key=lambda r: _SYSTEMS.index(r.system))  # stable: sizes stay in order

@@ -517,7 +517,7 @@ def _wide_console() -> Console:
     type=click.FloatRange(min=0.2),
     default=5.0,
     show_default=True,
-    help="Length of each measurement.",
+    help="Length of each row (split over the rounds).",
 )
 @click.option(
     "--window",
@@ -526,14 +526,25 @@ def _wide_console() -> Console:
     show_default=True,
     help="Sends in flight in the windowed rows.",
 )
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1, max=100),
+    default=5,
+    show_default=True,
+    help="Slices each row is measured in, the systems taking turns.",
+)
 @click.option("--no-nats", is_flag=True, help="Skip the NATS JetStream R3 rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def bench_replication(
-    sizes: str, seconds: float, window: int, no_nats: bool, as_json: bool
+    sizes: str, seconds: float, window: int, rounds: int, no_nats: bool, as_json: bool
 ) -> None:
     """Three replicas with sync replication beside one replica and beside NATS JetStream R3."""
     config = ReplicationBenchConfig(
-        sizes=_parse_ints(sizes, "--sizes"), seconds=seconds, window=window, nats=not no_nats
+        sizes=_parse_ints(sizes, "--sizes"),
+        seconds=seconds,
+        rounds=rounds,
+        window=window,
+        nats=not no_nats,
     )
     console = Console(stderr=True)
     with console.status("measuring") as status:
@@ -551,6 +562,7 @@ def bench_replication(
                     "machine": _machine(),
                     "window": window,
                     "seconds": seconds,
+                    "rounds": rounds,
                     "rows": [r.as_json() for r in rows],
                     "ratios": replication_ratios(rows),
                 }

@@ -14,10 +14,20 @@ import socket
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Meter", "Row", "Tally", "free_port", "quiet_nats_errors", "timed_sync", "timed_window"]
+__all__ = [
+    "Meter",
+    "Row",
+    "Side",
+    "Tally",
+    "free_port",
+    "interleaved_sends",
+    "quiet_nats_errors",
+    "timed_sync",
+    "timed_window",
+]
 
 log = logging.getLogger(__name__)
 
@@ -191,3 +201,54 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+async def _no_rows() -> list[Row]:
+    return []
+
+
+@dataclass
+class Side:
+    """One system under test, running.
+
+    `sender(size)` sends one message of that size; `rows_after` measures what comes after the
+    interleaved send rows (nothing by default).
+    """
+
+    system: str
+    pids: list[int]
+    sender: Callable[[int], Callable[[], Awaitable[object]]]
+    rows_after: Callable[[], Awaitable[list[Row]]] = field(default=_no_rows)
+
+
+async def interleaved_sends(
+    sides: list[Side], size: int, *, seconds: float, rounds: int, window: int
+) -> list[Row]:
+    """Sync and windowed send rows of every side, measured in `rounds` rotating slices.
+
+    Each row's `seconds` is cut into `rounds` slices; in every round each mode runs one slice
+    per side, and the side that goes first rotates by round. A machine that speeds up or slows
+    down during the run moves every side alike: run one after the other, the same row's ratio
+    moved by up to 2x between reruns.
+    """
+    slice_s = seconds / rounds
+    modes: list[tuple[str, int | None]] = [("sync", None), (f"window {window}", window)]
+    tallies = {(side.system, mode): Tally(side.pids) for side in sides for mode, _ in modes}
+    for round_number in range(rounds):
+        shift = round_number % len(sides)
+        order = sides[shift:] + sides[:shift]
+        for mode, in_flight in modes:
+            for side in order:
+                tally = tallies[(side.system, mode)]
+                send = side.sender(size)
+                tally.begin()
+                if in_flight is None:
+                    count, latencies = await timed_sync(send, slice_s)
+                else:
+                    count, latencies = await timed_window(send, slice_s, in_flight)
+                tally.end(count, latencies)
+    return [
+        tallies[(side.system, mode)].row(side.system, mode, size)
+        for side in sides
+        for mode, _ in modes
+    ]
