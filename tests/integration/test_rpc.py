@@ -178,6 +178,32 @@ async def test_reading_pauses_at_the_in_flight_bound_and_every_request_completes
         assert {r.code for r in responses} == {ResponseCode.SUCCESS}
 
 
+async def test_a_client_keeps_at_most_its_bound_in_flight_and_a_cancelled_wait_frees_nothing() -> (
+    None
+):
+    release = asyncio.Event()
+    async with RpcServer(_router(release)) as server, RpcClient(max_in_flight=2) as client:
+
+        def pull() -> asyncio.Task[RemotingCommand]:
+            request = RemotingCommand(code=RequestCode.PULL_MESSAGE)
+            return asyncio.create_task(client.call(server.address, request, 10))
+
+        calls = [pull() for _ in range(6)]
+        await asyncio.sleep(0.1)
+        (conn,) = server.connections
+        assert len(conn._tasks) == 2  # the other four wait in the client, not on the wire
+        calls[3].cancel()  # a waiting caller gives up: it held no slot and frees none
+        with pytest.raises(asyncio.CancelledError):
+            await calls[3]
+        await asyncio.sleep(0.05)
+        assert len(conn._tasks) == 2
+        release.set()
+        responses = await asyncio.gather(*calls[:3], *calls[4:])
+        assert {r.code for r in responses} == {ResponseCode.SUCCESS}
+        assert client._free_slots == 2
+        assert not client._slot_waiters
+
+
 async def test_oneway_requests_get_no_response() -> None:
     seen = asyncio.Event()
     router = Router("oneway")

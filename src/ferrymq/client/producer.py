@@ -320,7 +320,9 @@ class Producer:
         last_failure = "no attempt"
         attempts = 1 if queue is not None else 1 + self._retries
         for attempt in range(attempts):
-            route = await self.routes.get(topic, refresh=attempt > 0)
+            route = (attempt == 0 and self.routes.fresh(topic)) or await self.routes.get(
+                topic, refresh=attempt > 0
+            )
             target = queue if queue is not None else self._choose(route.write_queues, avoid)
             if target is None:
                 raise SendFailedError(f"topic {topic} has no writable queue")

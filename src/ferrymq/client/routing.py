@@ -95,6 +95,13 @@ class Routes:
         self._fetching: dict[str, asyncio.Task[TopicRoute]] = {}
         self._faults: dict[str, float] = {}
 
+    def fresh(self, topic: str) -> TopicRoute | None:
+        """The cached route of `topic` if it is not stale (what `get` returns without a fetch)."""
+        route = self._routes.get(topic)
+        if route is not None and time.monotonic() - route.fetched_at < self._refresh_interval:
+            return route
+        return None
+
     async def get(self, topic: str, *, refresh: bool = False) -> TopicRoute:
         """The topic's route, from the cache unless stale or `refresh`.
 

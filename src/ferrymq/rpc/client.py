@@ -8,6 +8,7 @@ error. In-flight requests are bounded per client; callers beyond the bound wait 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from dataclasses import dataclass
@@ -58,7 +59,9 @@ class RpcClient:
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
         self._backoff: dict[str, _Backoff] = {}
-        self._slots = asyncio.Semaphore(max_in_flight)
+        self._free_slots = max_in_flight
+        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        """Callers waiting for a slot, first come first served; a freed slot goes to the first."""
         self._closed = False
 
     async def connection(self, address: str) -> Connection:
@@ -128,8 +131,38 @@ class RpcClient:
         conn = self._connections.get(address)
         if conn is None or conn.is_closed:
             conn = await self.connection(address)
-        async with self._slots:
+        # the in-flight bound, by hand: `async with asyncio.Semaphore` costs two coroutines a
+        # call even when a slot is free, which it nearly always is
+        if self._free_slots > 0 and not self._slot_waiters:
+            self._free_slots -= 1
+        else:
+            await self._wait_for_slot()
+        try:
             return await conn.call(request, timeout)
+        finally:
+            self._release_slot()
+
+    async def _wait_for_slot(self) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._release_slot()  # handed a slot as it was cancelled: pass it on
+            elif future in self._slot_waiters:  # not yet skipped by `_release_slot`
+                self._slot_waiters.remove(future)
+            raise
+
+    def _release_slot(self) -> None:
+        """Hand the slot to the first caller still waiting, else free it."""
+        waiters = self._slot_waiters
+        while waiters:
+            future = waiters.popleft()
+            if not future.done():
+                future.set_result(None)
+                return
+        self._free_slots += 1
 
     async def oneway(self, address: str, request: RemotingCommand) -> None:
         """Send `request` to `address` expecting no response."""

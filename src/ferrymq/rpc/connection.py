@@ -4,10 +4,14 @@ Both ends use the same class. Incoming responses resolve the caller waiting on t
 incoming requests go to the connection's request handler, started eagerly: a handler that finishes
 without waiting (an ASYNC_FLUSH send, an offset query) answers inside `data_received`, and only one
 that waits becomes a task (`rpc.eager`). Responses made while one read is processed are written
-together. Of the responses tasks finish in one loop turn (the sends one replication ack
-committed), the first is written at once and the others together at the start of the next turn:
-one syscall for all but the first, and no wait for a lone one. A server pushes requests to
-clients the same way (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE).
+together. Outside a read, a command with no other request in flight its way (a sync send; the
+response to one) is written at once; otherwise it waits for the start of the next loop turn and
+goes out with the others of this turn (the requests of a window of sends; the responses one
+replication ack commits), or earlier once 16 wait, so the peer is kept busy: one syscall and one
+wake-up of the peer for many. Writes keep their order. A server pushes requests to clients the
+same way (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE).
+
+Calls time out by one timer per connection, armed for the earliest deadline, not one per call.
 
 A handler that must wait for something another party resolves (a send waiting for its slaves'
 acks) may return `conn.answer_later(request)` instead of awaiting it, and `send` the response
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import heapq
 import itertools
 import logging
 import typing
@@ -36,7 +41,6 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from ferrymq.errors import ConnectionClosedError, ProtocolError, RequestTimeoutError
-from ferrymq.rpc.deadline import wait_future
 from ferrymq.rpc.eager import start_eagerly
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import (
@@ -53,6 +57,14 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_IN_FLIGHT: Final = 1024
 """Unanswered requests one connection may have before its reading pauses."""
+
+_DEFERRED_PARTS: Final = 32
+"""Deferred writes go out once this many parts (16 commands with bodies) wait, not only at the
+next turn: a turn that makes a window of sends takes long, and the peer should start on them."""
+
+_COMPACT_SLACK: Final = 1024
+"""Answered calls the deadline heap may hold beyond twice the unanswered ones before it is
+rebuilt without them (answered calls leave it lazily, when they reach its top)."""
 
 
 class LaterResponse:
@@ -124,8 +136,13 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._corked: list[bytes] | None = None
         self._deferred: list[bytes] | None = None
-        """Once a task's response was written this loop turn: the later ones, written together
-        by `_write_deferred` at the next turn (None: the next one is written at once)."""
+        """Once a response (of a task) or a request was written this loop turn: what is written
+        after it, together, by `_write_deferred` at the next turn (None: written at once)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._deadlines: list[tuple[float, int, asyncio.Future[RemotingCommand]]] = []
+        """Unanswered calls by deadline (loop time), and answered ones not yet dropped."""
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer_at = 0.0
         self.closed = asyncio.Event()
         self.peer = "?"
         self.attributes: dict[str, object] = {}
@@ -136,6 +153,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Remember the transport and the peer's address."""
         self._transport = typing.cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -170,6 +188,10 @@ class Connection(asyncio.Protocol):
             if not future.done():
                 future.set_exception(ConnectionClosedError(self.peer))
         self._pending.clear()
+        self._deadlines.clear()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         self.closed.set()
         if self._on_close is not None:
             self._on_close(self)
@@ -227,7 +249,8 @@ class Connection(asyncio.Protocol):
         if response is not None and not request.is_oneway:
             if self._corked is None and not self._writable.is_set():
                 await self._writable.wait()
-            self._write_soon(response)
+            # this task is still among `_tasks`: alone when no other request is in flight
+            self._write_soon(response, alone=len(self._tasks) <= 1 and not self._later)
 
     def answer_later(self, request: RemotingCommand) -> LaterResponse:
         """A handle to answer `request` later; return it from the handler (see the module)."""
@@ -239,23 +262,25 @@ class Connection(asyncio.Protocol):
         if self._backlog or self._reading_paused:
             self._request_done()
         if not request.is_oneway and not self.is_closed:
-            self._write_soon(response)
+            self._write_soon(response, alone=not self._tasks and not self._later)
 
-    def _write_soon(self, response: RemotingCommand) -> None:
-        """Write a response: with the read's others inside `data_received`, else batched by turn.
+    def _write_soon(self, command: RemotingCommand, *, alone: bool) -> None:
+        """Write a command: with the read's others inside `data_received`, else batched by turn.
 
-        Outside `data_received` the first response of a loop turn goes at once, the rest
-        together at the start of the next turn.
+        `alone`: no other request is in flight this way (a sync send, its response): written
+        at once. Else it waits for the start of the next loop turn, with the others made in
+        this one (or until `_DEFERRED_PARTS` wait).
         """
-        if self._corked is not None:
-            self.write(response)
-        elif self._deferred is None:
+        if self._corked is None and self._deferred is None and not alone:
             self._deferred = []
-            asyncio.get_running_loop().call_soon(self._write_deferred)
-            self.write(response)
-        else:
-            head, body = encode_frame_parts(response)
-            self._deferred += (head, body) if body else (head,)
+            self._later_turn(self._write_deferred)
+        self.write(command)
+
+    def _later_turn(self, callback: Callable[[], object]) -> None:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        loop.call_soon(callback)
 
     def _write_deferred(self) -> None:
         deferred, self._deferred = self._deferred, None
@@ -271,15 +296,28 @@ class Connection(asyncio.Protocol):
         return self._transport is None or self._transport.is_closing()
 
     def write(self, command: RemotingCommand) -> None:
-        """Write a command now, ignoring back-pressure (use `send` for anything large)."""
+        """Write a command now (after what waits to be written), ignoring back-pressure.
+
+        Use `send` for anything large.
+        """
         transport = self._transport
         if transport is None or transport.is_closing():
             return
         head, body = encode_frame_parts(command)
-        if self._corked is not None:  # inside data_received: written together at its end
-            self._corked.append(head)
+        # inside data_received: written together at its end; after a write this turn: at the
+        # start of the next (in order)
+        corked = self._corked
+        if corked is not None:
+            corked.append(head)
             if body:
-                self._corked.append(body)
+                corked.append(body)
+        elif (deferred := self._deferred) is not None:
+            deferred.append(head)
+            if body:
+                deferred.append(body)
+            if len(deferred) >= _DEFERRED_PARTS:  # keep the peer busy: do not hold a whole turn
+                transport.writelines(deferred)
+                deferred.clear()
         elif body:
             transport.writelines((head, body))
         else:
@@ -298,24 +336,57 @@ class Connection(asyncio.Protocol):
             ConnectionClosedError: the connection is or became closed.
             RequestTimeoutError: no response within `timeout` seconds.
         """
-        if self.is_closed:
+        loop = self._loop
+        if loop is None or self.is_closed:
             raise ConnectionClosedError(self.peer)
-        request.opaque = next_opaque()
-        loop = asyncio.get_running_loop()
+        opaque = request.opaque = next_opaque()
         future: asyncio.Future[RemotingCommand] = loop.create_future()
-        self._pending[request.opaque] = future
-        started = loop.time()
+        self._pending[opaque] = future
+        deadline = loop.time() + timeout
         try:
             if not self._writable.is_set():
                 # a peer that stopped reading (SIGSTOP, a full socket): the wait for room counts
                 # against the same timeout, or callers would hang as long as the peer does
                 await asyncio.wait_for(self._writable.wait(), timeout)
-            self.write(request)
-            return await wait_future(future, max(0.0, timeout - (loop.time() - started)))
+            self._write_soon(request, alone=len(self._pending) == 1)
+            self._expire_at(deadline, opaque, future)
+            return await future
         except TimeoutError:
             raise RequestTimeoutError(self.peer, request.code, timeout) from None
         finally:
-            self._pending.pop(request.opaque, None)
+            self._pending.pop(opaque, None)
+
+    def _expire_at(
+        self, deadline: float, opaque: int, future: asyncio.Future[RemotingCommand]
+    ) -> None:
+        """Fail `future` with TimeoutError at `deadline` unless it is done by then."""
+        deadlines = self._deadlines
+        heapq.heappush(deadlines, (deadline, opaque, future))
+        if len(deadlines) > 2 * len(self._pending) + _COMPACT_SLACK:
+            deadlines[:] = [entry for entry in deadlines if not entry[2].done()]
+            heapq.heapify(deadlines)
+        timer = self._deadline_timer
+        if timer is None or deadline < self._deadline_timer_at:
+            if timer is not None:
+                timer.cancel()
+            self._arm_deadline_timer(deadline)
+
+    def _arm_deadline_timer(self, deadline: float) -> None:
+        assert self._loop is not None
+        self._deadline_timer = self._loop.call_at(deadline, self._expire_calls)
+        self._deadline_timer_at = deadline
+
+    def _expire_calls(self) -> None:
+        self._deadline_timer = None
+        assert self._loop is not None
+        now = self._loop.time()
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][2].done() or deadlines[0][0] <= now):
+            _, _, future = heapq.heappop(deadlines)
+            if not future.done():
+                future.set_exception(TimeoutError())
+        if deadlines:
+            self._arm_deadline_timer(deadlines[0][0])
 
     async def oneway(self, request: RemotingCommand) -> None:
         """Send a request that expects no response."""
