@@ -26,6 +26,7 @@ import heapq
 import itertools
 import logging
 import time
+import typing
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,9 @@ class ReplicationMaster:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._links: set[_SlaveLink] = set()
+        """Slaves past their handshake: what `appended` pushes to."""
+        self._connections: set[_SlaveLink] = set()
+        """Every open HA connection."""
         self._waiters: list[tuple[int, int, _Waiter]] = []
         self._expiries: collections.deque[tuple[float, _Waiter]] = collections.deque()
         """The waiters by deadline (loop time): one timer expires them all, oldest first."""
@@ -138,7 +142,9 @@ class ReplicationMaster:
 
     async def start(self, host: str, port: int) -> None:
         """Listen for slaves."""
-        self._server = await asyncio.start_server(self._serve, host, port)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _SlaveLink(self), host, port
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         self._spawn(self._lag_loop())
 
@@ -146,6 +152,8 @@ class ReplicationMaster:
         """Stop listening, drop every slave, fail every commit waiter."""
         if self._server is not None:
             self._server.close()
+        for link in list(self._connections):
+            link.drop("closed by the master")
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -307,32 +315,6 @@ class ReplicationMaster:
             if self.config.durable_only:
                 self._apply_confirm()  # fsyncs with no send waiting on them (metadata records)
 
-    # ------------------------------------------------------------------ one slave
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        peer = writer.get_extra_info("peername")
-        slave: _SlaveLink | None = None
-        try:
-            slave = _SlaveLink(self, reader, writer, f"{peer[0]}:{peer[1]}" if peer else "?")
-            await slave.run()
-        except (ProtocolError, FerryError) as exc:
-            log.warning("closing HA connection from %s: %s", slave.peer if slave else peer, exc)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
-            log.info("HA connection from %s ended: %s", slave.peer if slave else peer, exc)
-        except asyncio.CancelledError:
-            # `close` (the master stops or is deposed). Not re-raised: this is the top of the
-            # connection's task, and asyncio 3.11's stream callback logs a cancelled one as an
-            # unhandled error.
-            log.info("HA connection from %s closed by the master", slave.peer if slave else peer)
-        finally:
-            if slave is not None and slave.broker_id is not None:
-                self.state.disconnected(slave.broker_id)
-            writer.transport.abort()
-            self._tasks.discard(task)
-
 
 class _Waiter:
     """One `on_committed` callback, called once."""
@@ -358,20 +340,17 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-class _SlaveLink:
-    """One slave's connection: a reader for its acks and a sender of the log."""
+class _SlaveLink(asyncio.Protocol):
+    """One slave's connection: its acks are handled in `data_received`, a task sends the log.
 
-    def __init__(
-        self,
-        master: ReplicationMaster,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        peer: str,
-    ) -> None:
+    New bytes usually go out from `send_now` (the push after a loop turn's appends); the sender
+    task catches a slave up, waits out back-pressure and sends heartbeats. Anything bad the
+    slave sends, or a sender failure, drops the connection with a logged reason.
+    """
+
+    def __init__(self, master: ReplicationMaster) -> None:
         self.master = master
-        self.reader = reader
-        self.writer = writer
-        self.peer = peer
+        self.peer = "?"
         self.decoder = SlavePacketDecoder()
         self.broker_id: int | None = None
         self.request_offset: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -380,8 +359,129 @@ class _SlaveLink:
         self.sent_confirm = -1
         self.last_sent = time.monotonic()
         self.last_read = time.monotonic()
+        self.transport: asyncio.Transport | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._tasks: list[asyncio.Task[None]] = []
         self._woken: asyncio.Future[None] | None = None
         self._confirm_due: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = typing.cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self.master._connections.add(self)
+        self._start(self._housekeeping())
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        try:
+            packets = self.decoder.feed(data)
+            if self.broker_id is None and packets:
+                self._handshake(packets.pop(0))
+            self._handle(packets)
+        except (ProtocolError, FerryError) as exc:
+            self.drop(str(exc), warn=True)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.drop(str(exc) if exc else "the slave closed the connection")
+
+    def drop(self, reason: str, *, warn: bool = False) -> None:
+        """Close the connection (once) and forget the slave; log why."""
+        master = self.master
+        if self not in master._connections:
+            return
+        master._connections.discard(self)
+        master._links.discard(self)
+        who = f"slave {self.broker_id} at {self.peer}" if self.broker_id is not None else self.peer
+        if warn:
+            log.warning("closing HA connection from %s: %s", who, reason)
+        else:
+            log.info("HA connection from %s ended: %s", who, reason)
+        if self.broker_id is not None:
+            master.state.disconnected(self.broker_id)
+        for task in self._tasks:
+            task.cancel()
+        if self._confirm_due is not None:
+            self._confirm_due.cancel()
+            self._confirm_due = None
+        self._writable.set()  # a sender waiting for room ends (its task is cancelled)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        task.add_done_callback(self._task_done)
+        self._tasks.append(task)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, (ProtocolError, FerryError)):
+            self.drop(str(error), warn=True)
+        elif error is not None:
+            log.error("HA sender for %s failed", self.peer, exc_info=error)
+            self.drop(f"sender failed: {error!r}", warn=True)
+
+    # ------------------------------------------------------------------ packets in
+
+    def _handshake(self, first: SlaveHandshake | SlaveAck) -> None:
+        master = self.master
+        if not isinstance(first, SlaveHandshake):
+            raise ProtocolError("expected a HANDSHAKE first, got an ACK")
+        if first.slave_broker_id == master.state.master_id:
+            raise ProtocolError(f"a slave claims the master's broker id {first.slave_broker_id}")
+        self.broker_id = first.slave_broker_id
+        master.state.connected(self.broker_id, master.clock())
+        history = master.epochs.history
+        assert self.transport is not None
+        self.transport.write(
+            encode_master_handshake(
+                MasterHandshake(master.store.max_log_offset, history.last_epoch, history.entries)
+            )
+        )
+        log.info("slave %d at %s connected", self.broker_id, self.peer)
+        master._links.add(self)
+        self._start(self._send())
+
+    def _handle(self, packets: list[SlaveHandshake | SlaveAck]) -> None:
+        master = self.master
+        for packet in packets:
+            if isinstance(packet, SlaveHandshake):
+                raise ProtocolError("a second HANDSHAKE on one connection")
+            assert self.broker_id is not None
+            end = master.store.max_log_offset
+            if packet.ack_offset > end:
+                raise ProtocolError(
+                    f"slave {self.broker_id} acks log offset {packet.ack_offset} beyond the "
+                    f"master's end {end}: it did not truncate"
+                )
+            if not self.request_offset.done():
+                self.request_offset.set_result(packet.ack_offset)
+            before = master.state.confirm_offset  # `on_ack` moves it
+            master._change(
+                master.state.on_ack(
+                    self.broker_id,
+                    packet.ack_offset,
+                    end,
+                    master.clock(),
+                    own_end=master.own_end(),
+                )
+            )
+            master._apply_confirm(before)
+
+    # ------------------------------------------------------------------ the log out
 
     def wake(self) -> None:
         """The sender goes on (if it waits for nothing but news)."""
@@ -397,15 +497,15 @@ class _SlaveLink:
         woken = self._woken
         if woken is None or woken.done():
             return  # the sender is busy, or about to look at the log end anyway
-        if self.writer.transport.is_closing():
+        transport = self.transport
+        if transport is None or transport.is_closing():
             self.wake()
             return
         try:
-            self._transfer()
+            self._transfer(transport)
         except ProtocolError:
             self.wake()  # the sender task meets it again and closes the connection
             return
-        transport = self.writer.transport
         if (
             self.position < self.master.store.max_log_offset
             or transport.get_write_buffer_size() > 0
@@ -423,7 +523,7 @@ class _SlaveLink:
         self._confirm_due = None
         self.wake()
 
-    def _transfer(self) -> bool:
+    def _transfer(self, transport: asyncio.Transport) -> bool:
         """Write the next batch of the log (within one epoch), if any; whether it wrote one.
 
         Raises:
@@ -445,7 +545,7 @@ class _SlaveLink:
             raise ProtocolError(f"the master cannot read its own log at {position}")
         confirm = master.state.confirm_offset
         # one write (one segment, one wake-up of the slave), not header then body
-        self.writer.writelines(
+        transport.writelines(
             (
                 encode_transfer_header(
                     position, entry.epoch, entry.start_offset, confirm, len(body)
@@ -475,12 +575,14 @@ class _SlaveLink:
             handle.cancel()
             self._woken = None
 
-    async def _read_packets(self) -> list[SlaveHandshake | SlaveAck]:
-        data = await self.reader.read(_READ_BYTES)
-        if not data:
-            raise ConnectionError("the slave closed the connection")
-        self.last_read = time.monotonic()
-        return self.decoder.feed(data)
+    async def _drain(self) -> asyncio.Transport:
+        """Wait while the socket's buffer is full; the transport, or ConnectionError."""
+        if not self._writable.is_set():
+            await self._writable.wait()
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionError("the slave connection closed")
+        return transport
 
     async def _housekeeping(self) -> None:
         """Drop a slave that sent nothing for `housekeeping_interval` (it acks every heartbeat)."""
@@ -488,78 +590,8 @@ class _SlaveLink:
         while True:
             await asyncio.sleep(min(interval / 4, 1.0))
             if time.monotonic() - self.last_read > interval:
-                log.warning(
-                    "slave %s at %s silent for %g s: dropped", self.broker_id, self.peer, interval
-                )
-                self.writer.transport.abort()
+                self.drop(f"silent for {interval:g} s", warn=True)
                 return
-
-    async def run(self) -> None:
-        master = self.master
-        housekeeping = asyncio.get_running_loop().create_task(self._housekeeping())
-        try:
-            await self._run(master)
-        finally:
-            housekeeping.cancel()
-            master._links.discard(self)
-            if self._confirm_due is not None:
-                self._confirm_due.cancel()
-
-    async def _run(self, master: ReplicationMaster) -> None:
-        packets: list[SlaveHandshake | SlaveAck] = []
-        while not packets:
-            packets = await self._read_packets()
-        first = packets.pop(0)
-        if not isinstance(first, SlaveHandshake):
-            raise ProtocolError("expected a HANDSHAKE first, got an ACK")
-        if first.slave_broker_id == master.state.master_id:
-            raise ProtocolError(f"a slave claims the master's broker id {first.slave_broker_id}")
-        self.broker_id = first.slave_broker_id
-        master.state.connected(self.broker_id, master.clock())
-        history = master.epochs.history
-        self.writer.write(
-            encode_master_handshake(
-                MasterHandshake(master.store.max_log_offset, history.last_epoch, history.entries)
-            )
-        )
-        await self.writer.drain()
-        log.info("slave %d at %s connected", self.broker_id, self.peer)
-        master._links.add(self)
-        sender = asyncio.get_running_loop().create_task(self._send())
-        try:
-            self._handle(packets)
-            while not sender.done():
-                self._handle(await self._read_packets())
-        finally:
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sender
-
-    def _handle(self, packets: list[SlaveHandshake | SlaveAck]) -> None:
-        master = self.master
-        assert self.broker_id is not None
-        for packet in packets:
-            if isinstance(packet, SlaveHandshake):
-                raise ProtocolError("a second HANDSHAKE on one connection")
-            end = master.store.max_log_offset
-            if packet.ack_offset > end:
-                raise ProtocolError(
-                    f"slave {self.broker_id} acks log offset {packet.ack_offset} beyond the "
-                    f"master's end {end}: it did not truncate"
-                )
-            if not self.request_offset.done():
-                self.request_offset.set_result(packet.ack_offset)
-            before = master.state.confirm_offset  # `on_ack` moves it
-            master._change(
-                master.state.on_ack(
-                    self.broker_id,
-                    packet.ack_offset,
-                    end,
-                    master.clock(),
-                    own_end=master.own_end(),
-                )
-            )
-            master._apply_confirm(before)
 
     async def _send(self) -> None:
         master = self.master
@@ -580,8 +612,8 @@ class _SlaveLink:
         self.position = position
         self.last_sent = time.monotonic()
         while True:
-            if self._transfer():
-                await self.writer.drain()
+            transport = await self._drain()
+            if self._transfer(transport):
                 continue
             confirm = master.state.confirm_offset
             idle = time.monotonic() - self.last_sent
@@ -592,8 +624,7 @@ class _SlaveLink:
             if confirm != self.sent_confirm or idle >= master.config.heartbeat_interval:
                 last = master.epochs.history.last
                 epoch, start = (last.epoch, last.start_offset) if last else (0, 0)
-                self.writer.write(encode_transfer_header(self.position, epoch, start, confirm, 0))
+                transport.write(encode_transfer_header(self.position, epoch, start, confirm, 0))
                 self._sent(confirm)
-                await self.writer.drain()
                 continue
             await self._sleep(master.config.heartbeat_interval - idle)

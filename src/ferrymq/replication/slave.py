@@ -12,15 +12,17 @@ and section 9 items 4, 5 and 12, which ferrymq follows:
   every `heartbeat_interval`;
 - transfers must continue the log exactly where it ends; a record split across two packets is
   held until the rest arrives; anything else closes the connection with a logged reason, and the
-  slave reconnects after a back-off.
+  slave reconnects after a back-off;
+- packets are handled in the connection's `data_received` as they arrive (an asyncio Protocol,
+  not streams: no task wake-up between the bytes and the ack).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -43,7 +45,6 @@ __all__ = ["ReplicationSlave", "SlaveConfig"]
 
 log = logging.getLogger(__name__)
 
-_READ_BYTES = 256 * 1024
 _FAST_RETRY_S = 5.0
 """How long after a new master was named the slave retries every `_FAST_RETRY_INTERVAL_S`."""
 _FAST_RETRY_INTERVAL_S = 0.05
@@ -81,16 +82,15 @@ class ReplicationSlave:
         self.connected = asyncio.Event()
         self.master_confirm_offset = 0
         self.expected_epoch = 0
-        self._writer: asyncio.StreamWriter | None = None
-        self._fast_retry_until = 0.0
         """The master epoch a controller named: a master with an older last epoch is refused."""
+        self._link: _MasterLink | None = None
+        self._fast_retry_until = 0.0
         self._tail = b""
         self._first_transfer = True
         """No transfer applied yet on this connection: the only one that may start past the log's
         end (the master no longer has what follows it)."""
         self._reported = 0
         self._last_ack = 0.0
-        self._last_read = 0.0
 
     async def run(self) -> None:
         """Replicate until cancelled, reconnecting after any failure."""
@@ -103,7 +103,7 @@ class ReplicationSlave:
                 await self._replicate(address)
             except (ProtocolError, FerryError) as exc:
                 log.warning("replication from %s stopped: %s", address, exc)
-            except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            except (OSError, TimeoutError) as exc:
                 log.info("replication from %s interrupted: %s", address, exc)
             finally:
                 self.connected.clear()
@@ -118,89 +118,65 @@ class ReplicationSlave:
 
     async def _replicate(self, address: str) -> None:
         host, port = parse_address(address)
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
+        loop = asyncio.get_running_loop()
+        link = _MasterLink(self)
+        transport, _ = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: link,
                 host,
                 port,
                 local_addr=(self.config.local_host, 0) if self.config.local_host else None,
             ),
             self.config.housekeeping_interval,
         )
-        self._writer = writer
+        self._link = link
+        ticker = loop.create_task(self._tick(link))
         try:
-            await self._session(reader, writer)
+            await link.ended
         finally:
-            self._writer = None
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            ticker.cancel()
+            self._link = None
+            transport.abort()
 
     def reconnect(self) -> None:
         """Drop the master connection (a new master was named) and look for the new one now."""
         self._fast_retry_until = time.monotonic() + _FAST_RETRY_S
-        if self._writer is not None:
-            self._writer.transport.abort()
+        if self._link is not None:
+            self._link.abort()
 
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = MasterPacketDecoder()
-        writer.write(encode_slave_handshake(SlaveHandshake(self.config.broker_id)))
-        await writer.drain()
-        packets: list[MasterHandshake | Transfer] = []
-        while not packets:
-            packets += decoder.feed(
-                await asyncio.wait_for(self._read(reader), self.config.housekeeping_interval)
-            )
-        handshake = packets.pop(0)
-        if not isinstance(handshake, MasterHandshake):
-            raise ProtocolError("the master sent a TRANSFER before its HANDSHAKE")
+    def _handshaken(self, link: _MasterLink, handshake: MasterHandshake) -> None:
+        """The master's HANDSHAKE: truncate to it, then ack at once (not after 5 s: RocketMQ)."""
         self._truncate_to_master(handshake)
         self._first_transfer = True
         self._reported = self.store.max_log_offset
-        writer.write(encode_slave_ack(self._reported))  # at once, not after 5 s (RocketMQ)
-        await writer.drain()
+        link.ack(self._reported)
         self.connected.set()
-        self._last_read = time.monotonic()
-        ticker = asyncio.get_running_loop().create_task(self._tick(writer))
-        try:
-            while True:
-                for packet in packets:
-                    if isinstance(packet, MasterHandshake):
-                        raise ProtocolError("a second HANDSHAKE on one connection")
-                    self._apply(packet)
-                end = self.store.max_log_offset
-                acked = end > self._reported
-                if acked:
-                    writer.write(encode_slave_ack(end))
-                    self._reported, self._last_ack = end, time.monotonic()
-                self.store.dispatch()  # index after the ack: it is what sync sends wait for
-                if acked:
-                    await writer.drain()
-                packets = decoder.feed(await self._read(reader))
-        finally:
-            ticker.cancel()
 
-    async def _tick(self, writer: asyncio.StreamWriter) -> None:
+    def _received(self, link: _MasterLink, transfers: list[Transfer]) -> None:
+        """Apply transfers; ack what grew the log, then index it (sends wait for the ack)."""
+        for transfer in transfers:
+            self._apply(transfer)
+        end = self.store.max_log_offset
+        if end > self._reported:
+            link.ack(end)
+            self._reported, self._last_ack = end, time.monotonic()
+        self.store.dispatch()
+
+    async def _tick(self, link: _MasterLink) -> None:
         """Ack every `heartbeat_interval`; drop a master silent for `housekeeping_interval`."""
         config = self.config
         while True:
             await asyncio.sleep(min(config.heartbeat_interval, config.housekeeping_interval) / 2)
             now = time.monotonic()
-            if now - self._last_read >= config.housekeeping_interval:
+            if now - link.last_read >= config.housekeeping_interval:
                 log.warning(
                     "the master sent nothing for %g s: reconnecting", config.housekeeping_interval
                 )
-                writer.transport.abort()
+                link.abort()
                 return
-            if now - self._last_ack >= config.heartbeat_interval:
-                writer.write(encode_slave_ack(self.store.max_log_offset))
+            if link.handshaken and now - self._last_ack >= config.heartbeat_interval:
+                link.ack(self.store.max_log_offset)
                 self._last_ack = now
-
-    async def _read(self, reader: asyncio.StreamReader) -> bytes:
-        data = await reader.read(_READ_BYTES)
-        if not data:
-            raise ConnectionError("the master closed the connection")
-        self._last_read = time.monotonic()
-        return data
 
     def _truncate_to_master(self, handshake: MasterHandshake) -> None:
         store, epochs = self.store, self.epochs
@@ -260,3 +236,77 @@ class ReplicationSlave:
             self._tail = data[written - base :]
         self.master_confirm_offset = packet.confirm_offset
         store.set_confirm_offset(packet.confirm_offset, dispatch=False)
+
+
+class _MasterLink(asyncio.Protocol):
+    """The connection to the master: packets are handled in `data_received` as they arrive.
+
+    Acks go out at once; while the transport's buffer is full (a master that stopped reading)
+    only the newest is kept and written when it drains. `ended` resolves when the connection
+    is gone: with None, or with the error that closed it.
+    """
+
+    def __init__(self, slave: ReplicationSlave) -> None:
+        self.slave = slave
+        self.decoder = MasterPacketDecoder()
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.handshaken = False
+        self.last_read = time.monotonic()
+        self._transport: asyncio.Transport | None = None
+        self._paused = False
+        self._unsent_ack: int | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = typing.cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._transport.write(encode_slave_handshake(SlaveHandshake(self.slave.config.broker_id)))
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        try:
+            packets = self.decoder.feed(data)
+            if not self.handshaken and packets:
+                handshake = packets.pop(0)
+                if not isinstance(handshake, MasterHandshake):
+                    raise ProtocolError("the master sent a TRANSFER before its HANDSHAKE")
+                self.handshaken = True
+                self.slave._handshaken(self, handshake)
+            transfers: list[Transfer] = []
+            for packet in packets:
+                if isinstance(packet, MasterHandshake):
+                    raise ProtocolError("a second HANDSHAKE on one connection")
+                transfers.append(packet)
+            if transfers:
+                self.slave._received(self, transfers)
+        except Exception as exc:  # noqa: BLE001 - handed to `run`, which logs or re-raises it
+            self._end(exc)
+            self.abort()
+
+    def ack(self, offset: int) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if self._paused:
+            self._unsent_ack = offset  # acks are cumulative: the newest says it all
+            return
+        transport.write(encode_slave_ack(offset))
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._unsent_ack is not None:
+            offset, self._unsent_ack = self._unsent_ack, None
+            self.ack(offset)
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._end(exc or ConnectionError("the master closed the connection"))
+
+    def _end(self, exc: BaseException) -> None:
+        if not self.ended.done():
+            self.ended.set_exception(exc)
