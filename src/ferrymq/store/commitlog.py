@@ -8,6 +8,10 @@ stored bytes carry their own position. A record never straddles two segments: wh
 
 `scan` walks stored bytes and validates every record (magic, size, body CRC, stored log offset
 equal to its position); recovery and slave replay use it.
+
+The last bytes written (up to `_RECENT_MAX`) are also kept in memory: reads of the log's tail,
+which is what a master pushes to its slaves and what a caught-up consumer pulls, are served from
+there without a read syscall.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ __all__ = ["CommitLog", "ScanResult"]
 _BLANK: Final = struct.Struct(">ii")
 _SCAN_CHUNK: Final = 4 * 1024 * 1024
 _NEVER: Final = 1 << 63
+_RECENT_MAX: Final = 512 * 1024
+"""At most this many of the last written bytes are kept for reads (`_RECENT_KEEP` after a cut)."""
+_RECENT_KEEP: Final = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,11 @@ class CommitLog:
         self.chain = SegmentChain(directory, segment_bytes)
         self.write_offset = 0
         """The log offset the next record goes to."""
+        self._recent = bytearray()
+        self._recent_at = 0
+        """The log offset of `_recent[0]`. Reads use `_recent` only while it ends at
+        `write_offset` (anything that moves the end otherwise, a blank or a recovery, leaves it
+        behind until the next write starts it anew)."""
         self.preparer = preparer
         """Makes segments ahead of need (`segment_fill`), or None: sparse ones."""
         self._spare_at = _NEVER
@@ -135,8 +147,21 @@ class CommitLog:
         segment = self._segment_for_write()
         segment.write(log_offset - segment.start_offset, data)
         self.write_offset = log_offset + len(data)
+        self._remember(log_offset, data)
         if self.write_offset >= self._spare_at:
             self._request_spare()
+
+    def _remember(self, log_offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Keep what was just written at `log_offset` among the recent bytes."""
+        recent = self._recent
+        if self._recent_at + len(recent) != log_offset:  # not contiguous (a blank, a roll)
+            recent.clear()
+            self._recent_at = log_offset
+        recent += data
+        if len(recent) > _RECENT_MAX:
+            cut = len(recent) - _RECENT_KEEP
+            del recent[:cut]
+            self._recent_at += cut
 
     def _request_spare(self) -> None:
         assert self.preparer is not None
@@ -155,17 +180,28 @@ class CommitLog:
             raise StoreError(f"replica bytes at {log_offset} cross the end of a segment")
         segment.write(pos, data)
         self.write_offset = log_offset + len(data)
+        self._remember(log_offset, data)
         if self.write_offset >= self._spare_at:
             self._request_spare()
 
     def read(self, log_offset: int, length: int) -> bytes:
         """Read up to `length` stored bytes at `log_offset`, never past a segment or the log end."""
-        if log_offset < self.min_offset or log_offset >= self.write_offset:
+        end = self.write_offset
+        if log_offset < self.min_offset or log_offset >= end:
             return b""
-        return self.chain.read(log_offset, min(length, self.write_offset - log_offset))
+        recent = self._recent
+        at = log_offset - self._recent_at
+        if at >= 0 and self._recent_at + len(recent) == end:
+            # the tail, from memory; segments are `segment_bytes` apart from offset 0
+            segment_end = log_offset - log_offset % self.segment_bytes + self.segment_bytes
+            stop = min(log_offset + length, end, segment_end)
+            return bytes(recent[at : at + stop - log_offset])
+        return self.chain.read(log_offset, min(length, end - log_offset))
 
     def truncate(self, log_offset: int) -> None:
         """Cut the log at `log_offset`: later bytes are zeroed or deleted, durably."""
+        self._recent.clear()
+        self._recent_at = log_offset
         self.chain.truncate(log_offset)
         self.write_offset = log_offset
         self._arm_spare()

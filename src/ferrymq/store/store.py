@@ -65,6 +65,7 @@ from ferrymq.store.queueread import EntryRun, entry_at, scan_entries, split_span
 from ferrymq.store.queues import QueueTable
 from ferrymq.wire.properties import TAGS, UNIQ_KEY, index_properties, keys_of
 from ferrymq.wire.records import (
+    BLANK_MAGIC,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
     BatchItem,
@@ -75,6 +76,7 @@ from ferrymq.wire.records import (
     measure_items,
     peek_record_size,
     record_info,
+    record_infos,
     record_overhead,
     store_timestamp_of,
     tags_hash,
@@ -175,6 +177,19 @@ class RecoveryReport:
     records_checked: int
     cut_reason: str | None = None
     quarantined: list[Path] = field(default_factory=list)
+
+
+def _partial_or_end(data: bytes, pos: int) -> bool:
+    """Whether `data` ends at `pos` or holds only the start of one more record from there."""
+    if pos >= len(data):
+        return True
+    if pos + 8 > len(data):
+        return True
+    try:
+        total, magic = peek_record_size(data, pos)
+    except ProtocolError:
+        return False
+    return magic != BLANK_MAGIC and pos + total > len(data)
 
 
 class Store:
@@ -732,6 +747,21 @@ class Store:
         """
         self._check_open()
         self.dispatch()
+        # the usual transfer: valid records back to back, perhaps the first part of one more;
+        # checked in memory, then written, with no read back
+        found, stop = record_infos(
+            data,
+            0,
+            len(data),
+            check_crc=True,
+            require_record_crc=self.config.require_record_crc,
+            log_offset=log_offset,
+        )
+        if found and _partial_or_end(data, stop):
+            self.commitlog.append_raw(log_offset, memoryview(data)[:stop])
+            self._replicated += found
+            return log_offset + stop
+        # anything else (a blank at a segment's end, a bad record): written whole, then scanned
         complete = 0
         while complete < len(data):
             try:

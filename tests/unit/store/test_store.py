@@ -394,6 +394,25 @@ def test_replica_bytes_are_indexed_by_the_same_path(open_store: OpenStore, tmp_p
         slave.close()
 
 
+def test_replica_bytes_with_a_corrupt_record_are_refused_whole(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    master = open_store()
+    for i in range(4):
+        put(master, "T", 0, b"record-%d" % i)
+    data = bytearray(master.commitlog.read(0, 1 << 20))
+    slave = Store.open(dataclasses.replace(master.config, root_dir=tmp_path / "slave"))
+    try:
+        assert slave.append_replica(0, bytes(data[:40])) == 0  # only part of the first record
+        data[data.index(b"record-2")] ^= 0xFF  # its body CRC no longer holds
+        with pytest.raises(CorruptRecordError):
+            slave.append_replica(0, bytes(data))
+        assert slave.max_log_offset == 0  # nothing of it kept, not even the records before
+        assert slave.commitlog.read(0, 1 << 20) == b""
+    finally:
+        slave.close()
+
+
 def test_flusher_and_appends_run_concurrently_without_losing_data(open_store: OpenStore) -> None:
     store = open_store(flush_interval=0.001, checkpoint_interval=0.002)
     for i in range(500):
