@@ -26,7 +26,7 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.records import decode_record
 
-from .remoting import command, create_topic, send
+from .remoting import command, create_topic, pull, send
 
 TOPIC = "Moves"
 
@@ -207,6 +207,39 @@ async def test_a_new_master_answers_an_offset_commit_it_holds_above_its_known_wa
             slave.state.lease = None
             assert slave.store.confirm_offset < slave.store.max_log_offset
             assert await committed(slave.address) == "41"
+    finally:
+        for broker in brokers.values():
+            await broker.close()
+
+
+async def test_a_sync_send_wakes_a_long_polling_pull_once_committed(
+    tmp_path: Path, namesrv: NameServer
+) -> None:
+    """A SYNC_MASTER indexes a send when the slaves' acks commit it (not at the append):
+    a pull waiting on the queue gets it then, long before its suspend time."""
+    brokers = {i: Broker(_config(tmp_path, namesrv, i)) for i in (1, 2)}
+    for broker in brokers.values():
+        await broker.start()
+    try:
+        assert await brokers[1].change_to_master(1, frozenset({1, 2}))
+        brokers[1].state.lease = None
+        assert await brokers[2].change_to_slave(brokers[1].address, 1)
+        async with RpcClient() as client:
+            await create_topic(client, brokers[1].address, TOPIC, queues=1)
+            for round_number in range(3):
+                waiting = asyncio.create_task(
+                    pull(client, brokers[1].address, TOPIC, 0, round_number, suspend_ms=10_000)
+                )
+                await asyncio.sleep(0.2)  # the pull is suspended: nothing to read yet
+                assert not waiting.done()
+                started = time.monotonic()
+                sent = await send(client, brokers[1].address, TOPIC, b"m%d" % round_number)
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+                response, records = await asyncio.wait_for(waiting, 5)
+                assert response.code == ResponseCode.SUCCESS
+                assert [r.body for r in records] == [b"m%d" % round_number]
+                assert time.monotonic() - started < 5  # woken by the commit, not the timeout
+                assert brokers[2].store.max_log_offset == brokers[1].store.max_log_offset
     finally:
         for broker in brokers.values():
             await broker.close()

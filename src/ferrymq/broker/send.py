@@ -238,7 +238,10 @@ def append_messages(
         ) from None
     if replication is not None:
         replication.appended()
-    state.schedule_dispatch()
+    if replication is None or not replication.config.sync:
+        state.schedule_dispatch()
+    # else: indexed once committed (`on_confirm`); until then a dispatch would only hold them,
+    # and a master that pushed to its slaves should leave them the CPU, not index
     if testbugs.ACK_BEFORE_REPLICATION or not wait_flush:
         return result, None
     if state.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
