@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml src/ferrymq/wire/accel.c
 	touch $(STAMP)
 
 lint: setup
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

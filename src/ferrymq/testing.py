@@ -36,6 +36,8 @@ class LocalCluster:
             "listen_port": 0,
             "mapped_file_size_commit_log": 64 * 1024 * 1024,
             "register_name_server_period": 2000,
+            # every server here shares the caller's loop: polling it would only spend its CPU
+            "busy_poll_micros": 0,
             **broker_config,
         }
 

@@ -131,6 +131,7 @@ async def test_a_rocketmq_broker_conf_configures_every_key(tmp_path: Path) -> No
         ("flushDiskType=SOMETIMES", "flushDiskType"),
         ("brokerRole=LEADER", "brokerRole"),
         ("maxMessageSize=-1", "maxMessageSize"),
+        ("busyPollMicros=-1", "busyPollMicros"),
         ("autoCreateTopicEnable=perhaps", "autoCreateTopicEnable"),
         ("=value-without-key", "broker.conf:3: cannot parse"),
     ],

@@ -47,6 +47,7 @@ from ferrymq.model import format_address
 from ferrymq.replication.master import HAConfig, ReplicationMaster
 from ferrymq.replication.slave import ReplicationSlave, SlaveConfig
 from ferrymq.replication.syncstate import SyncStateChange
+from ferrymq.rpc.busypoll import BusyPoll
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection, LaterResponse, RequestHandler
 from ferrymq.rpc.server import Router, RpcServer
@@ -142,12 +143,16 @@ class Broker:
         for code in SINK_CODES:
             self.router.add(code, self._bind(self._sink_request))
         serve_test_clock(self.router)
+        self.busy_poll = (
+            BusyPoll(config.busy_poll_micros / 1_000_000) if config.busy_poll_micros else None
+        )
         self._server = RpcServer(
             self.router,
             host=config.listen_host,
             port=config.listen_port,
             max_frame_bytes=max(16 * 1024 * 1024, config.max_message_size * 2),
             on_close=self._connection_closed,
+            busy_poll=self.busy_poll,
         )
         self._namesrv = RpcClient(local_host=_source_host(config.listen_host))
         self._state: BrokerState | None = None
@@ -346,6 +351,7 @@ class Broker:
             clock=self._clock,
             on_change=self.on_sync_state_change,
             on_confirm=state.schedule_dispatch,
+            busy_poll=self.busy_poll,
         )
         self._master_epoch = master.become_master(epoch)
         # this log is the group's now: apply every metadata record it holds before writing the

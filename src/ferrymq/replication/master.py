@@ -34,6 +34,7 @@ from typing import Any
 from ferrymq import clock as process_clock
 from ferrymq.errors import FerryError, ProtocolError
 from ferrymq.replication.syncstate import SyncState, SyncStateChange
+from ferrymq.rpc.busypoll import BusyPoll
 from ferrymq.store.epochs import EpochFile
 from ferrymq.store.store import Store
 from ferrymq.wire.ha import (
@@ -90,8 +91,11 @@ class ReplicationMaster:
         clock: Callable[[], float] = process_clock.mono,
         on_change: Callable[[SyncStateChange], bool] | None = None,
         on_confirm: Callable[[], None] | None = None,
+        busy_poll: BusyPoll | None = None,
     ) -> None:
         self.store = store
+        self.busy_poll = busy_poll
+        """The broker's loop poller, told of every read of a slave's acks."""
         self.epochs = epochs
         self.config = config
         self.clock = clock
@@ -378,6 +382,9 @@ class _SlaveLink(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
+        poll = self.master.busy_poll
+        if poll is not None:
+            poll.read_started()
         try:
             packets = self.decoder.feed(data)
             if self.broker_id is None and packets:
@@ -385,6 +392,9 @@ class _SlaveLink(asyncio.Protocol):
             self._handle(packets)
         except (ProtocolError, FerryError) as exc:
             self.drop(str(exc), warn=True)
+        finally:
+            if poll is not None:
+                poll.read_done()
 
     def pause_writing(self) -> None:
         self._writable.clear()

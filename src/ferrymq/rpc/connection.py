@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from ferrymq.errors import ConnectionClosedError, ProtocolError, RequestTimeoutError
+from ferrymq.rpc.busypoll import BusyPoll
 from ferrymq.rpc.eager import start_eagerly
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import (
@@ -120,9 +121,12 @@ class Connection(asyncio.Protocol):
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         on_close: Callable[[Connection], None] | None = None,
+        busy_poll: BusyPoll | None = None,
     ) -> None:
         self._on_request = on_request
         self._on_close = on_close
+        self._busy_poll = busy_poll
+        """The server's loop poller, told of every read (None: a client, which never polls)."""
         self._decoder = FrameDecoder(max_frame_bytes)
         self._max_in_flight = max_in_flight
         self._transport: asyncio.Transport | None = None
@@ -160,6 +164,17 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         """Decode frames: responses resolve their callers, requests start handler tasks."""
+        poll = self._busy_poll
+        if poll is None:
+            self._received(data)
+            return
+        poll.read_started()
+        try:
+            self._received(data)
+        finally:
+            poll.read_done()
+
+    def _received(self, data: bytes) -> None:
         try:
             commands = self._decoder.feed(data)
         except ProtocolError as exc:

@@ -17,6 +17,7 @@ from typing import Self
 
 from ferrymq.errors import FerryError, HeaderFieldError, RequestError
 from ferrymq.model import format_address
+from ferrymq.rpc.busypoll import BusyPoll
 from ferrymq.rpc.connection import (
     DEFAULT_MAX_IN_FLIGHT,
     Connection,
@@ -109,9 +110,11 @@ class RpcServer:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         on_close: Callable[[Connection], None] | None = None,
+        busy_poll: BusyPoll | None = None,
     ) -> None:
         self._router = router
         self._on_close = on_close
+        self._busy_poll = busy_poll
         self._host = host
         self._port = port
         self._max_frame_bytes = max_frame_bytes
@@ -125,6 +128,7 @@ class RpcServer:
             max_frame_bytes=self._max_frame_bytes,
             max_in_flight=self._max_in_flight,
             on_close=self._closed,
+            busy_poll=self._busy_poll,
         )
         self.connections.add(conn)
         return conn
