@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import logging
 import random
 from collections.abc import Coroutine
@@ -380,18 +379,53 @@ async def send_message(
         reconsume_times=reconsume_times,
         wait_flush=_wants_wait(items[0]),
     )
-    answer = functools.partial(_send_response, state, request, header, items, queue_id, result)
     if waiting is None:
-        return answer(ResponseCode.SUCCESS)
+        return _send_response(state, request, header, items, queue_id, result, ResponseCode.SUCCESS)
     if isinstance(waiting, CommitWait):
         # a SYNC_MASTER's send: answered from the commit's callback, with no task kept waiting
-        later = conn.answer_later(request)
-        waiting.master.on_committed(
-            waiting.end_log_offset,
-            lambda committed: later.send_built(lambda: answer(_commit_code(committed))),
+        answer = _CommitAnswer(state, request, header, items, queue_id, result, conn)
+        waiting.master.on_committed(waiting.end_log_offset, answer)
+        return answer.later
+    code = await waiting
+    return _send_response(state, request, header, items, queue_id, result, code)
+
+
+class _CommitAnswer:
+    """A SYNC_MASTER send's answer, called once with whether the SyncStateSet committed it."""
+
+    __slots__ = ("header", "items", "later", "queue_id", "request", "result", "state")
+
+    def __init__(
+        self,
+        state: BrokerState,
+        request: RemotingCommand,
+        header: SendMessageRequestHeader,
+        items: list[BatchItem],
+        queue_id: int,
+        result: PutResult,
+        conn: Connection,
+    ) -> None:
+        self.state = state
+        self.request = request
+        self.header = header
+        self.items = items
+        self.queue_id = queue_id
+        self.result = result
+        self.later = conn.answer_later(request)
+
+    def __call__(self, committed: bool) -> None:
+        self.later.send_built(self._build_success if committed else self._build_timeout)
+
+    def _build_success(self) -> RemotingCommand:
+        return self._build(ResponseCode.SUCCESS)
+
+    def _build_timeout(self) -> RemotingCommand:
+        return self._build(ResponseCode.FLUSH_SLAVE_TIMEOUT)
+
+    def _build(self, code: ResponseCode) -> RemotingCommand:
+        return _send_response(
+            self.state, self.request, self.header, self.items, self.queue_id, self.result, code
         )
-        return later
-    return answer(await waiting)
 
 
 def _send_response(

@@ -197,6 +197,12 @@ class ReplicationMaster:
         if self._links and not self._push_scheduled:
             self._push_scheduled = True
             asyncio.get_running_loop().call_soon(self._push)
+        if len(self.state.members) > 1 and not self.config.durable_only:
+            # the other members' acks bound the confirm offset and none can cover what was just
+            # appended, so it stays; only what the store serves must stop short of the new bytes
+            if self.config.sync:
+                self.store.set_confirm_offset(self.state.confirm_offset, dispatch=False)
+            return
         self._apply_confirm()
 
     def _push(self) -> None:

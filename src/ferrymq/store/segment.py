@@ -91,7 +91,9 @@ class Segment:
         if pos < 0 or pos + len(data) > self.size:
             raise StoreError(f"write of {len(data)} bytes at {pos} overruns segment {self.path}")
         self._pwrite_all(data, pos)
-        self.write_pos = max(self.write_pos, pos + len(data))
+        end = pos + len(data)
+        if end > self.write_pos:
+            self.write_pos = end
 
     def read(self, pos: int, length: int) -> bytes:
         """Read up to `length` bytes at relative `pos` (fewer at the end of the file)."""
@@ -122,7 +124,11 @@ class Segment:
                 at += length
 
     def _pwrite_all(self, data: bytes | bytearray | memoryview, at: int) -> None:
-        view = memoryview(data)
+        written = os.pwrite(self._fd, data, at)
+        if written == len(data):  # the usual case: one call wrote it all
+            return
+        view = memoryview(data)[written:]
+        at += written
         while view:
             written = os.pwrite(self._fd, view, at)
             view = view[written:]

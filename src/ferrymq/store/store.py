@@ -90,6 +90,8 @@ __all__ = ["GetResult", "GetStatus", "PutResult", "RecoveryReport", "Store"]
 log = logging.getLogger(__name__)
 
 _NO_QUEUE_ENTRY: Final = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+_OVERHEADS_KEPT: Final = 4096
+"""Topics whose record overhead `put` remembers (beyond it, computed every time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +226,8 @@ class Store:
         self._last_store_timestamp_ms = 0
         self._dirty: dict[ConsumeQueue, int] = {}
         self._pending: list[_PendingPut] = []
+        self._overheads: dict[tuple[str, int], int] = {}
+        """`record_overhead` by topic and born-host width (the store host is this store's)."""
         self._replicated: list[RecordInfo] = []
         """Replica records `append_replica` validated and stored, in log order, not yet indexed."""
         self._held: list[RecordInfo] = []
@@ -556,10 +560,13 @@ class Store:
         queue = self.queues.get_or_create(topic, queue_id)
         assign = transaction_type(sys_flag) not in _NO_QUEUE_ENTRY
         store_host = self.config.store_host
-        _, topic_part = topic_field(topic)
-        total, largest_body = measure_items(
-            items, record_overhead(topic_part, born_host, store_host)
-        )
+        overhead = self._overheads.get((topic, len(born_host)))
+        if overhead is None:
+            _, topic_part = topic_field(topic)
+            overhead = record_overhead(topic_part, born_host, store_host)
+            if len(self._overheads) < _OVERHEADS_KEPT:
+                self._overheads[topic, len(born_host)] = overhead
+        total, largest_body = measure_items(items, overhead)
         if largest_body > self.config.max_message_bytes:
             raise MessageTooLargeError(largest_body, self.config.max_message_bytes)
         log_offset = self.commitlog.reserve(total)
