@@ -9,7 +9,7 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.errors import ConnectError, FerryError
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
-from ferrymq.rpc.connection import Connection, LaterResponse
+from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse
 from ferrymq.testing import LocalCluster
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
@@ -28,7 +28,7 @@ async def test_a_created_topic_is_routed_when_create_returns(cluster: LocalClust
 
     async def late(
         conn: Connection, request: RemotingCommand
-    ) -> RemotingCommand | LaterResponse | None:
+    ) -> RemotingCommand | EncodedFrame | LaterResponse | None:
         await asyncio.sleep(0.2)  # the fault: a NameServer slow to take a registration
         return await register(conn, request)
 

@@ -19,7 +19,7 @@ import pytest
 from ferrymq.errors import NotLeaderError, ProposalDroppedError
 from ferrymq.raft.config import RaftConfig
 from ferrymq.raft.driver import RaftDriver
-from ferrymq.rpc.connection import Connection, LaterResponse, RequestHandler
+from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse, RequestHandler
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand, encode_frame
@@ -81,7 +81,7 @@ class Cluster:
         # The router of a member is rebuilt on restart, so the server looks it up per request.
         async def handle(
             conn: Connection, request: RemotingCommand
-        ) -> RemotingCommand | LaterResponse | None:
+        ) -> RemotingCommand | EncodedFrame | LaterResponse | None:
             return await self.routers[node_id](conn, request)
 
         return handle

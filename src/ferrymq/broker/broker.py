@@ -49,7 +49,7 @@ from ferrymq.replication.slave import ReplicationSlave, SlaveConfig
 from ferrymq.replication.syncstate import SyncStateChange
 from ferrymq.rpc.busypoll import BusyPoll
 from ferrymq.rpc.client import RpcClient
-from ferrymq.rpc.connection import Connection, LaterResponse, RequestHandler
+from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse, RequestHandler
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
 from ferrymq.store.atomic import write_atomic
@@ -72,7 +72,8 @@ __all__ = ["Broker"]
 log = logging.getLogger(__name__)
 
 Handler = Callable[
-    [BrokerState, Connection, RemotingCommand], Awaitable[RemotingCommand | LaterResponse | None]
+    [BrokerState, Connection, RemotingCommand],
+    Awaitable[RemotingCommand | EncodedFrame | LaterResponse | None],
 ]
 
 _HANDLERS: dict[int, Handler] = {
@@ -205,7 +206,7 @@ class Broker:
     def _bind(self, handler: Handler) -> RequestHandler:
         async def run(
             conn: Connection, request: RemotingCommand
-        ) -> RemotingCommand | LaterResponse | None:
+        ) -> RemotingCommand | EncodedFrame | LaterResponse | None:
             state = self._state
             if state is None:
                 raise RequestError(ResponseCode.SYSTEM_BUSY, "the broker is starting")

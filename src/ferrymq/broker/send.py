@@ -52,7 +52,7 @@ from ferrymq.errors import (
 )
 from ferrymq.model import validate_topic
 from ferrymq.replication.master import ReplicationMaster
-from ferrymq.rpc.connection import Connection, LaterResponse
+from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse
 from ferrymq.rpc.deadline import wait_future
 from ferrymq.store.config import FlushDiskType
 from ferrymq.store.store import PutResult
@@ -62,8 +62,9 @@ from ferrymq.wire.broker import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
     SendMessageRequestHeaderV2,
+    encode_send_ok,
 )
-from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.codes import RequestCode, ResponseCode, SerializeType
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields
 from ferrymq.wire.msgid import offset_msg_id
@@ -314,7 +315,7 @@ def _send_header(request: RemotingCommand) -> SendMessageRequestHeader:
 
 async def send_message(
     state: BrokerState, conn: Connection, request: RemotingCommand
-) -> RemotingCommand | LaterResponse:
+) -> RemotingCommand | EncodedFrame | LaterResponse:
     """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320)."""
     header = _send_header(request)
     state.check_writable()
@@ -416,13 +417,13 @@ class _CommitAnswer:
     def __call__(self, committed: bool) -> None:
         self.later.send_built(self._build_success if committed else self._build_timeout)
 
-    def _build_success(self) -> RemotingCommand:
+    def _build_success(self) -> RemotingCommand | EncodedFrame:
         return self._build(ResponseCode.SUCCESS)
 
-    def _build_timeout(self) -> RemotingCommand:
+    def _build_timeout(self) -> RemotingCommand | EncodedFrame:
         return self._build(ResponseCode.FLUSH_SLAVE_TIMEOUT)
 
-    def _build(self, code: ResponseCode) -> RemotingCommand:
+    def _build(self, code: ResponseCode) -> RemotingCommand | EncodedFrame:
         return _send_response(
             self.state, self.request, self.header, self.items, self.queue_id, self.result, code
         )
@@ -436,9 +437,23 @@ def _send_response(
     queue_id: int,
     result: PutResult,
     code: ResponseCode,
-) -> RemotingCommand:
+) -> RemotingCommand | EncodedFrame:
     store_host = state.store.config.store_host
     log_offsets = result.log_offsets
+    if (
+        code == ResponseCode.SUCCESS
+        and len(log_offsets) == 1
+        and request.serialize_type is SerializeType.JSON
+        and transaction_type(header.sys_flag) != SYSFLAG_TRANSACTION_PREPARED
+    ):  # nearly every send: its frame written directly (wire.broker.encode_send_ok)
+        return EncodedFrame(
+            encode_send_ok(
+                request.opaque,
+                offset_msg_id(store_host, log_offsets[0]),
+                queue_id,
+                result.first_queue_offset,
+            )
+        )
     # SendMessageResponseHeader's fields, built directly: this runs once per send
     response = {
         "msgId": offset_msg_id(store_host, log_offsets[0])

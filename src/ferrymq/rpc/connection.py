@@ -52,7 +52,13 @@ from ferrymq.wire.frame import (
     encode_frame_parts,
 )
 
-__all__ = ["DEFAULT_MAX_IN_FLIGHT", "Connection", "LaterResponse", "RequestHandler"]
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
+    "Connection",
+    "EncodedFrame",
+    "LaterResponse",
+    "RequestHandler",
+]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +72,15 @@ next turn: a turn that makes a window of sends takes long, and the peer should s
 _COMPACT_SLACK: Final = 1024
 """Answered calls the deadline heap may hold beyond twice the unanswered ones before it is
 rebuilt without them (answered calls leave it lazily, when they reach its top)."""
+
+
+class EncodedFrame(bytes):
+    """A whole encoded frame, written as it is (a response built without a `RemotingCommand`).
+
+    See `wire.broker.encode_send_ok`.
+    """
+
+    __slots__ = ()
 
 
 class LaterResponse:
@@ -82,13 +97,13 @@ class LaterResponse:
         self._request = request
         self._sent = False
 
-    def send(self, response: RemotingCommand) -> None:
+    def send(self, response: RemotingCommand | EncodedFrame) -> None:
         """Answer with `response` (written with the others of this loop turn)."""
         if not self._sent:
             self._sent = True
             self._conn._answered_later(self._request, response)
 
-    def send_built(self, build: Callable[[], RemotingCommand]) -> None:
+    def send_built(self, build: Callable[[], RemotingCommand | EncodedFrame]) -> None:
         """Answer with what `build()` returns, or SYSTEM_ERROR naming what it raised."""
         try:
             response = build()
@@ -99,9 +114,11 @@ class LaterResponse:
 
 
 RequestHandler = Callable[
-    ["Connection", RemotingCommand], Awaitable[RemotingCommand | LaterResponse | None]
+    ["Connection", RemotingCommand],
+    Awaitable[RemotingCommand | EncodedFrame | LaterResponse | None],
 ]
-"""Handles one incoming request; returns the response, a `LaterResponse`, or None for none."""
+"""Handles one incoming request; returns the response (or its encoded frame), a
+`LaterResponse`, or None for none."""
 
 _opaques = itertools.count(1)
 
@@ -245,7 +262,7 @@ class Connection(asyncio.Protocol):
                 self._transport.resume_reading()
 
     async def _serve(self, request: RemotingCommand) -> None:
-        response: RemotingCommand | LaterResponse | None
+        response: RemotingCommand | EncodedFrame | LaterResponse | None
         if self._on_request is None:
             response = request.make_response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -272,14 +289,16 @@ class Connection(asyncio.Protocol):
         self._later += 1
         return LaterResponse(self, request)
 
-    def _answered_later(self, request: RemotingCommand, response: RemotingCommand) -> None:
+    def _answered_later(
+        self, request: RemotingCommand, response: RemotingCommand | EncodedFrame
+    ) -> None:
         self._later -= 1
         if self._backlog or self._reading_paused:
             self._request_done()
         if not request.is_oneway and not self.is_closed:
             self._write_soon(response, alone=not self._tasks and not self._later)
 
-    def _write_soon(self, command: RemotingCommand, *, alone: bool) -> None:
+    def _write_soon(self, command: RemotingCommand | EncodedFrame, *, alone: bool) -> None:
         """Write a command: with the read's others inside `data_received`, else batched by turn.
 
         `alone`: no other request is in flight this way (a sync send, its response): written
@@ -310,7 +329,7 @@ class Connection(asyncio.Protocol):
         """Whether the connection is gone."""
         return self._transport is None or self._transport.is_closing()
 
-    def write(self, command: RemotingCommand) -> None:
+    def write(self, command: RemotingCommand | EncodedFrame) -> None:
         """Write a command now (after what waits to be written), ignoring back-pressure.
 
         Use `send` for anything large.
@@ -318,7 +337,12 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        head, body = encode_frame_parts(command)
+        head: bytes
+        body: bytes
+        if isinstance(command, RemotingCommand):
+            head, body = encode_frame_parts(command)
+        else:  # an EncodedFrame
+            head, body = command, b""
         # inside data_received: written together at its end; after a write this turn: at the
         # start of the next (in order)
         corked = self._corked

@@ -21,6 +21,7 @@ from ferrymq.rpc.busypoll import BusyPoll
 from ferrymq.rpc.connection import (
     DEFAULT_MAX_IN_FLIGHT,
     Connection,
+    EncodedFrame,
     LaterResponse,
     RequestHandler,
 )
@@ -69,7 +70,7 @@ class Router:
 
     async def __call__(
         self, conn: Connection, request: RemotingCommand
-    ) -> RemotingCommand | LaterResponse | None:
+    ) -> RemotingCommand | EncodedFrame | LaterResponse | None:
         """Run the handler routed for the request's code; turn its errors into responses."""
         handler = self._routes.get(request.code)
         if log.isEnabledFor(logging.DEBUG):

@@ -6,8 +6,12 @@ Field names on the wire are RocketMQ's; SEND_MESSAGE_V2 uses single-letter alias
 
 from __future__ import annotations
 
+import struct
+from typing import Final
+
 import msgspec
 
+from ferrymq.wire.frame import ROCKETMQ_VERSION
 from ferrymq.wire.headers import I32, I64, CommandHeader
 
 __all__ = [
@@ -41,6 +45,7 @@ __all__ = [
     "UnregisterClientRequestHeader",
     "UpdateConsumerOffsetRequestHeader",
     "ViewMessageRequestHeader",
+    "encode_send_ok",
 ]
 
 
@@ -126,6 +131,25 @@ class SendMessageResponseHeader(CommandHeader):
     queue_offset: I64
     transaction_id: str | None = None
     batch_uniq_id: str | None = None
+
+
+_SEND_OK_HEADER: Final = (
+    '{"code":0,"extFields":{"msgId":"%s","queueId":"%d","queueOffset":"%d"},"flag":1,'
+    '"language":"PYTHON","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":%d}'
+)
+_FRAME_PREFIX: Final = struct.Struct(">iI")
+
+
+def encode_send_ok(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
+    """The whole frame of a SUCCESS answer to a send, JSON-serialized.
+
+    The bytes `encode_frame` gives for `request.make_response(SUCCESS, ext_fields={"msgId",
+    "queueId", "queueOffset"})`, written without a `RemotingCommand` because a broker answers
+    every send (a unit test holds the two equal). `msg_id` is an offset message id: hex digits,
+    nothing JSON would escape.
+    """
+    header = (_SEND_OK_HEADER % (msg_id, queue_id, queue_offset, opaque, ROCKETMQ_VERSION)).encode()
+    return _FRAME_PREFIX.pack(4 + len(header), len(header)) + header
 
 
 class PullMessageRequestHeader(CommandHeader):

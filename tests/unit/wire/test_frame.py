@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ferrymq.errors import FrameTooLargeError, ProtocolError
-from ferrymq.wire.codes import LanguageCode, RequestCode, SerializeType
+from ferrymq.wire.broker import encode_send_ok
+from ferrymq.wire.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from ferrymq.wire.frame import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -17,6 +18,7 @@ from ferrymq.wire.frame import (
     encode_frame,
     encode_frame_parts,
 )
+from ferrymq.wire.msgid import offset_msg_id
 
 _text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20)
 
@@ -188,3 +190,28 @@ def test_unknown_language_is_a_protocol_error() -> None:
 def test_unknown_request_codes_still_decode() -> None:
     frame = encode_frame(RemotingCommand(code=31999))
     assert FrameDecoder().feed(frame)[0].code == 31999
+
+
+@given(
+    opaque=st.integers(0, 2**31 - 1),
+    log_offset=st.integers(0, 2**63 - 1),
+    queue_id=st.integers(0, 2**31 - 1),
+    queue_offset=st.integers(0, 2**63 - 1),
+    host=st.sampled_from(
+        [b"\x7f\x00\x00\x01\x00\x00\x2a\x9f", bytes(range(16)) + b"\x00\x00\x01\x00"]
+    ),
+)
+def test_a_send_ok_frame_is_the_general_encoding_of_its_response(
+    opaque: int, log_offset: int, queue_id: int, queue_offset: int, host: bytes
+) -> None:
+    request = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, opaque=opaque)
+    msg_id = offset_msg_id(host, log_offset)
+    general = request.make_response(
+        ResponseCode.SUCCESS,
+        ext_fields={"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset)},
+    )
+    frame = encode_send_ok(opaque, msg_id, queue_id, queue_offset)
+    assert frame == encode_frame(general)
+    (decoded,) = FrameDecoder().feed(frame)
+    assert (decoded.opaque, decoded.code, decoded.flag) == (opaque, 0, 1)
+    assert decoded.ext_fields["queueOffset"] == str(queue_offset)
