@@ -94,9 +94,9 @@ _OVERHEADS_KEPT: Final = 4096
 """Topics whose record overhead `put` remembers (beyond it, computed every time)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _PendingPut:
-    """An append whose records are not indexed yet."""
+    """An append whose records are not indexed yet (not frozen: one per put, see RecordInfo)."""
 
     topic: str
     queue_id: int
@@ -116,9 +116,9 @@ _SPAN_BYTES: Final = 1024 * 1024
 """Adjacent records are read together up to this many bytes."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PutResult:
-    """Where an append landed."""
+    """Where an append landed (not frozen: one per put, see RecordInfo)."""
 
     log_offsets: list[int]
     sizes: list[int]

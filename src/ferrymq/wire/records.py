@@ -326,9 +326,14 @@ def peek_record_size(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int
     return total, magic
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RecordInfo:
-    """What indexing needs from one stored record (RocketMQ `DispatchRequest`)."""
+    """What indexing needs from one stored record (RocketMQ `DispatchRequest`).
+
+    Not frozen, though nothing changes one: one is made per record appended, replicated or
+    recovered, and a frozen dataclass's `__init__` (an `object.__setattr__` per field) made
+    that 1.08 us instead of 0.23 us.
+    """
 
     topic: str
     queue_id: int
