@@ -1,3 +1,5 @@
+import mmap
+
 def encode_records(
     items: list[object],
     topic_part: bytes,
@@ -48,3 +50,11 @@ def record_infos(
     require_record_crc: bool,
     log_offset: int,
 ) -> tuple[list[tuple[str, int, int, int, int, int, int, int, str | None, str | None]], int]: ...
+def index_put(
+    buffer: mmap.mmap | bytearray,
+    slot_count: int,
+    entries_at: int,
+    index_count: int,
+    begin_timestamp_ms: int,
+    keys: list[tuple[str, str, int, int]],
+) -> tuple[int, int]: ...
