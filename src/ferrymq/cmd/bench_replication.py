@@ -1,14 +1,16 @@
 """`ferry bench replication`: three replicas with sync replication beside one, and beside NATS R3.
 
 One run measures ferrymq with one replica, ferrymq with three, and a 3-node NATS JetStream
-cluster with an R3 stream. All three run for the whole run, and every row is measured in rotating
-slices (`measure.interleaved_sends`): one system's slice, then the same slice of the next.
+cluster with an R3 stream and an R1 stream (NATS's own R3/R1 on this machine, for scale). All
+run for the whole run, and every row is measured in rotating slices
+(`measure.interleaved_sends`): one system's slice, then the same slice of the next.
 
 Every ferrymq broker runs as its own process (`ferry broker`): R1 is a SYNC_MASTER alone in its
 SyncStateSet, R3 a SYNC_MASTER with two SLAVEs, so a send is acknowledged only once all three
 hold it. NATS is three `nats-server` processes in one cluster, file storage, the client connected
-to the stream leader's node. Rows: sync sends (one in flight) and windowed sends (`window` in
-flight), per payload size, with p50/p99 latency and the CPU of the client and of all servers.
+to each stream's leader's node (the server CPU of NATS rows is the whole cluster's). Rows: sync
+sends (one in flight) and windowed sends (`window` in flight), per payload size, with p50/p99
+latency and the CPU of the client and of all servers.
 """
 
 from __future__ import annotations
@@ -49,24 +51,30 @@ class ReplicationBenchConfig:
     workdir: Path | None = None
 
 
-_SYSTEMS = ("ferrymq-r1", "ferrymq-r3", "nats-jetstream-r3")
+_SYSTEMS = ("ferrymq-r1", "ferrymq-r3", "nats-jetstream-r1", "nats-jetstream-r3")
 
 
 def ratios(rows: list[Row]) -> list[dict[str, Any]]:
-    """R3/R1 for ferrymq and ferrymq R3 / NATS R3, per mode and size."""
+    """Per mode and size: R3/R1 for ferrymq and for NATS, and ferrymq R3 / NATS R3."""
     index = {(r.system, r.mode, r.size): r for r in rows}
+
+    def ratio(top: Row | None, bottom: Row | None) -> float | None:
+        if top is None or bottom is None or not bottom.msgs_per_s:
+            return None
+        return round(top.msgs_per_s / bottom.msgs_per_s, 2)
+
     out = []
     for (system, mode, size), row in index.items():
         if system != "ferrymq-r3":
             continue
-        r1 = index.get(("ferrymq-r1", mode, size))
-        nats = index.get(("nats-jetstream-r3", mode, size))
+        nats_r3 = index.get(("nats-jetstream-r3", mode, size))
         out.append(
             {
                 "mode": mode,
                 "size": size,
-                "r3_over_r1": round(row.msgs_per_s / r1.msgs_per_s, 2) if r1 else None,
-                "r3_over_nats_r3": round(row.msgs_per_s / nats.msgs_per_s, 2) if nats else None,
+                "r3_over_r1": ratio(row, index.get(("ferrymq-r1", mode, size))),
+                "r3_over_nats_r3": ratio(row, nats_r3),
+                "nats_r3_over_r1": ratio(nats_r3, index.get(("nats-jetstream-r1", mode, size))),
             }
         )
     return out
@@ -153,7 +161,8 @@ async def _wait_in_sync(master: str, replicas: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _nats_side(config: ReplicationBenchConfig, workdir: Path) -> AsyncIterator[Side]:
+async def _nats_sides(config: ReplicationBenchConfig, workdir: Path) -> AsyncIterator[list[Side]]:
+    """One 3-node cluster: an R3 stream, and an R1 stream, each driven on its leader's node."""
     binary = shutil.which("nats-server")
     if binary is None:
         raise RuntimeError("nats-server is not installed (apt-get install nats-server)")
@@ -163,6 +172,7 @@ async def _nats_side(config: ReplicationBenchConfig, workdir: Path) -> AsyncIter
     client_ports = {n: free_port() for n in names}
     route_ports = {n: free_port() for n in names}
     processes: list[asyncio.subprocess.Process] = []
+    connections: list[Any] = []
     try:
         for name in names:
             routes = ", ".join(
@@ -181,27 +191,43 @@ async def _nats_side(config: ReplicationBenchConfig, workdir: Path) -> AsyncIter
                         binary, "-c", str(conf), stdout=asyncio.subprocess.DEVNULL, stderr=log
                     )
                 )
-        leader = await _nats_r3_leader(f"nats://127.0.0.1:{client_ports['n1']}")
-        connection = await nats.connect(
-            f"nats://127.0.0.1:{client_ports[leader]}", error_cb=quiet_nats_errors
-        )
-        js = connection.jetstream()
+        pids = [p.pid for p in processes]
         payloads = {size: os.urandom(size) for size in config.sizes}
+        sides: list[Side] = []
+        for stream, replicas in (("REPL", 3), ("REPL1", 1)):
+            leader = await _nats_stream_leader(
+                f"nats://127.0.0.1:{client_ports['n1']}", stream, replicas
+            )
+            connection = await nats.connect(
+                f"nats://127.0.0.1:{client_ports[leader]}", error_cb=quiet_nats_errors
+            )
+            connections.append(connection)
+            js = connection.jetstream()
 
-        def sender(size: int) -> Callable[[], Awaitable[object]]:
-            return functools.partial(js.publish, f"repl.{size}", payloads[size], timeout=10)
+            def sender(
+                size: int, js: Any = js, subject: str = stream.lower()
+            ) -> Callable[[], Awaitable[object]]:
+                return functools.partial(
+                    js.publish, f"{subject}.{size}", payloads[size], timeout=10
+                )
 
-        yield Side("nats-jetstream-r3", [p.pid for p in processes], sender)
-        await connection.close()
+            sides.append(Side(f"nats-jetstream-r{replicas}", pids, sender))
+        yield sides
     finally:
+        for connection in connections:
+            with contextlib.suppress(Exception):
+                await connection.close()
         for process in processes:
             if process.returncode is None:
                 process.terminate()
                 await process.wait()
 
 
-async def _nats_r3_leader(url: str) -> str:
-    """Create the R3 stream once JetStream answers; returns the server name of its leader."""
+async def _nats_stream_leader(url: str, stream: str, replicas: int) -> str:
+    """Create a file stream (subjects `<stream lower>.>`) once JetStream answers.
+
+    Returns the server name of its leader.
+    """
     import nats
     from nats.js.api import StorageType, StreamConfig
 
@@ -221,10 +247,13 @@ async def _nats_r3_leader(url: str) -> str:
             with contextlib.suppress(Exception):
                 await js.add_stream(
                     StreamConfig(
-                        name="REPL", subjects=["repl.>"], storage=StorageType.FILE, num_replicas=3
+                        name=stream,
+                        subjects=[f"{stream.lower()}.>"],
+                        storage=StorageType.FILE,
+                        num_replicas=replicas,
                     )
                 )
-            info = await js.stream_info("REPL")
+            info = await js.stream_info(stream)
             if info.cluster is not None and info.cluster.leader:
                 return str(info.cluster.leader)
         except Exception:
@@ -238,7 +267,7 @@ async def _nats_r3_leader(url: str) -> str:
 async def run_replication_bench(
     config: ReplicationBenchConfig, progress: Callable[[str], None]
 ) -> list[Row]:
-    """Start ferrymq R1, ferrymq R3 and NATS R3 side by side, then measure their rows in turns."""
+    """Start ferrymq R1 and R3 and NATS R1 and R3 side by side, then measure their rows in turns."""
     workdir = config.workdir or Path(tempfile.mkdtemp(prefix="ferrymq-bench-replication-"))
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -248,7 +277,7 @@ async def run_replication_bench(
                 await stack.enter_async_context(_ferrymq_side(config, workdir, 3)),
             ]
             if config.nats:
-                sides.append(await stack.enter_async_context(_nats_side(config, workdir)))
+                sides += await stack.enter_async_context(_nats_sides(config, workdir))
             rows: list[Row] = []
             for size in config.sizes:
                 progress(f"sends of {size} B")

@@ -533,12 +533,12 @@ def _wide_console() -> Console:
     show_default=True,
     help="Slices each row is measured in, the systems taking turns.",
 )
-@click.option("--no-nats", is_flag=True, help="Skip the NATS JetStream R3 rows.")
+@click.option("--no-nats", is_flag=True, help="Skip the NATS JetStream rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def bench_replication(
     sizes: str, seconds: float, window: int, rounds: int, no_nats: bool, as_json: bool
 ) -> None:
-    """Three replicas with sync replication beside one replica and beside NATS JetStream R3."""
+    """Three replicas with sync replication beside one replica and beside NATS JetStream R3/R1."""
     config = ReplicationBenchConfig(
         sizes=_parse_ints(sizes, "--sizes"),
         seconds=seconds,
@@ -571,11 +571,14 @@ def bench_replication(
         return
     _print_rows("ferry bench replication", rows)
     for ratio in replication_ratios(rows):
-        r1, nats = ratio["r3_over_r1"], ratio["r3_over_nats_r3"]
+
+        def shown(value: float | None) -> str:
+            return "-" if value is None else f"{value}x"
+
         click.echo(
-            f"{ratio['mode']} {ratio['size']} B: ferrymq R3/R1 "
-            f"{'-' if r1 is None else f'{r1}x'}, ferrymq R3 / NATS R3 "
-            f"{'-' if nats is None else f'{nats}x'}"
+            f"{ratio['mode']} {ratio['size']} B: ferrymq R3/R1 {shown(ratio['r3_over_r1'])}, "
+            f"ferrymq R3 / NATS R3 {shown(ratio['r3_over_nats_r3'])} "
+            f"(NATS R3/R1 {shown(ratio['nats_r3_over_r1'])})"
         )
 
 
