@@ -43,7 +43,7 @@ from ferrymq.cmd.measure import (
     Row,
     Side,
     free_port,
-    interleaved_sends,
+    interleaved_sends_by_size,
     quiet_nats_errors,
     timed_window,
 )
@@ -356,16 +356,14 @@ async def run_broker_bench(config: BrokerBenchConfig, progress: Callable[[str], 
             sides = [await stack.enter_async_context(_ferrymq_side(config, workdir))]
             if config.nats:
                 sides.append(await stack.enter_async_context(_nats_side(config, workdir)))
-            rows: list[Row] = []
-            for size in config.sizes:
-                progress(f"sends of {size} B")
-                rows += await interleaved_sends(
-                    sides,
-                    size,
-                    seconds=config.seconds,
-                    rounds=config.rounds,
-                    window=config.window,
-                )
+            rows = await interleaved_sends_by_size(
+                sides,
+                config.sizes,
+                seconds=config.seconds,
+                rounds=config.rounds,
+                window=config.window,
+                progress=progress,
+            )
             for side in sides:
                 progress(f"{side.system}: the remaining rows")
                 rows += await side.rows_after()

@@ -30,7 +30,7 @@ from typing import Any
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.cmd.local import Child, spawn
-from ferrymq.cmd.measure import Row, Side, free_port, interleaved_sends, quiet_nats_errors
+from ferrymq.cmd.measure import Row, Side, free_port, interleaved_sends_by_size, quiet_nats_errors
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode
@@ -278,16 +278,14 @@ async def run_replication_bench(
             ]
             if config.nats:
                 sides += await stack.enter_async_context(_nats_sides(config, workdir))
-            rows: list[Row] = []
-            for size in config.sizes:
-                progress(f"sends of {size} B")
-                rows += await interleaved_sends(
-                    sides,
-                    size,
-                    seconds=config.seconds,
-                    rounds=config.rounds,
-                    window=config.window,
-                )
+            rows = await interleaved_sends_by_size(
+                sides,
+                config.sizes,
+                seconds=config.seconds,
+                rounds=config.rounds,
+                window=config.window,
+                progress=progress,
+            )
     finally:
         if config.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -24,6 +24,7 @@ __all__ = [
     "Tally",
     "free_port",
     "interleaved_sends",
+    "interleaved_sends_by_size",
     "quiet_nats_errors",
     "timed_sync",
     "timed_window",
@@ -252,3 +253,20 @@ async def interleaved_sends(
         for side in sides
         for mode, _ in modes
     ]
+
+
+async def interleaved_sends_by_size(
+    sides: list[Side],
+    sizes: tuple[int, ...],
+    *,
+    seconds: float,
+    rounds: int,
+    window: int,
+    progress: Callable[[str], None],
+) -> list[Row]:
+    """`interleaved_sends` for each payload size in turn, saying which through `progress`."""
+    rows: list[Row] = []
+    for size in sizes:
+        progress(f"sends of {size} B")
+        rows += await interleaved_sends(sides, size, seconds=seconds, rounds=rounds, window=window)
+    return rows
