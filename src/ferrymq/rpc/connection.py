@@ -157,8 +157,9 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._corked: list[bytes] | None = None
         self._deferred: list[bytes] | None = None
-        """Once a response (of a task) or a request was written this loop turn: what is written
-        after it, together, by `_write_deferred` at the next turn (None: written at once)."""
+        """Commands made outside a read with others in flight, written together by
+        `_write_deferred` at the start of the next turn (None: nothing waits; a lone command is
+        written at once, and the next that is not lone starts the list)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._deadlines: list[tuple[float, int, asyncio.Future[RemotingCommand]]] = []
         """Unanswered calls by deadline (loop time), and answered ones not yet dropped."""
