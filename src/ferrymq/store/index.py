@@ -289,10 +289,6 @@ class KeyIndex:
         if current is not None:
             self._put_run(current, run)
 
-    def add(self, info: RecordInfo) -> None:
-        """Index the keys and unique key of one record (see `add_many`)."""
-        self.add_many([info])
-
     def _put_run(self, index_file: IndexFile, run: list[tuple[str, str, int, int]]) -> None:
         if run:
             with self._dirty_lock:
