@@ -242,8 +242,8 @@ class _MasterLink(asyncio.Protocol):
     """The connection to the master: packets are handled in `data_received` as they arrive.
 
     Acks go out at once; while the transport's buffer is full (a master that stopped reading)
-    only the newest is kept and written when it drains. `ended` resolves when the connection
-    is gone: with None, or with the error that closed it.
+    only the newest is kept and written when it drains. `ended` fails when the connection is
+    gone, with the error that ended it (a bad packet, or the connection's own end).
     """
 
     def __init__(self, slave: ReplicationSlave) -> None:

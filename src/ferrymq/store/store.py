@@ -183,9 +183,7 @@ class RecoveryReport:
 
 def _partial_or_end(data: bytes, pos: int) -> bool:
     """Whether `data` ends at `pos` or holds only the start of one more record from there."""
-    if pos >= len(data):
-        return True
-    if pos + 8 > len(data):
+    if pos + 8 > len(data):  # the end, or less than a record header
         return True
     try:
         total, magic = peek_record_size(data, pos)
