@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml src/ferrymq/wire/accel.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,bench,connect]'
 	touch $(STAMP)
 
 lint: setup

@@ -1,0 +1,206 @@
+"""Following the config log: every worker pulls the fenced config topic into its `ConfigState`.
+
+Seed 002: followers replay the log the leader writes; a worker that starts reads it from its
+first stored record (after retention: the copied-forward live tail, which starts at a snapshot)
+to its end. The reader long-polls the topic's single queue, applies records in queue order
+(`ConfigState.apply`, with the logical-offset rule of `records`), and wakes whoever waits for an
+offset: a leader for its own write (a 2xx means committed *and* applied), a read with
+`?minOffset=` (read-your-writes on any worker), `/health` for the end of the first replay.
+
+`config_offset` is the queue offset after the last record read: what `X-Ferry-Config-Offset`
+reports and `?minOffset=` compares with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from ferrymq.client.consumer import PullConsumer, PullStatus
+from ferrymq.client.message import Message
+from ferrymq.connect.records import EPOCH, OP, WRITER, Record, decode_record, logical_offset
+from ferrymq.connect.state import ConfigState
+from ferrymq.errors import FerryError
+from ferrymq.model import MessageQueue
+
+__all__ = ["ConfigLog", "LoggedRecord", "decode_logged"]
+
+log = logging.getLogger(__name__)
+
+_PULL_BATCH = 256
+_LONG_POLL_S = 1.0
+_RETRY_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedRecord:
+    """A config-log record with where and by whom it was written (`ferry connect log`)."""
+
+    queue_offset: int
+    logical_offset: int
+    op: str
+    epoch: int | None
+    writer: str
+    store_timestamp_ms: int
+    record: Record | None
+    """None when the body is not a config record (the error is in `problem`)."""
+    problem: str = ""
+
+
+def decode_logged(message: Message) -> LoggedRecord:
+    """A pulled message as a config-log record (never raises)."""
+    props = message.properties
+    epoch_text = props.get(EPOCH, "")
+    record: Record | None = None
+    problem = ""
+    try:
+        record = decode_record(message.body)
+    except msgspec.DecodeError as exc:
+        problem = str(exc)
+    return LoggedRecord(
+        queue_offset=message.queue_offset,
+        logical_offset=logical_offset(message.queue_offset, props),
+        op=props.get(OP, ""),
+        epoch=int(epoch_text) if epoch_text.isdigit() else None,
+        writer=props.get(WRITER, ""),
+        store_timestamp_ms=message.store_timestamp_ms,
+        record=record,
+        problem=problem,
+    )
+
+
+class ConfigLog:
+    """Pulls the config topic into `state`; the one writer of `state` in the worker."""
+
+    def __init__(
+        self,
+        consumer: PullConsumer,
+        topic: str,
+        state: ConfigState,
+        *,
+        on_applied: Callable[[Record, int], None] | None = None,
+    ) -> None:
+        self._consumer = consumer
+        self.topic = topic
+        self.state = state
+        self.config_offset = 0
+        """The queue offset after the last record read."""
+        self.end_at_start: int | None = None
+        """The queue's end when the worker started; None until the broker answered."""
+        self._on_applied = on_applied
+        self._moved = asyncio.Event()
+        self._queue: MessageQueue | None = None
+        self.last_error: str = ""
+
+    @property
+    def replayed(self) -> bool:
+        """Whether the first replay reached the end the log had when the worker started."""
+        return self.end_at_start is not None and self.config_offset >= self.end_at_start
+
+    async def queue(self) -> MessageQueue:
+        """The config topic's single queue (from its route)."""
+        if self._queue is None:
+            queues = await self._consumer.queues(self.topic)
+            if len(queues) != 1:
+                raise FerryError(
+                    f"the config topic {self.topic} must have exactly one queue on one broker "
+                    f"group; its route has {len(queues)}: {', '.join(map(str, queues))}"
+                )
+            self._queue = queues[0]
+        return self._queue
+
+    async def run(self) -> None:
+        """Follow the log forever (errors are logged and retried)."""
+        while True:
+            try:
+                await self._follow()
+            except (FerryError, OSError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("config log %s: %s; retrying", self.topic, self.last_error)
+                self._queue = None
+                await asyncio.sleep(_RETRY_S)
+
+    async def _follow(self) -> None:
+        queue = await self.queue()
+        if self.end_at_start is None:
+            self.end_at_start = await self._consumer.max_offset(queue)
+        while True:
+            wait = 0.0 if not self.replayed else _LONG_POLL_S
+            result = await self._consumer.pull(
+                queue, self.config_offset, max_messages=_PULL_BATCH, wait=wait
+            )
+            self.last_error = ""
+            if result.status is PullStatus.FOUND:
+                for message in result.messages:
+                    self._apply(message)
+                self.config_offset = max(self.config_offset, result.next_offset)
+                self._wake()
+            elif result.next_offset > self.config_offset:
+                # below the first stored record (retention): its live tail was copied forward
+                log.info(
+                    "config log %s: records below offset %d are gone; reading on from there",
+                    self.topic,
+                    result.next_offset,
+                )
+                self.config_offset = result.next_offset
+                self._wake()
+            elif result.status is not PullStatus.NO_NEW_MSG:
+                await asyncio.sleep(_RETRY_S)  # a replica catching up (PULL_RETRY_IMMEDIATELY)
+            elif self.config_offset < self.end_at_start:
+                # the queue ends below where it ended at start: a failover truncated it
+                self.end_at_start = self.config_offset
+                self._wake()
+
+    def _apply(self, message: Message) -> None:
+        if message.queue_offset < self.config_offset:
+            return
+        logged = decode_logged(message)
+        if logged.record is None:
+            log.error(
+                "config log %s offset %d: not a config record (%s); skipped",
+                self.topic,
+                message.queue_offset,
+                logged.problem,
+            )
+            self.config_offset = message.queue_offset + 1
+            return
+        applied = self.state.apply(logged.record, logged.logical_offset)
+        self.config_offset = message.queue_offset + 1
+        if applied and self._on_applied is not None:
+            self._on_applied(logged.record, logged.logical_offset)
+
+    def _wake(self) -> None:
+        self._moved.set()
+        self._moved = asyncio.Event()
+
+    async def wait_for(self, offset: int, timeout_s: float) -> bool:
+        """Wait until the records before queue offset `offset` are applied; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.config_offset < offset:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._moved.wait(), remaining)
+            except TimeoutError:
+                return self.config_offset >= offset
+        return True
+
+    async def wait_replayed(self, timeout_s: float) -> bool:
+        """Wait for the end of the first replay; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self.replayed:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._moved.wait(), min(remaining, 0.5))
+            except TimeoutError:
+                continue
+        return True
