@@ -103,13 +103,14 @@ async def sink_log_end(client: RpcClient, address: str) -> int:
     return int(response.ext_fields["offset"])
 
 
-async def topic_bodies(servers: str, topic: str) -> tuple[list[bytes], dict[str, dict[str, int]]]:
-    """Every message body of the topic, and its end offsets by partition."""
+async def topic_bodies(servers: str, topic: str) -> tuple[list[bytes], dict[str, Any]]:
+    """Every message body of the topic, and its end offsets as checkpoint JSON."""
     async with PullConsumer(servers, "failover-check") as consumer:
         bodies: list[bytes] = []
-        ends: dict[str, int] = {}
-        for partition, queue in enumerate(await consumer.queues(topic)):
-            ends[str(partition)] = end = await consumer.max_offset(queue)
+        ends: dict[str, dict[str, int]] = {}
+        for queue in await consumer.queues(topic):
+            end = await consumer.max_offset(queue)
+            ends.setdefault(queue.broker_name, {})[str(queue.queue_id)] = end
             messages = await consumer.fetch_range(queue, 0, end)
             assert [m.queue_offset for m in messages] == list(range(end)), queue
             bodies += [m.body for m in messages]

@@ -4,7 +4,18 @@ from typing import Any
 
 import pytest
 
-from ferrymq.spark.options import OptionError, parse_read_options, parse_write_options
+from ferrymq.model import MessageQueue
+from ferrymq.spark.fetch import resolve_offsets
+from ferrymq.spark.options import (
+    EARLIEST,
+    LATEST,
+    OptionError,
+    parse_read_options,
+    parse_write_options,
+    resolve_queue,
+)
+from ferrymq.spark.plan import LegacyOffsets, PartitionCollisionError, QueueKey, stable_partition
+from ferrymq.spark.sink import queue_of_partition
 
 from .conftest import Ferry
 
@@ -28,6 +39,20 @@ BAD_READS = [
     ({"servers": "127.0.0.1:1", "subscribe": "T", "minPartitions": "0"}, "positive integer"),
     ({"servers": "127.0.0.1:1", "subscribe": "T", "maxOffsetsPerTrigger": "9"}, "streaming"),
     ({"servers": "127.0.0.1:1", "subscribe": "T", "failoverTimeoutMs": "-1"}, "positive integer"),
+    (
+        {"servers": "127.0.0.1:1", "subscribe": "T", "startingOffsets": '{"T":{"b":{"1024":0}}}'},
+        r"T/b: queue ids are integers 0..1023",
+    ),
+    (
+        {"servers": "127.0.0.1:1", "subscribe": "T", "startingOffsets": '{"T":{"b":{"0":1.5}}}'},
+        "offsets integers",
+    ),
+    ({"servers": "127.0.0.1:1", "assign": '{"T":{"b":[-1]}}'}, "queue ids are integers"),
+    ({"servers": "127.0.0.1:1", "assign": '{"T":{"b":0}}'}, "must list partitions"),
+    (
+        {"servers": "127.0.0.1:1", "subscribe": "T", "legacyOffsets": "guess"},
+        "auto or currentRoute",
+    ),
 ]
 
 
@@ -76,3 +101,104 @@ def test_the_failover_timeout_is_in_milliseconds_and_defaults_to_30_s() -> None:
     assert parse_write_options(write).failover_timeout_s == 1.5
     with pytest.raises(OptionError, match="failoverTimeoutMs"):
         parse_write_options({"servers": "127.0.0.1:1", "failoverTimeoutMs": "soon"})
+
+
+A = [QueueKey("broker-a", i) for i in range(4)]
+B = [QueueKey("broker-b", i) for i in range(4)]
+
+
+def test_offsets_json_takes_queue_names_stable_numbers_and_positions() -> None:
+    stable = stable_partition("broker-b", 2)
+    text = f'{{"T": {{"broker-a": {{"0": 23, "3": -2}}, "{stable}": 7}}, "U": {{"1": -1}}}}'
+    options = parse_read_options(
+        {"servers": "127.0.0.1:1", "subscribe": "T,U", "startingOffsets": text}, streaming=True
+    )
+    assert options.starting.default == LATEST
+    assert options.starting.per_queue == {
+        "T": {A[0]: 23, A[3]: EARLIEST, stable: 7},
+        "U": {1: LATEST},
+    }
+    bounds = {
+        "T": dict.fromkeys(A + B, (2, 50)),
+        "U": {QueueKey("broker-c", i): (0, 9) for i in range(2)},
+    }
+    assert resolve_offsets(options.starting, bounds, "startingOffsets") == {
+        "T": {**dict.fromkeys(A + B, 50), A[0]: 23, A[3]: 2, B[2]: 7},
+        "U": {QueueKey("broker-c", 0): 9, QueueKey("broker-c", 1): 9},
+    }
+
+
+def test_a_position_is_refused_once_a_topic_spans_several_groups() -> None:
+    assert resolve_queue("startingOffsets", "T", 2, A) == A[2]
+    with pytest.raises(OptionError, match="has 4 partitions; 4 is not one"):
+        resolve_queue("startingOffsets", "T", 4, A)
+    with pytest.raises(OptionError) as refused:
+        resolve_queue("startingOffsets", "T", 2, A + B)
+    message = str(refused.value)
+    assert "topic T spans 2 broker groups (broker-a, broker-b)" in message
+    assert '{"T": {"broker-a": {"0": 23}}}' in message
+    number = stable_partition("broker-a", 0)
+    assert f'({number} is broker-a queue 0), {{"T": {{"{number}": 23}}}}' in message
+
+
+def test_unknown_queues_and_numbers_are_option_errors() -> None:
+    assert resolve_queue("assign", "T", stable_partition("broker-b", 3), A + B) == B[3]
+    with pytest.raises(OptionError, match="partition 2048 is no queue of the topic's route now"):
+        resolve_queue("assign", "T", 2048, A + B)
+    with pytest.raises(OptionError, match="no queue 5 of broker group broker-a in its route"):
+        resolve_queue("assign", "T", QueueKey("broker-a", 5), A + B)
+    spec = parse_read_options(
+        {
+            "servers": "127.0.0.1:1",
+            "subscribe": "T",
+            "endingOffsets": f'{{"T": {{"{stable_partition("broker-a", 1)}": 5, '
+            '"broker-a": {"1": 6}}}',
+        },
+        streaming=False,
+    ).ending
+    with pytest.raises(OptionError, match="broker-a queue 1 is named twice"):
+        resolve_offsets(spec, {"T": dict.fromkeys(A, (0, 9))}, "endingOffsets")
+    with pytest.raises(OptionError, match="topic T is not a topic of this read"):
+        resolve_offsets(spec, {"V": {}}, "endingOffsets")
+
+
+def test_assign_takes_queues_per_group_or_partition_numbers() -> None:
+    number = stable_partition("broker-b", 1)
+    options = parse_read_options(
+        {
+            "servers": "127.0.0.1:1",
+            "assign": f'{{"T": {{"broker-a": [1, 0, 1]}}, "U": [{number}, 0]}}',
+        },
+        streaming=True,
+    )
+    assert options.assign == {"T": (A[1], A[0]), "U": (number, 0)}
+    assert options.legacy_offsets is LegacyOffsets.AUTO
+    legacy = parse_read_options(
+        {"servers": "127.0.0.1:1", "assign": '{"T": [0]}', "legacyoffsets": "CURRENTROUTE"},
+        streaming=True,
+    )
+    assert legacy.legacy_offsets is LegacyOffsets.CURRENT_ROUTE
+
+
+def test_the_sink_s_partition_is_a_stable_number_or_a_position() -> None:
+    queues = [MessageQueue("T", k.broker_name, k.queue_id) for k in A + B]
+    assert queue_of_partition("T", stable_partition("broker-b", 2), queues) == queues[6]
+    assert queue_of_partition("T", 5, queues) == queues[5]  # Kafka-style: route-dependent
+    with pytest.raises(OptionError, match="8 writable queues; partition 8 is neither"):
+        queue_of_partition("T", 8, queues)
+    gone = stable_partition("broker-c", 0)
+    with pytest.raises(OptionError, match=r"queue 0 of the broker group with code \d+ \(no broker"):
+        queue_of_partition("T", gone, queues)
+    with pytest.raises(
+        OptionError, match=r"queue 7 of the broker group with code \d+ \(broker group broker-a\)"
+    ):
+        queue_of_partition("T", stable_partition("broker-a", 7), queues)
+
+
+def test_the_sink_refuses_a_stable_number_when_two_groups_share_its_code() -> None:
+    from .test_plan import colliding_names
+
+    first, second = colliding_names()
+    queues = [MessageQueue("T", first, 0), MessageQueue("T", second, 0)]
+    with pytest.raises(PartitionCollisionError, match="rename one group"):
+        queue_of_partition("T", stable_partition(first, 0), queues)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from ferrymq.client.producer import Producer
+from ferrymq.spark.plan import stable_partition
 
 from .conftest import Ferry, create_topic
 
@@ -31,8 +32,7 @@ def test_batch_read_equals_what_was_produced(spark: Any, ferry: Ferry) -> None:
             ]
 
     sent = asyncio.run(produce())
-    queues = sorted({r.queue for r in sent}, key=lambda q: (q.broker_name, q.queue_id))
-    partition_of = {q: i for i, q in enumerate(queues)}
+    partition_of = {r.queue: stable_partition(r.queue.broker_name, r.queue.queue_id) for r in sent}
     df = (
         spark.read.format("ferrymq")
         .option("servers", ferry.servers)
@@ -43,7 +43,7 @@ def test_batch_read_equals_what_was_produced(spark: Any, ferry: Ferry) -> None:
     )
     assert df.columns == [
         "key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
-        "headers", "tags", "keys", "msgId", "storeTimestamp",
+        "headers", "tags", "keys", "msgId", "storeTimestamp", "brokerName", "queueId",
     ]  # fmt: skip
     rows = {(r["partition"], r["offset"]): r for r in df.collect()}
     assert len(rows) == len(sent)
@@ -63,20 +63,35 @@ def test_batch_read_equals_what_was_produced(spark: Any, ferry: Ferry) -> None:
             result.msg_id,
         )
         assert row["storeTimestamp"] >= row["timestamp"] - datetime.timedelta(seconds=1)
+        assert (row["brokerName"], row["queueId"]) == (
+            result.queue.broker_name,
+            result.queue.queue_id,
+        )
 
-    # a slice: explicit offsets per partition (-2 earliest, -1 latest), split over more tasks
-    sliced = (
-        spark.read.format("ferrymq")
-        .option("servers", ferry.servers)
-        .option("assign", f'{{"{topic}": [0, 1]}}')
-        .option("startingOffsets", f'{{"{topic}": {{"0": 10, "1": -2}}}}')
-        .option("endingOffsets", f'{{"{topic}": {{"0": 30, "1": -1}}}}')
-        .option("minPartitions", "6")
-        .load()
-    )
-    assert sliced.rdd.getNumPartitions() >= 6
-    got = sorted(
-        (r["partition"], r["offset"]) for r in sliced.select("partition", "offset").collect()
-    )
-    assert got == [(0, o) for o in range(10, 30)] + [(1, o) for o in range(100)]
-    assert "headers" not in sliced.columns
+    # a slice: explicit offsets per queue (-2 earliest, -1 latest), split over more tasks; queues
+    # named by broker group and queue id, by stable partition number, or (one group) by position
+    p0, p1 = stable_partition("broker-a", 0), stable_partition("broker-a", 1)
+    for assign, starting, ending in [
+        (
+            '{"broker-a": [0, 1]}',
+            '{"broker-a": {"0": 10, "1": -2}}',
+            '{"broker-a": {"0": 30, "1": -1}}',
+        ),
+        (f"[{p0}, {p1}]", f'{{"{p0}": 10, "{p1}": -2}}', f'{{"{p0}": 30, "{p1}": -1}}'),
+        ("[0, 1]", '{"0": 10, "1": -2}', '{"0": 30, "1": -1}'),
+    ]:
+        sliced = (
+            spark.read.format("ferrymq")
+            .option("servers", ferry.servers)
+            .option("assign", f'{{"{topic}": {assign}}}')
+            .option("startingOffsets", f'{{"{topic}": {starting}}}')
+            .option("endingOffsets", f'{{"{topic}": {ending}}}')
+            .option("minPartitions", "6")
+            .load()
+        )
+        assert sliced.rdd.getNumPartitions() >= 6
+        got = sorted(
+            (r["partition"], r["offset"]) for r in sliced.select("partition", "offset").collect()
+        )
+        assert got == [(p0, o) for o in range(10, 30)] + [(p1, o) for o in range(100)], assign
+        assert "headers" not in sliced.columns

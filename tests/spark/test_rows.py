@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ferrymq.client.consumer import decode_messages
 from ferrymq.client.message import Message
+from ferrymq.spark.plan import QueueRange, stable_partition
 from ferrymq.spark.rows import arrow_schema, read_schema, to_batch
 from ferrymq.wire import properties as props
 from ferrymq.wire.records import (
@@ -47,7 +48,7 @@ def _expected(messages: list[Message], names: list[str]) -> dict[str, list[Any]]
         ],
         "value": [m.body for m in messages],
         "topic": ["T"] * len(messages),
-        "partition": [7] * len(messages),
+        "partition": [stable_partition("broker-b", 3)] * len(messages),
         "offset": [m.queue_offset for m in messages],
         "timestamp": [m.born_timestamp_ms * 1000 for m in messages],
         "timestampType": [0] * len(messages),
@@ -61,6 +62,8 @@ def _expected(messages: list[Message], names: list[str]) -> dict[str, list[Any]]
         "keys": [m.keys or None for m in messages],
         "msgId": [m.msg_id or None for m in messages],
         "storeTimestamp": [m.store_timestamp_ms * 1000 for m in messages],
+        "brokerName": ["broker-b"] * len(messages),
+        "queueId": [3] * len(messages),
     }
     return {name: rows[name] for name in names}
 
@@ -75,7 +78,8 @@ def test_batches_hold_what_messages_hold(
     schema = arrow_schema(read_schema(include_headers=headers, include_ferry_columns=ferry))
     cut = draw.draw(st.integers(0, len(records) - 1))  # the records came in one or two pulls
     pulls = [b"".join(records[:cut]), b"".join(records[cut:])] if cut else [data]
-    batch = to_batch([decode_buffers(pull) for pull in pulls], "T", 7, schema)
+    queue = QueueRange("T", stable_partition("broker-b", 3), "broker-b", 3, 5, 5 + len(records))
+    batch = to_batch([decode_buffers(pull) for pull in pulls], queue, schema)
     assert batch.schema == schema
     got = {
         name: (

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from ferrymq.spark.plan import stable_partition
+
 from .conftest import Ferry, create_topic, produce_bulk
 
 pytestmark = pytest.mark.spark
@@ -58,4 +60,5 @@ def test_new_queues_and_topics_join_a_running_stream_exactly_once(
     assert rows.count() == len(produced)
     assert rows.select("topic", "partition", "offset").distinct().count() == len(produced)
     assert sorted(r["value"] for r in rows.select("value").collect()) == sorted(produced)
-    assert {r["partition"] for r in rows.where("topic = 'SparkGrow'").collect()} == {0, 1, 2, 3}
+    partitions = {r["partition"] for r in rows.where("topic = 'SparkGrow'").collect()}
+    assert partitions == {stable_partition("broker-a", i) for i in range(4)}

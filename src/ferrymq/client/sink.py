@@ -89,7 +89,7 @@ class SinkClient:
         await self.close()
 
     async def queues(self, topic: str) -> list[MessageQueue]:
-        """The topic's writable queues, in partition order."""
+        """The topic's writable queues, ordered by broker name, then queue id (route order)."""
         return (await self.routes.get(topic)).write_queues
 
     async def _cluster(self) -> ClusterInfo:

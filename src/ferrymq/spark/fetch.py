@@ -1,16 +1,20 @@
 """The read side's talks with ferrymq (asyncio; the Spark side runs each under `asyncio.run`).
 
-- `list_queues`: the queues a read covers, as topic-global partitions (a topic's readable queues
-  ordered by broker name, then queue id);
-- `queue_bounds`: every queue's min and max offsets, concurrently;
+- `list_queues`: the routed queues a read covers, per topic (readable queues, by broker name
+  then queue id); `queue_bounds`: their min and max offsets, asked concurrently, as `Bounds`;
+- `resolve_offsets`: startingOffsets / endingOffsets as offsets of every covered queue (queues
+  the JSON names by partition number are resolved against the route, `options.resolve_queue`);
 - `read_range`: the records of one `QueueRange`, as `RecordBuffers`, with the data-loss rule:
   offsets below the queue's min offset were deleted by retention; with `failOnDataLoss` that is a
   `DataLossError` naming the queue and the offsets, otherwise they are skipped (and logged).
 
-Across a failover every request is retried (`retry.with_failover`), and a replica that answers
-that the queue ends below a range's end (a new master or a slave whose watermark still catches
-up to what the old master had committed) is asked again for `failoverTimeoutMs` before the
-offsets count as lost. Ranges end at offsets a broker reported, which never pass its confirm offset.
+Across a failover every request is retried (`retry.with_failover`), and so is a read of a queue
+that is not in the topic's route at that moment (its group left the route while all its replicas
+were down, or the topic has fewer queues now): after `failoverTimeoutMs` the query fails with
+`RetryableQueryError`, never skips the range. A replica that answers that the queue ends below a
+range's end (a new master or a slave whose watermark still catches up to what the old master had
+committed) is asked again for `failoverTimeoutMs` before the offsets count as lost. Ranges end at
+offsets a broker reported, which never pass its confirm offset.
 """
 
 from __future__ import annotations
@@ -20,30 +24,37 @@ import functools
 import logging
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from typing import Final
 
 from ferrymq.client.admin import AdminClient
-from ferrymq.client.consumer import PullConsumer, PullStatus
-from ferrymq.errors import FerryError, TopicNotFoundError
+from ferrymq.client.consumer import ColumnPull, PullConsumer, PullStatus
+from ferrymq.errors import ConnectError, FerryError, RemoteError, TopicNotFoundError
 from ferrymq.model import MessageQueue
-from ferrymq.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
-from ferrymq.spark.plan import Offsets, QueueRange
+from ferrymq.spark.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    OptionError,
+    ReadOptions,
+    resolve_queue,
+)
+from ferrymq.spark.plan import Bounds, Offsets, QueueKey, QueueRange, check_group_codes
 from ferrymq.spark.retry import RetryableQueryError, with_failover
 from ferrymq.wire.records import RecordBuffers
 
 __all__ = [
     "DataLossError",
-    "Partition",
     "list_queues",
     "queue_bounds",
     "read_range",
     "resolve_offsets",
+    "routed",
 ]
 
 log = logging.getLogger(__name__)
 
-_PULL_BATCH = 1024
-_EMPTY_PULLS = 8
+_PULL_BATCH: Final = 1024
+_EMPTY_PULLS: Final = 8
 """Pulls in a row that may return nothing inside a range (and for at least failoverTimeoutMs)
 before the read gives up on it with a RetryableQueryError."""
 
@@ -52,21 +63,24 @@ class DataLossError(FerryError):
     """Offsets a query must read are gone (retention deleted them, or a failover truncated them)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Partition:
-    """One queue of a read, with its topic-global partition index."""
-
-    topic: str
-    partition: int
-    queue: MessageQueue
+def _keys(queues: list[MessageQueue]) -> list[QueueKey]:
+    return [QueueKey(q.broker_name, q.queue_id) for q in queues]
 
 
-async def list_queues(consumer: PullConsumer, options: ReadOptions) -> list[Partition]:
-    """The queues the options name, in (topic, partition) order.
+async def list_queues(
+    consumer: PullConsumer, options: ReadOptions, *, start: Offsets | None = None
+) -> dict[str, list[MessageQueue]]:
+    """The routed queues the options cover, per topic, by broker name then queue id.
+
+    `start` None: the start of a read; every subscribed or assigned topic must be routed, and
+    `assign` must name routed queues. `start` given (a running stream's offsets): a topic with no
+    route now is left out (its queues keep their offsets), and `assign` covers the queues of
+    `start` (resolved when the stream began), whichever are routed now.
 
     Raises:
-        OptionError: an assigned partition does not exist.
-        TopicNotFoundError: a subscribed or assigned topic has no route.
+        OptionError: an assigned queue is not routed (or its number is ambiguous).
+        TopicNotFoundError: at the start of a read, a subscribed or assigned topic has no route.
+        PartitionCollisionError: two groups of a topic share a group code.
     """
     if options.assign is not None:
         topics = sorted(options.assign)
@@ -75,60 +89,97 @@ async def list_queues(consumer: PullConsumer, options: ReadOptions) -> list[Part
     else:
         async with AdminClient(options.servers) as admin:
             topics = sorted(t for t in await admin.topics() if options.topic_filter(t))
-    result: list[Partition] = []
+    result: dict[str, list[MessageQueue]] = {}
     for topic in topics:
         try:
             queues = await consumer.queues(topic)
         except TopicNotFoundError:
-            if options.subscribe_pattern is not None:
-                continue  # deleted since it was listed
+            if options.subscribe_pattern is not None or start is not None:
+                continue  # deleted since it was listed, or no group of it is routed now
             raise
-        wanted = range(len(queues)) if options.assign is None else options.assign[topic]
-        for partition in wanted:
-            if partition >= len(queues):
-                raise OptionError(
-                    "assign", f"topic {topic} has {len(queues)} partitions; {partition} is not one"
-                )
-            result.append(Partition(topic, partition, queues[partition]))
+        keys = _keys(queues)
+        check_group_codes(topic, (k.broker_name for k in keys))
+        if options.assign is not None:
+            if start is None:
+                wanted = {resolve_queue("assign", topic, r, keys) for r in options.assign[topic]}
+            else:
+                wanted = set(start.get(topic, {}))
+            queues = [q for q, k in zip(queues, keys, strict=True) if k in wanted]
+        result[topic] = queues
     return result
 
 
-async def queue_bounds(
-    consumer: PullConsumer, partitions: list[Partition]
-) -> dict[tuple[str, int], tuple[int, int]]:
-    """(topic, partition) -> (min offset, max offset), asked of every queue at once."""
+async def queue_bounds(consumer: PullConsumer, listing: dict[str, list[MessageQueue]]) -> Bounds:
+    """Every listed queue's (min offset, max offset), per topic, asked of all at once."""
 
-    async def one(p: Partition) -> tuple[int, int]:
-        low, high = await asyncio.gather(consumer.min_offset(p.queue), consumer.max_offset(p.queue))
+    async def one(queue: MessageQueue) -> tuple[int, int]:
+        low, high = await asyncio.gather(consumer.min_offset(queue), consumer.max_offset(queue))
         return low, high
 
-    bounds = await asyncio.gather(*(one(p) for p in partitions))
-    return {(p.topic, p.partition): b for p, b in zip(partitions, bounds, strict=True)}
+    queues = [q for topic in sorted(listing) for q in listing[topic]]
+    found = await asyncio.gather(*(one(q) for q in queues))
+    bounds: Bounds = {topic: {} for topic in listing}
+    for q, b in zip(queues, found, strict=True):
+        bounds[q.topic][QueueKey(q.broker_name, q.queue_id)] = b
+    return bounds
 
 
-def resolve_offsets(
-    spec: OffsetSpec,
-    partitions: list[Partition],
-    bounds: dict[tuple[str, int], tuple[int, int]],
-    option: str,
-) -> Offsets:
-    """Concrete offsets for every partition from earliest / latest / explicit offsets.
+def resolve_offsets(spec: OffsetSpec, bounds: Bounds, option: str) -> Offsets:
+    """Concrete offsets for every covered queue from earliest / latest / explicit offsets.
 
     Raises:
-        OptionError: the spec names a topic or partition the read does not cover.
+        OptionError: the spec names a topic or queue the read does not cover, or one queue twice.
     """
-    covered = {(p.topic, p.partition) for p in partitions}
-    for topic, queues in spec.per_queue.items():
-        for partition in queues:
-            if (topic, partition) not in covered:
-                raise OptionError(option, f"{topic}/{partition} is not a partition of this read")
+    asked: dict[tuple[str, QueueKey], int] = {}
+    for topic, refs in spec.per_queue.items():
+        if topic not in bounds:
+            raise OptionError(option, f"topic {topic} is not a topic of this read")
+        routed = sorted(bounds[topic])
+        for ref, offset in refs.items():
+            key = resolve_queue(option, topic, ref, routed)
+            if (topic, key) in asked:
+                raise OptionError(
+                    option, f"{topic}: {key.broker_name} queue {key.queue_id} is named twice"
+                )
+            asked[(topic, key)] = offset
     offsets: Offsets = {}
-    for p in partitions:
-        low, high = bounds[(p.topic, p.partition)]
-        asked = spec.for_queue(p.topic, p.partition)
-        value = low if asked == EARLIEST else high if asked == LATEST else asked
-        offsets.setdefault(p.topic, {})[p.partition] = value
+    for topic, queues in bounds.items():
+        offsets[topic] = {}
+        for key, (low, high) in queues.items():
+            wanted = asked.get((topic, key), spec.default)
+            offsets[topic][key] = (
+                low if wanted == EARLIEST else high if wanted == LATEST else wanted
+            )
     return offsets
+
+
+async def routed(consumer: PullConsumer, queue: MessageQueue, *, refresh: bool = False) -> None:
+    """Return if the queue is in its topic's route now, else raise a (transient) `ConnectError`."""
+    try:
+        route = await consumer.routes.get(queue.topic, refresh=refresh)
+    except TopicNotFoundError:
+        route = None
+    if route is None or queue not in route.read_queues:
+        consumer.routes.invalidate(queue.topic)  # ask the NameServers again next time
+        raise ConnectError(
+            f"{queue.broker_name} queue {queue.queue_id} of {queue.topic}",
+            "not in the topic's route now (its broker group left the route, or the topic has "
+            "fewer queues); waiting for it to come back",
+        )
+
+
+async def _pull(
+    consumer: PullConsumer, queue: MessageQueue, offset: int, max_messages: int, max_bytes: int
+) -> ColumnPull:
+    """One pull of a routed queue (`routed`): a read never skips a queue the route lacks."""
+    await routed(consumer, queue)
+    try:
+        return await consumer.pull_columns(
+            queue, offset, max_messages=max_messages, max_bytes=max_bytes
+        )
+    except RemoteError:
+        await routed(consumer, queue, refresh=True)  # a queue the route lost since: transient
+        raise
 
 
 def _lost(r: QueueRange, start: int, end: int, fail: bool, why: str) -> None:
@@ -161,13 +212,24 @@ async def read_range(
 
     Raises:
         DataLossError: some offsets of the range are gone and `fail_on_data_loss`.
-        RetryableQueryError: the queue's group stayed unreachable for `failover_timeout` s.
+        RetryableQueryError: the queue's group stayed unreachable, or the queue out of the
+            topic's route, for `failover_timeout` s.
 
     A queue that ends below `r.end` (a replica whose watermark is still catching up after a
     failover) is asked again for `failover_timeout` s before the missing offsets count as lost.
+    A range from EARLIEST starts at the queue's min offset now.
     """
     queue = MessageQueue(r.topic, r.broker_name, r.queue_id)
     offset = r.start
+    if offset == EARLIEST:
+
+        async def low() -> int:
+            await routed(consumer, queue)
+            return await consumer.min_offset(queue)
+
+        offset = await with_failover(
+            f"asking {queue} for its min offset", low, budget=failover_timeout
+        )
     empty = 0
     retry_since: float | None = None
     behind_since: float | None = None
@@ -175,11 +237,7 @@ async def read_range(
         result = await with_failover(
             f"reading {queue} at offset {offset}",
             functools.partial(
-                consumer.pull_columns,
-                queue,
-                offset,
-                max_messages=min(_PULL_BATCH, r.end - offset),
-                max_bytes=max_bytes,
+                _pull, consumer, queue, offset, min(_PULL_BATCH, r.end - offset), max_bytes
             ),
             budget=failover_timeout,
         )

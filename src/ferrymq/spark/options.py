@@ -1,34 +1,51 @@
 """The data source's options: parsed and checked once, with errors that name the option.
 
 Names follow Spark's Kafka source (`structured-streaming-kafka-integration`), with `servers` for
-`kafka.bootstrap.servers` (NameServer addresses, `;` or `,` separated):
+`kafka.bootstrap.servers` (NameServer addresses, `;` or `,` separated); docs/spark.md has them all:
 
 - exactly one of `subscribe` (comma list), `subscribePattern` (a Python regex over every topic
-  the NameServers route) or `assign` (JSON `{"topic": [partition, ...]}`);
-- `startingOffsets` / `endingOffsets`: `earliest`, `latest` or JSON
-  `{"topic": {"partition": offset}}` with -2 = earliest and -1 = latest (Kafka's sentinels);
+  the NameServers route) or `assign` (JSON: `{"topic": {"broker-a": [0, 1]}}`, or partition
+  numbers `{"topic": [669289472]}`);
+- `startingOffsets` / `endingOffsets`: `earliest`, `latest` or JSON naming queues, with -2 =
+  earliest and -1 = latest (Kafka's sentinels): `{"topic": {"broker-a": {"0": 23}}}`, or
+  partition numbers as keys, `{"topic": {"669289472": 23}}`;
 - `maxOffsetsPerTrigger`, `minPartitions`, `failOnDataLoss` (default true), `includeHeaders`;
-- `includeFerryColumns`: add the ferrymq columns `tags`, `keys`, `msgId`, `storeTimestamp`;
+- `includeFerryColumns`: add the ferrymq columns `tags`, `keys`, `msgId`, `storeTimestamp`,
+  `brokerName`, `queueId`;
+- `legacyOffsets` (`auto`, the default, or `currentRoute`): how a checkpoint written in the old
+  positional layout is read (`plan.LegacyOffsets`);
 - writing: `topic` (else the `topic` column), `sinkId` (else the streaming query id);
 - both: `failoverTimeoutMs` (default 30000): how long a read or write retries while a broker
-  group has no master (a failover) before the query fails with a `RetryableQueryError`, and how
-  long a read waits for a queue that ends below the planned offsets (a new master's watermark
-  catching up) before those offsets count as lost (`failOnDataLoss`).
+  group has no master (a failover) or a queue of the read is not in the route before the query
+  fails with a `RetryableQueryError`, and how long a read waits for a queue that ends below the
+  planned offsets (a new master's watermark catching up) before those offsets count as lost
+  (`failOnDataLoss`).
 
-A partition is a topic-global queue index: the topic's readable queues ordered by broker name,
-then queue id (so broker groups added later should sort after the existing ones).
+A partition number in the JSON is resolved against the topic's route (`resolve_queue`): a stable
+number (>= 1024, what the `partition` column shows) names one queue whatever the route; a number
+below 1024 is the old position, accepted only while the topic's route has one broker group
+(where position i is queue id i).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from ferrymq.errors import FerryError
 from ferrymq.model import validate_topic
+from ferrymq.spark.plan import (
+    EARLIEST,
+    LATEST,
+    MAX_QUEUES_PER_GROUP,
+    LegacyOffsets,
+    QueueKey,
+    is_stable_partition,
+    stable_partition,
+)
 
 __all__ = [
     "DEFAULT_FAILOVER_TIMEOUT_S",
@@ -36,16 +53,19 @@ __all__ = [
     "LATEST",
     "OffsetSpec",
     "OptionError",
+    "QueueRef",
     "ReadOptions",
     "WriteOptions",
     "parse_read_options",
     "parse_write_options",
+    "resolve_queue",
 ]
 
-EARLIEST: Final = -2
-LATEST: Final = -1
 DEFAULT_FAILOVER_TIMEOUT_S: Final = 30.0
 """Well above a kill -9 failover (about 1.3 s on the bench)."""
+
+QueueRef = QueueKey | int
+"""A queue as a user names it: by name, or by a partition number (stable, or a position)."""
 
 
 class OptionError(FerryError, ValueError):
@@ -59,16 +79,96 @@ class OptionError(FerryError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class OffsetSpec:
-    """Where to start or end: a default for every queue, overridden per (topic, partition)."""
+    """Where to start or end: a default for every queue, overridden per named queue."""
 
     default: int
     """EARLIEST or LATEST."""
-    per_queue: Mapping[str, Mapping[int, int]]
-    """topic -> partition -> offset (or EARLIEST / LATEST); partitions not listed: `default`."""
+    per_queue: Mapping[str, Mapping[QueueRef, int]]
+    """topic -> queue -> offset (or EARLIEST / LATEST); queues not named: `default`."""
 
-    def for_queue(self, topic: str, partition: int) -> int:
-        """The offset (or sentinel) asked for one queue."""
-        return self.per_queue.get(topic, {}).get(partition, self.default)
+
+def _forms(topic: str, example: QueueKey) -> str:
+    number = stable_partition(example.broker_name, example.queue_id)
+    return (
+        f'name queues, {{"{topic}": {{"{example.broker_name}": {{"{example.queue_id}": 23}}}}}}, '
+        f"or use the stable partition numbers the partition column shows "
+        f"({number} is {example.broker_name} queue {example.queue_id}), "
+        f'{{"{topic}": {{"{number}": 23}}}}'
+    )
+
+
+def resolve_queue(option: str, topic: str, ref: QueueRef, routed: Sequence[QueueKey]) -> QueueKey:
+    """The routed queue `ref` names (`routed`: the topic's readable queues now).
+
+    Raises:
+        OptionError: the queue is not routed, the stable number is unknown, or a position is
+            ambiguous (the topic spans several broker groups).
+    """
+    if isinstance(ref, QueueKey):
+        if ref not in routed:
+            raise OptionError(
+                option,
+                f"topic {topic} has no queue {ref.queue_id} of broker group {ref.broker_name} "
+                "in its route now",
+            )
+        return ref
+    if is_stable_partition(ref):
+        found = [k for k in routed if stable_partition(k.broker_name, k.queue_id) == ref]
+        if not found:
+            raise OptionError(
+                option,
+                f"topic {topic}: partition {ref} is no queue of the topic's route now (a stable "
+                "partition number names one queue of one broker group)",
+            )
+        return found[0]
+    groups = sorted({k.broker_name for k in routed})
+    if len(groups) != 1:
+        raise OptionError(
+            option,
+            f"topic {topic} spans {len(groups)} broker groups ({', '.join(groups)}), so partition "
+            f"{ref}, a position in its route, does not name one queue: "
+            + _forms(topic, min(routed, default=QueueKey("broker-a", 0))),
+        )
+    key = QueueKey(groups[0], ref)
+    if key not in routed:
+        raise OptionError(option, f"topic {topic} has {len(routed)} partitions; {ref} is not one")
+    return key
+
+
+def _queue_id(option: str, topic: str, broker: str, text: object) -> int:
+    if not str(text).isdigit() or int(str(text)) >= MAX_QUEUES_PER_GROUP:
+        raise OptionError(
+            option, f"{topic}/{broker}: queue ids are integers 0..{MAX_QUEUES_PER_GROUP - 1}"
+        )
+    return int(str(text))
+
+
+def _offset(option: str, where: str, offset: object, *, ending: bool) -> int:
+    if type(offset) is not int:
+        raise OptionError(option, f"{where}: partitions are integers, offsets integers")
+    if offset < EARLIEST or (ending and offset == EARLIEST):
+        allowed = "-1 (latest)" if ending else "-2 (earliest), -1 (latest)"
+        raise OptionError(option, f"{where}: offset {offset}; use >= 0 or {allowed}")
+    return offset
+
+
+def _topic_offsets(
+    name: str, topic: str, queues: Mapping[str, Any], *, ending: bool
+) -> dict[QueueRef, int]:
+    """One topic's entries: `{"broker": {"queue id": offset}}` or `{"partition": offset}`."""
+    per_topic: dict[QueueRef, int] = {}
+    for ref, value in queues.items():
+        if isinstance(value, dict):
+            if not ref:
+                raise OptionError(name, f"topic {topic}: a broker name is empty")
+            for queue_id, offset in value.items():
+                key = QueueKey(ref, _queue_id(name, topic, ref, queue_id))
+                per_topic[key] = _offset(name, f"{topic}/{ref}/{queue_id}", offset, ending=ending)
+            continue
+        if not str(ref).isdigit() or int(ref) >= 2**31:
+            raise OptionError(name, f"{topic}/{ref}: partitions are integers, offsets integers")
+        per_topic[int(ref)] = _offset(name, f"{topic}/{ref}", value, ending=ending)
+    return per_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +178,7 @@ class ReadOptions:
     servers: str
     subscribe: tuple[str, ...] = ()
     subscribe_pattern: str | None = None
-    assign: Mapping[str, tuple[int, ...]] | None = None
+    assign: Mapping[str, tuple[QueueRef, ...]] | None = None
     starting: OffsetSpec = OffsetSpec(EARLIEST, {})
     ending: OffsetSpec = OffsetSpec(LATEST, {})
     max_offsets_per_trigger: int | None = None
@@ -92,6 +192,8 @@ class ReadOptions:
     """Bytes one pull may return."""
     failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S
     """How long a request is retried across a failover."""
+    legacy_offsets: LegacyOffsets = LegacyOffsets.AUTO
+    """How checkpoint offsets of the old positional layout are read."""
 
     def topic_filter(self, topic: str) -> bool:
         """Whether `subscribePattern` takes this topic (system topics never)."""
@@ -178,46 +280,68 @@ def _offset_spec(text: str | None, name: str, default: int, *, ending: bool) -> 
         parsed = json.loads(stripped)
     except json.JSONDecodeError:
         raise OptionError(
-            name, f'must be earliest, latest or JSON like {{"topic":{{"0":23}}}}, not {text!r}'
+            name,
+            'must be earliest, latest or JSON like {"topic":{"broker-a":{"0":23}}}, '
+            f"not {text!r}",
         ) from None
     if not isinstance(parsed, dict):
         raise OptionError(name, "the JSON must be an object of topics")
-    per_queue: dict[str, dict[int, int]] = {}
+    per_queue: dict[str, dict[QueueRef, int]] = {}
     for topic, queues in parsed.items():
         if not isinstance(queues, dict):
-            raise OptionError(name, f"topic {topic!r} must map partitions to offsets")
-        per_topic: dict[int, int] = {}
-        for partition, offset in queues.items():
-            if not str(partition).isdigit() or type(offset) is not int:
-                raise OptionError(
-                    name, f"{topic}/{partition}: partitions are integers, offsets integers"
-                )
-            if offset < EARLIEST or (ending and offset == EARLIEST):
-                allowed = "-1 (latest)" if ending else "-2 (earliest), -1 (latest)"
-                raise OptionError(
-                    name, f"{topic}/{partition}: offset {offset}; use >= 0 or {allowed}"
-                )
-            per_topic[int(partition)] = offset
-        per_queue[topic] = per_topic
+            raise OptionError(name, f"topic {topic!r} must map queues to offsets")
+        per_queue[topic] = _topic_offsets(name, topic, queues, ending=ending)
     return OffsetSpec(default, per_queue)
 
 
-def _assign(text: str) -> dict[str, tuple[int, ...]]:
+def _assigned(topic: str, queues: object) -> tuple[QueueRef, ...]:
+    """One topic's assignment: `[partition, ...]` or `{"broker": [queue id, ...]}`."""
+    refs: list[QueueRef] = []
+    if isinstance(queues, list) and all(type(p) is int and 0 <= p < 2**31 for p in queues):
+        refs += queues
+    elif isinstance(queues, dict) and all(
+        b and isinstance(ids, list) and all(type(i) is int for i in ids)
+        for b, ids in queues.items()
+    ):
+        for broker, ids in queues.items():
+            refs += [QueueKey(broker, _queue_id("assign", topic, broker, i)) for i in ids]
+    else:
+        raise OptionError(
+            "assign",
+            f"topic {topic!r} must list partitions ([669289472, ...]) or queues per broker group "
+            '({"broker-a": [0, 1]})',
+        )
+    unique = dict.fromkeys(refs)
+    return tuple(unique)
+
+
+def _assign(text: str) -> dict[str, tuple[QueueRef, ...]]:
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError:
-        raise OptionError("assign", f'must be JSON like {{"topic":[0,1]}}, not {text!r}') from None
+        raise OptionError(
+            "assign", f'must be JSON like {{"topic":{{"broker-a":[0,1]}}}}, not {text!r}'
+        ) from None
     if not isinstance(parsed, dict) or not parsed:
-        raise OptionError("assign", 'must be a non-empty JSON object like {"topic":[0,1]}')
-    result: dict[str, tuple[int, ...]] = {}
-    for topic, partitions in parsed.items():
-        if not isinstance(partitions, list) or not all(
-            type(p) is int and p >= 0 for p in partitions
-        ):
-            raise OptionError("assign", f"topic {topic!r} must list partitions (integers >= 0)")
+        raise OptionError(
+            "assign", 'must be a non-empty JSON object like {"topic":{"broker-a":[0,1]}}'
+        )
+    result: dict[str, tuple[QueueRef, ...]] = {}
+    for topic, queues in parsed.items():
         _topics(topic, "assign")
-        result[topic] = tuple(sorted(set(partitions)))
+        result[topic] = _assigned(topic, queues)
     return result
+
+
+def _legacy(options: Mapping[str, str]) -> LegacyOffsets:
+    text = options.get("legacyoffsets")
+    if text is None:
+        return LegacyOffsets.AUTO
+    for mode in LegacyOffsets:
+        if text.strip().lower() == mode.value.lower():
+            return mode
+    choices = " or ".join(m.value for m in LegacyOffsets)
+    raise OptionError("legacyOffsets", f"must be {choices}, not {text!r}")
 
 
 def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
@@ -237,7 +361,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
         )
     subscribe: tuple[str, ...] = ()
     pattern: str | None = None
-    assign: dict[str, tuple[int, ...]] | None = None
+    assign: dict[str, tuple[QueueRef, ...]] | None = None
     if "subscribe" in chosen:
         subscribe = _topics(options["subscribe"], "subscribe")
     elif "subscribepattern" in chosen:
@@ -274,6 +398,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
         group=options.get("groupid", "ferrymq-spark"),
         fetch_max_bytes=_positive(options, "fetchMaxBytes") or 4 * 1024 * 1024,
         failover_timeout_s=_failover_timeout(options),
+        legacy_offsets=_legacy(options),
     )
 
 

@@ -5,13 +5,14 @@
 | key | binary | the KEYS property (UTF-8), null without keys |
 | value | binary | the body |
 | topic | string | |
-| partition | int | topic-global queue index |
+| partition | int | the queue's stable partition number (`plan.stable_partition`) |
 | offset | long | queue offset |
 | timestamp | timestamp | born (producer) time |
 | timestampType | int | 0 (CreateTime) |
 | headers | array<struct<key:string,value:binary>> | every property, by name; with includeHeaders |
 | tags, keys | string, array<string> | with includeFerryColumns |
 | msgId, storeTimestamp | string, timestamp | with includeFerryColumns |
+| brokerName, queueId | string, int | broker group, queue id; with includeFerryColumns |
 
 Batches are built from `RecordBuffers` (the pulled records decoded straight into Arrow's buffer
 layout, by the C accelerator when built): the arrays are wrapped around those buffers with no
@@ -39,6 +40,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ferrymq.spark.plan import QueueRange
 from ferrymq.wire import properties as props
 from ferrymq.wire.records import RecordBuffers
 
@@ -66,6 +68,8 @@ def read_schema(*, include_headers: bool, include_ferry_columns: bool) -> Struct
             StructField("keys", ArrayType(StringType())),
             StructField("msgId", StringType()),
             StructField("storeTimestamp", TimestampType()),
+            StructField("brokerName", StringType()),
+            StructField("queueId", IntegerType()),
         ]
     return StructType(fields)
 
@@ -103,14 +107,14 @@ def _timestamps(millis: bytes, count: int, kind: Any) -> Any:
     return _over(pa.timestamp("ms", tz=kind.tz), count, None, millis).cast(kind)
 
 
-def _chunk(records: RecordBuffers, topic: str, partition: int, schema: Any) -> list[Any]:
+def _chunk(records: RecordBuffers, queue: QueueRange, schema: Any) -> list[Any]:
     names = set(schema.names)
     count = records.count
     columns: dict[str, Any] = {
         "key": _over(pa.binary(), count, records.key_validity, records.key_ends, records.keys),
         "value": _over(pa.binary(), count, None, records.body_ends, records.bodies),
-        "topic": pa.repeat(pa.scalar(topic, pa.string()), count),
-        "partition": pa.repeat(pa.scalar(partition, pa.int32()), count),
+        "topic": pa.repeat(pa.scalar(queue.topic, pa.string()), count),
+        "partition": pa.repeat(pa.scalar(queue.partition, pa.int32()), count),
         "offset": _over(pa.int64(), count, None, records.queue_offsets),
         "timestamp": _timestamps(records.born_timestamps_ms, count, schema.field("timestamp").type),
         "timestampType": pa.repeat(pa.scalar(0, pa.int32()), count),
@@ -122,6 +126,9 @@ def _chunk(records: RecordBuffers, topic: str, partition: int, schema: Any) -> l
         columns["tags"] = [m.get(props.TAGS) for m in maps]
         columns["keys"] = [props.keys_of(m) or None for m in maps]
         columns["msgId"] = [m.get(props.UNIQ_KEY) or None for m in maps]
+    if "brokerName" in names:
+        columns["brokerName"] = pa.repeat(pa.scalar(queue.broker_name, pa.string()), count)
+        columns["queueId"] = pa.repeat(pa.scalar(queue.queue_id, pa.int32()), count)
     if "storeTimestamp" in names:
         columns["storeTimestamp"] = _timestamps(
             records.store_timestamps_ms, count, schema.field("storeTimestamp").type
@@ -133,9 +140,9 @@ def _chunk(records: RecordBuffers, topic: str, partition: int, schema: Any) -> l
     ]
 
 
-def to_batch(pulls: Sequence[RecordBuffers], topic: str, partition: int, schema: Any) -> Any:
-    """One Arrow record batch of pulled records of one partition, in `schema` (`arrow_schema`)."""
-    chunks = [_chunk(records, topic, partition, schema) for records in pulls]
+def to_batch(pulls: Sequence[RecordBuffers], queue: QueueRange, schema: Any) -> Any:
+    """One Arrow record batch of pulled records of one queue's range, in `schema`."""
+    chunks = [_chunk(records, queue, schema) for records in pulls]
     if len(chunks) == 1:
         return pa.RecordBatch.from_arrays(chunks[0], schema=schema)
     return pa.RecordBatch.from_arrays(

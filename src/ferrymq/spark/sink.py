@@ -1,10 +1,15 @@
 """Writing to ferrymq from Spark, exactly once: `df.write` and `df.writeStream.format("ferrymq")`.
 
 Input columns (Kafka's sink shape): `value` (binary or string, required), `key` (binary or
-string: the KEYS property), `topic` (unless the `topic` option is set, which wins), `partition`
-(a topic-global queue index), `headers` (array<struct<key:string,value:binary|string>>: message
-properties), `tags` (string). The queue of a row: its `partition`, else a CRC-32 hash of its key,
-else round robin.
+string: the KEYS property), `topic` (unless the `topic` option is set, which wins), `partition`,
+`headers` (array<struct<key:string,value:binary|string>>: message properties), `tags` (string).
+The queue of a row (`partition_queue`): its `partition`, else a CRC-32 hash of its key, else
+round robin. A partition >= 1024 is a stable partition number (what a read's `partition` column
+shows: `plan.stable_partition`), the queue of that broker group and queue id whatever the route,
+so rows read and written back with their partition land in the queue they came from; it must be
+a writable queue of the topic's route now. A partition below 1024 is, as in Kafka, an index into
+the topic's writable queues ordered by broker name, then queue id: which queue that is depends on
+the route at the time of the write.
 
 Exactly once, whatever Spark replays (design):
 - every `write()` task is one transaction: a fresh transaction id; its rows are prepared on the
@@ -58,13 +63,25 @@ from pyspark.sql.types import StructType
 from ferrymq.client.sink import SinkClient
 from ferrymq.model import MessageQueue, validate_topic
 from ferrymq.spark.options import OptionError, WriteOptions
+from ferrymq.spark.plan import (
+    check_group_codes,
+    group_code,
+    is_stable_partition,
+    partition_queue,
+)
 from ferrymq.spark.retry import retryable
 from ferrymq.wire import properties as props
 from ferrymq.wire.msgid import UniqueIdGenerator
 from ferrymq.wire.properties import encode_properties
 from ferrymq.wire.records import BatchItem
 
-__all__ = ["FerryBatchWriter", "FerryCommit", "FerryStreamWriter", "commit_batch"]
+__all__ = [
+    "FerryBatchWriter",
+    "FerryCommit",
+    "FerryStreamWriter",
+    "commit_batch",
+    "queue_of_partition",
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +104,35 @@ def _check_columns(schema: StructType, options: WriteOptions) -> None:
         raise OptionError("value", "the rows to write need a value column (binary or string)")
     if options.topic is None and "topic" not in names:
         raise OptionError("topic", "set the topic option or give the rows a topic column")
+
+
+def queue_of_partition(topic: str, partition: int, queues: list[MessageQueue]) -> MessageQueue:
+    """The writable queue a row's `partition` names (`queues`: the topic's, in route order).
+
+    Raises:
+        OptionError: no such queue in the route now.
+        PartitionCollisionError: two groups of the route share the number's group code.
+    """
+    if is_stable_partition(partition):
+        check_group_codes(topic, (q.broker_name for q in queues))
+        code, queue_id = partition_queue(partition)
+        for queue in queues:
+            if group_code(queue.broker_name) == code and queue.queue_id == queue_id:
+                return queue
+        groups = sorted({q.broker_name for q in queues if group_code(q.broker_name) == code})
+        where = f"broker group {groups[0]}" if groups else "no broker group of the route now"
+        raise OptionError(
+            "partition",
+            f"topic {topic}: partition {partition} is queue {queue_id} of the broker group with "
+            f"code {code} ({where}), not a writable queue of the topic's route now",
+        )
+    if not 0 <= partition < len(queues):
+        raise OptionError(
+            "partition",
+            f"topic {topic} has {len(queues)} writable queues; partition {partition} is neither "
+            "one of their positions nor a stable partition number (>= 1024)",
+        )
+    return queues[partition]
 
 
 def _text(value: object) -> str:
@@ -129,12 +175,7 @@ class _Stager:
     ) -> MessageQueue:
         queues = await client.queues(topic)
         if partition is not None:
-            if not 0 <= partition < len(queues):
-                raise OptionError(
-                    "partition",
-                    f"topic {topic} has {len(queues)} partitions; {partition} is not one",
-                )
-            return queues[partition]
+            return queue_of_partition(topic, partition, queues)
         if key is not None:
             data = key if isinstance(key, bytes) else str(key).encode()
             return queues[zlib.crc32(data) % len(queues)]

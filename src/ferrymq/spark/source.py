@@ -4,15 +4,23 @@ Where things run (PySpark 4.3 Python Data Source API): the DataSource and the re
 pickled, so they hold options and plain values only, never a connection. Every call that talks
 to ferrymq opens a client inside `asyncio.run` (or one event loop for a task's read), in the
 planner (batch ranges), the driver-side stream runner (offsets), or an executor (reads, writes).
+Those talks go through a `QueueSource` (`FerryQueues`; a test gives a model cluster instead).
 
-Streaming offsets are `{"topic": {"partition": next offset}}` JSON (see `plan.py`), so a query
-restarted from its checkpoint re-reads exactly the ranges of the batch it had not committed:
+Streaming offsets name queues, `{"topic": {"broker": {"queue id": next offset}}}` (`plan.py`),
+so no route change shifts them, and a query restarted from its checkpoint re-reads exactly the
+ranges of the batch it had not committed:
 - `initialOffset` resolves `startingOffsets` once (Spark asks twice on a first start);
-- `latestOffset` lists the queues again, so queues and (with `subscribePattern`) topics added
-  mid-stream join: a new queue first appears at its min offset, and is read from the next
-  micro-batch on (the ranges of every batch depend only on its checkpointed start and end);
+- `latestOffset` lists the queues again: queues and (with `subscribePattern`) topics new in the
+  route join at their min offset and are read from the next micro-batch on; queues absent from
+  the route now (their group left it while all its replicas were down, or the topic has fewer
+  queues) keep their offsets, and are read on when they return;
+- `partitions(start, end)` builds the ranges from the two offsets alone, with no listing: a range
+  of a queue the route lacks when it is read waits for it for `failoverTimeoutMs`, then fails
+  the query retryably; it is never dropped;
 - `maxOffsetsPerTrigger` is Spark's `ReadMaxRows`, split over queues by backlog;
-  `Trigger.AvailableNow` reads up to the offsets seen when the query started, then stops.
+  `Trigger.AvailableNow` reads up to the offsets seen when its first batch is planned, then stops;
+- a checkpoint written in the old positional layout is read when it maps unambiguously, or as
+  `legacyOffsets` says (`plan.parse_offsets`), else refused with `LegacyOffsetsError`.
 
 Every talk with ferrymq rides out a failover (`retry.with_failover`, for `failoverTimeoutMs`)
 and then fails with `RetryableQueryError`: restarting from the checkpoint is safe.
@@ -22,8 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -42,28 +50,35 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ferrymq.client.consumer import PullConsumer
+from ferrymq.errors import TopicNotFoundError
 from ferrymq.rpc.loop import new_event_loop
-from ferrymq.spark.fetch import (
-    Partition,
-    list_queues,
-    queue_bounds,
-    read_range,
-    resolve_offsets,
+from ferrymq.spark.fetch import list_queues, queue_bounds, read_range, resolve_offsets
+from ferrymq.spark.options import (
+    EARLIEST,
+    ReadOptions,
+    parse_read_options,
+    parse_write_options,
 )
-from ferrymq.spark.options import ReadOptions, parse_read_options, parse_write_options
 from ferrymq.spark.plan import (
+    Bounds,
     Offsets,
+    QueueKey,
     QueueRange,
     cap_rows,
+    check_group_codes,
+    highs,
+    legacy_topics,
+    next_offsets,
     offsets_json,
     parse_offsets,
+    plan_ranges,
     split_ranges,
 )
 from ferrymq.spark.retry import with_failover
 from ferrymq.spark.rows import arrow_schema, read_schema, to_batch
 from ferrymq.wire.records import RecordBuffers
 
-__all__ = ["FerryDataSource", "RangePartition"]
+__all__ = ["FerryDataSource", "FerryQueues", "QueueSource", "RangePartition"]
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +179,7 @@ def read_partition(
                 _collect(chunks, _ROWS_PER_BATCH, _BYTES_PER_BATCH)
             )
             if pulls:
-                yield to_batch(pulls, queue_range.topic, queue_range.partition, arrow)
+                yield to_batch(pulls, queue_range, arrow)
             if done:
                 break
     finally:
@@ -176,48 +191,86 @@ def read_partition(
             loop.close()
 
 
-async def _snapshot(
-    options: ReadOptions,
-) -> tuple[list[Partition], dict[tuple[str, int], tuple[int, int]]]:
-    """The queues of the read and their bounds (retried across a failover)."""
+class QueueSource(Protocol):
+    """What the readers ask of ferrymq: the route and bounds of queues, and a range's rows."""
 
-    async def attempt() -> tuple[list[Partition], dict[tuple[str, int], tuple[int, int]]]:
-        async with PullConsumer(options.servers, options.group) as consumer:
-            partitions = await list_queues(consumer, options)
-            return partitions, await queue_bounds(consumer, partitions)
+    def bounds(self, options: ReadOptions, start: Offsets | None) -> Bounds:
+        """The covered queues' (min, max) offsets now (`fetch.list_queues` says which)."""
+        ...
 
-    return await with_failover(
-        "listing the queues and offsets to read", attempt, budget=options.failover_timeout_s
-    )
+    def routes(self, options: ReadOptions, topics: Sequence[str]) -> dict[str, list[QueueKey]]:
+        """Each topic's readable queues now (none for a topic without a route)."""
+        ...
+
+    def read(
+        self, options: ReadOptions, queue_range: QueueRange, schema: StructType
+    ) -> Iterator[Any]:
+        """The range's rows (Arrow batches), in queue offset order."""
+        ...
 
 
-def _ranges(partitions: list[Partition], start: Offsets, end: Offsets) -> list[QueueRange]:
-    ranges: list[QueueRange] = []
-    for p in partitions:
-        if p.topic not in end or p.partition not in end[p.topic]:
-            continue
-        stop = end[p.topic][p.partition]
-        begin = start.get(p.topic, {}).get(p.partition, stop)
-        if stop > begin:
-            ranges.append(
-                QueueRange(p.topic, p.partition, p.queue.broker_name, p.queue.queue_id, begin, stop)
+class FerryQueues:
+    """The `QueueSource` of a real cluster (stateless, so a reader holding it pickles)."""
+
+    def bounds(self, options: ReadOptions, start: Offsets | None) -> Bounds:
+        """The covered queues' (min, max) offsets now (retried across a failover)."""
+
+        async def attempt() -> Bounds:
+            async with PullConsumer(options.servers, options.group) as consumer:
+                listing = await list_queues(consumer, options, start=start)
+                return await queue_bounds(consumer, listing)
+
+        return asyncio.run(
+            with_failover(
+                "listing the queues and offsets to read", attempt, budget=options.failover_timeout_s
             )
-    return ranges
+        )
+
+    def routes(self, options: ReadOptions, topics: Sequence[str]) -> dict[str, list[QueueKey]]:
+        """Each topic's readable queues now (retried across a failover)."""
+
+        async def attempt() -> dict[str, list[QueueKey]]:
+            found: dict[str, list[QueueKey]] = {}
+            async with PullConsumer(options.servers, options.group) as consumer:
+                for topic in topics:
+                    try:
+                        queues = await consumer.queues(topic)
+                    except TopicNotFoundError:
+                        queues = []
+                    found[topic] = [QueueKey(q.broker_name, q.queue_id) for q in queues]
+            return found
+
+        return asyncio.run(
+            with_failover("listing routes", attempt, budget=options.failover_timeout_s)
+        )
+
+    def read(
+        self, options: ReadOptions, queue_range: QueueRange, schema: StructType
+    ) -> Iterator[Any]:
+        """The range's rows as Arrow batches (`read_partition`)."""
+        return read_partition(options, queue_range, schema)
+
+
+FERRY_QUEUES = FerryQueues()
 
 
 class FerryBatchReader(DataSourceReader):
     """`spark.read.format("ferrymq")`: the ranges between startingOffsets and endingOffsets."""
 
-    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+    def __init__(
+        self, options: ReadOptions, schema: StructType, queues: QueueSource = FERRY_QUEUES
+    ) -> None:
         self._options = options
         self._schema = schema
-        partitions, bounds = asyncio.run(_snapshot(options))
-        start = resolve_offsets(options.starting, partitions, bounds, "startingOffsets")
-        end = resolve_offsets(options.ending, partitions, bounds, "endingOffsets")
-        for p in partitions:
-            high = bounds[(p.topic, p.partition)][1]
-            end[p.topic][p.partition] = min(end[p.topic][p.partition], high)
-        self._ranges = split_ranges(_ranges(partitions, start, end), options.min_partitions)
+        self._queues = queues
+        bounds = queues.bounds(options, None)
+        start = resolve_offsets(options.starting, bounds, "startingOffsets")
+        end = resolve_offsets(options.ending, bounds, "endingOffsets")
+        for topic, routed in bounds.items():
+            for key, (_, high) in routed.items():
+                end[topic][key] = min(end[topic][key], high)
+        ranges = plan_ranges(start, end, from_earliest=False)
+        self._ranges = split_ranges(ranges, options.min_partitions)
 
     def partitions(self) -> Sequence[InputPartition]:
         """One Spark partition per queue range."""
@@ -226,25 +279,47 @@ class FerryBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The range's messages as Arrow batches."""
         assert isinstance(partition, RangePartition)
-        yield from read_partition(self._options, partition.range, self._schema)
+        yield from self._queues.read(self._options, partition.range, self._schema)
 
 
 class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """`spark.readStream.format("ferrymq")`: micro-batches of queue ranges."""
 
-    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+    def __init__(
+        self, options: ReadOptions, schema: StructType, queues: QueueSource = FERRY_QUEUES
+    ) -> None:
         self._options = options
         self._schema = schema
-        self._initial: dict[str, dict[str, int]] | None = None
+        self._queues = queues
+        self._initial: dict[str, Any] | None = None
+        self._available_now = False
         self._target: Offsets | None = None
-        self._latest: dict[str, dict[str, int]] | None = None
+        self._latest: dict[str, Any] | None = None
+        self._mapped: set[str] = set()
 
-    def initialOffset(self) -> dict[str, dict[str, int]]:
+    def _offsets(self, data: Mapping[str, Any]) -> Offsets:
+        """Offsets from Spark's JSON; the old positional layout mapped by the route now."""
+        legacy = legacy_topics(data)
+        routes = self._queues.routes(self._options, legacy) if legacy else {}
+        offsets = parse_offsets(data, routes, self._options.legacy_offsets)
+        for topic in legacy:
+            if topic not in self._mapped:
+                self._mapped.add(topic)
+                log.info(
+                    "ferrymq source: checkpoint offsets of %s in the old positional layout "
+                    "read as %s (legacyOffsets=%s)",
+                    topic,
+                    offsets_json({topic: offsets[topic]})[topic],
+                    self._options.legacy_offsets.value,
+                )
+        return offsets
+
+    def initialOffset(self) -> dict[str, Any]:
         """StartingOffsets resolved (once: Spark asks twice on a first start)."""
         if self._initial is None:
-            partitions, bounds = asyncio.run(_snapshot(self._options))
+            bounds = self._queues.bounds(self._options, None)
             self._initial = offsets_json(
-                resolve_offsets(self._options.starting, partitions, bounds, "startingOffsets")
+                resolve_offsets(self._options.starting, bounds, "startingOffsets")
             )
         return self._initial
 
@@ -254,67 +329,48 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Fix the end of an AvailableNow run: what every queue holds now."""
-        partitions, bounds = asyncio.run(_snapshot(self._options))
-        self._target = {}
-        for p in partitions:
-            self._target.setdefault(p.topic, {})[p.partition] = bounds[(p.topic, p.partition)][1]
+        """End an AvailableNow run at what every queue holds when its first batch is planned."""
+        self._available_now = True
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Where the next micro-batch ends."""
-        begin = parse_offsets(start)
-        partitions, bounds = asyncio.run(_snapshot(self._options))
-        end: Offsets = {topic: dict(queues) for topic, queues in begin.items()}
-        for p in partitions:
-            low, high = bounds[(p.topic, p.partition)]
-            known = begin.get(p.topic, {}).get(p.partition)
-            if known is None:
-                end.setdefault(p.topic, {})[p.partition] = low  # new: read from next batch on
-                log.info(
-                    "ferrymq source: new partition %s/%d from offset %d", p.topic, p.partition, low
-                )
-                continue
-            if self._target is not None:
-                high = min(high, self._target.get(p.topic, {}).get(p.partition, known))
-            end[p.topic][p.partition] = max(known, high)
+        begin = self._offsets(start)
+        bounds = self._queues.bounds(self._options, begin)
+        if self._available_now and self._target is None:
+            self._target = highs(bounds)
+        end, joined = next_offsets(begin, bounds, self._target)
+        for topic, key, low in joined:
+            log.info(
+                "ferrymq source: new queue %s/%s/%d from offset %d",
+                topic,
+                key.broker_name,
+                key.queue_id,
+                low,
+            )
         if isinstance(limit, ReadMaxRows):
             end = cap_rows(begin, end, limit.max_rows)
+        for topic, queues in end.items():
+            check_group_codes(topic, (key.broker_name for key in queues))
         self._latest = offsets_json(end)
         return self._latest
 
-    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         """The last end offsets seen (shown in query progress)."""
         return self._latest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """The queue ranges between two offsets (the same ranges when Spark replays a batch)."""
-        begin, stop = parse_offsets(start), parse_offsets(end)
+        """The queue ranges between two offsets, from the offsets alone (the same on a replay)."""
+        begin, stop = self._offsets(start), self._offsets(end)
         if begin == stop:
             return []
-        options = self._options
-        topics = sorted(stop)
-
-        async def queues() -> list[Partition]:
-            async with PullConsumer(options.servers, options.group) as consumer:
-                found: list[Partition] = []
-                for topic in topics:
-                    found += [
-                        Partition(topic, i, q) for i, q in enumerate(await consumer.queues(topic))
-                    ]
-                return found
-
-        found = asyncio.run(
-            with_failover(
-                "listing the queues of a micro-batch", queues, budget=options.failover_timeout_s
-            )
-        )
-        ranges = _ranges(found, begin, stop)
-        return [RangePartition(r) for r in split_ranges(ranges, options.min_partitions)]
+        from_earliest = self._options.starting.default == EARLIEST
+        ranges = plan_ranges(begin, stop, from_earliest=from_earliest)
+        return [RangePartition(r) for r in split_ranges(ranges, self._options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The range's messages as Arrow batches."""
         assert isinstance(partition, RangePartition)
-        yield from read_partition(self._options, partition.range, self._schema)
+        yield from self._queues.read(self._options, partition.range, self._schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing: the checkpoint holds the offsets."""
