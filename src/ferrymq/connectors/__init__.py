@@ -1,0 +1,1 @@
+"""Connector plugins (the `ferrymq.connectors` entry points) and the task runtime on Spark."""

@@ -1,0 +1,176 @@
+"""The Connect task runtime on Spark: one SparkSession per worker, one streaming query per task.
+
+The session starts lazily, on the worker's first task (a worker with only paused or stopped
+connectors starts no JVM), with `ferrymq.spark.session.local_session` on `local[*]` by default
+or `sparkMaster` when the work outgrows one machine. Every Spark call runs on one dedicated
+thread: Spark finds a Python data source's sink through the session of the calling thread, and
+the event loop must never block on the JVM.
+
+The runtime owns what a plugin's query must not choose: the checkpoint
+(`<storePathRootDir>/<cluster>/<connector>/<incarnation>/<task>`, created afresh when an offsets
+change is applied), the query name (`<connector>-<task>`), and the task's fencing generation
+(passed in `TaskContext`). A task's state comes from its query: active or not, its exception,
+its last progress (batch id, rows/s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import shutil
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ferrymq.connect.plugin import Plugins, TaskContext
+from ferrymq.connect.state import TaskKey
+from ferrymq.connect.tasks import TaskSpec
+
+__all__ = ["SparkTaskRunner"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_APPLIED = "ferrymq-offsets-request"
+"""A file in a task's checkpoint directory: the offsets change it was started from."""
+
+
+@dataclass(slots=True)
+class _Query:
+    query: Any
+    run_id: str
+    trace: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class SparkTaskRunner:
+    """Runs tasks as Spark Structured Streaming queries of their plugins."""
+
+    def __init__(
+        self,
+        plugins: Plugins,
+        *,
+        cluster_id: str,
+        namesrv_addr: str,
+        state_dir: Path,
+        spark_master: str = "local[*]",
+        session_factory: Callable[[str, str], Any] | None = None,
+    ) -> None:
+        self._plugins = plugins
+        self._cluster_id = cluster_id
+        self._namesrv_addr = namesrv_addr
+        self._state_dir = state_dir
+        self._master = spark_master
+        self._factory = session_factory
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spark")
+        self._spark: Any = None
+        self._queries: dict[TaskKey, _Query] = {}
+
+    async def _on_spark(self, work: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, work)
+
+    def _session(self) -> Any:
+        if self._spark is None:
+            if self._factory is None:
+                from ferrymq.spark.session import local_session
+
+                self._spark = local_session(f"ferrymq-connect-{self._cluster_id}", self._master)
+            else:
+                self._spark = self._factory(f"ferrymq-connect-{self._cluster_id}", self._master)
+        return self._spark
+
+    def checkpoint_dir(self, key: TaskKey) -> Path:
+        """Where a task's checkpoint lives."""
+        connector, incarnation, task = key
+        return self._state_dir / self._cluster_id / connector / incarnation / str(task)
+
+    async def start(self, spec: TaskSpec) -> str:
+        """Start the task's query (the session first, if this is the worker's first task)."""
+        _, cls = self._plugins.resolve(spec.connector_config["connector.class"])
+        plugin = cls()
+        checkpoint = self.checkpoint_dir(spec.key)
+        context = TaskContext(
+            connector=spec.key[0],
+            incarnation=spec.key[1],
+            task=spec.key[2],
+            generation=spec.generation,
+            cluster_id=self._cluster_id,
+            namesrv_addr=self._namesrv_addr,
+            checkpoint_dir=str(checkpoint),
+            extra={"offsets": spec.offsets},
+        )
+
+        def run() -> _Query:
+            if spec.offsets is not None:
+                marker = checkpoint / _APPLIED
+                applied = marker.read_text() if marker.exists() else ""
+                if applied != spec.offsets.request_id:  # start over from the changed offsets
+                    shutil.rmtree(checkpoint, ignore_errors=True)
+                    checkpoint.mkdir(parents=True, exist_ok=True)
+                    marker.write_text(spec.offsets.request_id)
+            checkpoint.mkdir(parents=True, exist_ok=True)
+            query = plugin.build(self._session(), spec.task_config, context)
+            return _Query(query, str(query.runId))
+
+        started = await self._on_spark(run)
+        self._queries[spec.key] = started
+        log.info(
+            "task %s/%d started: query %s, generation %d",
+            spec.key[0],
+            spec.key[2],
+            started.run_id,
+            spec.generation,
+        )
+        return started.run_id
+
+    async def stop(self, key: TaskKey) -> None:
+        """Stop the task's query (its checkpoint stays)."""
+        running = self._queries.pop(key, None)
+        if running is not None:
+            await self._on_spark(running.query.stop)
+
+    async def refresh(self) -> None:
+        """Read every query's state and last progress."""
+
+        def read() -> None:
+            for running in self._queries.values():
+                query = running.query
+                if not query.isActive and running.trace is None:
+                    error = query.exception()
+                    running.trace = (
+                        "".join(traceback.format_exception(error)) if error else "the query stopped"
+                    )
+                progress = query.lastProgress
+                if progress:
+                    running.metrics = {
+                        "batch_id": progress.get("batchId"),
+                        "input_rows_per_second": progress.get("inputRowsPerSecond"),
+                        "processed_rows_per_second": progress.get("processedRowsPerSecond"),
+                        "num_input_rows": progress.get("numInputRows"),
+                    }
+
+        if self._queries:
+            await self._on_spark(read)
+
+    def failure(self, key: TaskKey) -> str | None:
+        """The trace of a query that ended by itself (after `refresh`)."""
+        running = self._queries.get(key)
+        return None if running is None else running.trace
+
+    def metrics(self, key: TaskKey) -> dict[str, Any]:
+        """The query's last progress figures (after `refresh`)."""
+        running = self._queries.get(key)
+        return {} if running is None else dict(running.metrics)
+
+    async def close(self) -> None:
+        """Stop every query and the session."""
+        for key in list(self._queries):
+            await self.stop(key)
+        if self._spark is not None:
+            spark, self._spark = self._spark, None
+            await self._on_spark(spark.stop)
+        self._thread.shutdown(wait=False)
