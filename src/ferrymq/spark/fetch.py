@@ -48,7 +48,6 @@ __all__ = [
     "queue_bounds",
     "read_range",
     "resolve_offsets",
-    "routed",
 ]
 
 log = logging.getLogger(__name__)
@@ -134,9 +133,9 @@ def resolve_offsets(spec: OffsetSpec, bounds: Bounds, option: str) -> Offsets:
     for topic, refs in spec.per_queue.items():
         if topic not in bounds:
             raise OptionError(option, f"topic {topic} is not a topic of this read")
-        routed = sorted(bounds[topic])
+        covered = sorted(bounds[topic])
         for ref, offset in refs.items():
-            key = resolve_queue(option, topic, ref, routed)
+            key = resolve_queue(option, topic, ref, covered)
             if (topic, key) in asked:
                 raise OptionError(
                     option, f"{topic}: {key.broker_name} queue {key.queue_id} is named twice"
@@ -153,7 +152,9 @@ def resolve_offsets(spec: OffsetSpec, bounds: Bounds, option: str) -> Offsets:
     return offsets
 
 
-async def routed(consumer: PullConsumer, queue: MessageQueue, *, refresh: bool = False) -> None:
+async def _require_routed(
+    consumer: PullConsumer, queue: MessageQueue, *, refresh: bool = False
+) -> None:
     """Return if the queue is in its topic's route now, else raise a (transient) `ConnectError`."""
     try:
         route = await consumer.routes.get(queue.topic, refresh=refresh)
@@ -171,14 +172,16 @@ async def routed(consumer: PullConsumer, queue: MessageQueue, *, refresh: bool =
 async def _pull(
     consumer: PullConsumer, queue: MessageQueue, offset: int, max_messages: int, max_bytes: int
 ) -> ColumnPull:
-    """One pull of a routed queue (`routed`): a read never skips a queue the route lacks."""
-    await routed(consumer, queue)
+    """One pull of a queue in the route (`_require_routed`): no pull of a queue the route lacks."""
+    await _require_routed(consumer, queue)
     try:
         return await consumer.pull_columns(
             queue, offset, max_messages=max_messages, max_bytes=max_bytes
         )
     except RemoteError:
-        await routed(consumer, queue, refresh=True)  # a queue the route lost since: transient
+        # a queue the route lost since (its count shrank: the broker says the id is illegal)
+        # makes the error transient; any other refusal stands
+        await _require_routed(consumer, queue, refresh=True)
         raise
 
 
@@ -224,7 +227,7 @@ async def read_range(
     if offset == EARLIEST:
 
         async def low() -> int:
-            await routed(consumer, queue)
+            await _require_routed(consumer, queue)
             return await consumer.min_offset(queue)
 
         offset = await with_failover(
