@@ -132,6 +132,8 @@ def test_a_position_is_refused_once_a_topic_spans_several_groups() -> None:
     assert resolve_queue("startingOffsets", "T", 2, A) == A[2]
     with pytest.raises(OptionError, match="has 4 partitions; 4 is not one"):
         resolve_queue("startingOffsets", "T", 4, A)
+    with pytest.raises(OptionError, match="no readable queue in its route now"):
+        resolve_queue("startingOffsets", "T", 0, [])
     with pytest.raises(OptionError) as refused:
         resolve_queue("startingOffsets", "T", 2, A + B)
     message = str(refused.value)

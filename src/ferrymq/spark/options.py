@@ -122,12 +122,14 @@ def resolve_queue(option: str, topic: str, ref: QueueRef, routed: Sequence[Queue
             )
         return found[0]
     groups = sorted({k.broker_name for k in routed})
+    if not groups:
+        raise OptionError(option, f"topic {topic} has no readable queue in its route now")
     if len(groups) != 1:
         raise OptionError(
             option,
             f"topic {topic} spans {len(groups)} broker groups ({', '.join(groups)}), so partition "
             f"{ref}, a position in its route, does not name one queue: "
-            + _forms(topic, min(routed, default=QueueKey("broker-a", 0))),
+            + _forms(topic, min(routed)),
         )
     key = QueueKey(groups[0], ref)
     if key not in routed:
@@ -136,7 +138,7 @@ def resolve_queue(option: str, topic: str, ref: QueueRef, routed: Sequence[Queue
 
 
 def _queue_id(option: str, topic: str, broker: str, text: object) -> int:
-    if not str(text).isdigit() or int(str(text)) >= MAX_QUEUES_PER_GROUP:
+    if not str(text).isdecimal() or int(str(text)) >= MAX_QUEUES_PER_GROUP:
         raise OptionError(
             option, f"{topic}/{broker}: queue ids are integers 0..{MAX_QUEUES_PER_GROUP - 1}"
         )
@@ -165,7 +167,7 @@ def _topic_offsets(
                 key = QueueKey(ref, _queue_id(name, topic, ref, queue_id))
                 per_topic[key] = _offset(name, f"{topic}/{ref}/{queue_id}", offset, ending=ending)
             continue
-        if not str(ref).isdigit() or int(ref) >= 2**31:
+        if not str(ref).isdecimal() or int(ref) >= 2**31:
             raise OptionError(name, f"{topic}/{ref}: partitions are integers, offsets integers")
         per_topic[int(ref)] = _offset(name, f"{topic}/{ref}", value, ending=ending)
     return per_topic
@@ -221,7 +223,7 @@ def _servers(options: Mapping[str, str]) -> str:
     addresses = [a.strip() for a in re.split(r"[;,]", servers) if a.strip()]
     for address in addresses:
         host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit():
+        if not sep or not host or not port.isdecimal():
             raise OptionError("servers", f"{address!r} is not HOST:PORT")
     return ";".join(addresses)
 

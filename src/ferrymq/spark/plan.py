@@ -202,7 +202,7 @@ def _new_form(topic: str, brokers: Mapping[str, Any]) -> dict[QueueKey, int]:
         if not isinstance(queues, Mapping):
             raise ValueError(f"offsets of topic {topic}, broker {broker}: not an object")
         for queue_id, offset in queues.items():
-            if not str(queue_id).isdigit() or not _is_int(offset):
+            if not str(queue_id).isdecimal() or not _is_int(offset):
                 raise ValueError(f"offsets of topic {topic}/{broker}/{queue_id}: not integers")
             parsed[QueueKey(broker, int(queue_id))] = offset
     return parsed
@@ -211,7 +211,7 @@ def _new_form(topic: str, brokers: Mapping[str, Any]) -> dict[QueueKey, int]:
 def _positions(topic: str, queues: Mapping[str, Any]) -> dict[int, int]:
     positions: dict[int, int] = {}
     for position, offset in queues.items():
-        if not str(position).isdigit():
+        if not str(position).isdecimal():
             raise ValueError(f"offsets of topic {topic}: {position!r} is not a partition")
         positions[int(position)] = offset
     return positions
