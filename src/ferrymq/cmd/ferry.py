@@ -23,6 +23,7 @@ from ferrymq.chaos.runner import RunConfig, is_inside, run_inside, run_isolated
 from ferrymq.chaos.schedule import SCHEDULES, TOPOLOGIES
 from ferrymq.cli.admin import admin_group
 from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
+from ferrymq.cli.connect import connect_group
 from ferrymq.cli.duration import Duration
 from ferrymq.cli.stream import consume_command, produce_command
 from ferrymq.cmd.bench_broker import BrokerBenchConfig, ratios_to_nats, run_broker_bench
@@ -56,6 +57,7 @@ cli.add_command(controller_command)
 cli.add_command(admin_group)
 cli.add_command(produce_command)
 cli.add_command(consume_command)
+cli.add_command(connect_group)
 
 
 @cli.command("demo")
@@ -125,6 +127,14 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
     show_default=True,
 )
 @click.option(
+    "--connect",
+    "connect_workers",
+    type=click.IntRange(min=0, max=16),
+    default=0,
+    show_default=True,
+    help="Connect workers (REST on free ports; listed in the ready file).",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the cluster as JSON here once it serves.",
@@ -138,9 +148,10 @@ def up_command(
     host: str,
     port_base: int,
     flush_disk_type: str,
+    connect_workers: int,
     ready_file: Path | None,
 ) -> None:
-    """Run a local cluster (controllers, NameServer, brokers) until Ctrl-C or SIGTERM."""
+    """Run a local cluster (controllers, NameServer, brokers, Connect) until Ctrl-C or SIGTERM."""
     config = UpConfig(
         data_dir=data_dir or Path(tempfile.mkdtemp(prefix="ferrymq-up-")),
         groups=groups,
@@ -151,6 +162,7 @@ def up_command(
         port_base=port_base,
         flush_disk_type=flush_disk_type.upper(),
         ready_file=ready_file,
+        connect=connect_workers,
     )
     console = Console(stderr=True)
     status = 0
@@ -167,11 +179,22 @@ def up_command(
                 str(broker["pid"]),
                 broker["store_dir"],
             )
+        for worker in info["connect"]:
+            table.add_row(f"connect {worker['id']}", worker["url"], str(worker["pid"]), "")
         console.print(table)
         console.print(f"export NAMESRV_ADDR={info['namesrv']}   (Ctrl-C stops everything)")
+        if info["connect"]:
+            urls = ",".join(w["url"] for w in info["connect"])
+            console.print(f"export FERRY_CONNECT_URL={urls}")
 
     def died(child: Child, fatal: bool) -> None:
-        then = "stopping the cluster" if fatal else "its group fails over"
+        then = (
+            "stopping the cluster"
+            if fatal
+            else "the cluster goes on"
+            if child.name.startswith("connect-")
+            else "its group fails over"
+        )
         console.print(
             f"[red]{child.name} (pid {child.pid}) exited with {child.process.returncode}; "
             f"{then}; its log: {child.log_path}[/red]"

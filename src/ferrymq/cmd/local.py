@@ -78,8 +78,15 @@ def _prepare(workdir: Path, ready: Path) -> None:
     ready.unlink(missing_ok=True)
 
 
-async def spawn(name: str, args: list[str], workdir: Path, *, timeout: float = 30.0) -> Child:
-    """Start `ferry ARGS` and wait until it writes its ready file.
+async def spawn(
+    name: str,
+    args: list[str],
+    workdir: Path,
+    *,
+    timeout: float = 30.0,
+    env: dict[str, str] | None = None,
+) -> Child:
+    """Start `ferry ARGS` (with `env` added to this environment) and wait for its ready file.
 
     Raises:
         RuntimeError: it exited or did not get ready within `timeout`; the log tail says why.
@@ -95,6 +102,7 @@ async def spawn(name: str, args: list[str], workdir: Path, *, timeout: float = 3
             str(ready),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=log_file,
+            env=None if env is None else {**os.environ, **env},
         )
     child = Child(name, process, log_path)
     deadline = time.monotonic() + timeout

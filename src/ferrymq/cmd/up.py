@@ -6,6 +6,10 @@ free port. `--controllers 0` runs classic master/slave instead (static roles: a 
 SLAVEs); `--embedded-controller` runs the controller nodes inside NameServers (one NameServer
 per controller node) instead of as their own processes.
 
+`--connect N` (2 by default in `ferry up`) adds Connect workers (`ferry connect worker`, REST
+on free ports, one store directory each), listed in the ready file as
+`"connect": [{"id", "url", "pid"}, ...]`; a worker that dies is reported and the cluster goes on.
+
 `ProcessCluster` is also what `ferry demo` and `ferry bench failover` drive: it can kill and
 restart any child. `ferry up` writes the `--ready-file` JSON once everything serves, and stops
 every child it started, by PID, when told to. In controller mode a broker that dies is reported
@@ -18,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -27,7 +31,7 @@ from ferrymq.cmd.local import Child, spawn
 from ferrymq.cmd.measure import free_port
 from ferrymq.store.atomic import write_atomic
 
-__all__ = ["BrokerEntry", "ProcessCluster", "ReadyInfo", "UpConfig", "run_up"]
+__all__ = ["BrokerEntry", "ConnectEntry", "ProcessCluster", "ReadyInfo", "UpConfig", "run_up"]
 
 
 class BrokerEntry(TypedDict):
@@ -50,6 +54,14 @@ class ControllerEntry(TypedDict):
     pid: int
 
 
+class ConnectEntry(TypedDict):
+    """One Connect worker of the `--ready-file` object."""
+
+    id: str
+    url: str
+    pid: int
+
+
 class ReadyInfo(TypedDict):
     """The `--ready-file` object: where everything listens and which process it is."""
 
@@ -57,6 +69,7 @@ class ReadyInfo(TypedDict):
     namesrv_pid: int
     controllers: list[ControllerEntry]
     brokers: list[BrokerEntry]
+    connect: list[ConnectEntry]
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,8 @@ class UpConfig:
     cluster: str = "DefaultCluster"
     flush_disk_type: str = "ASYNC_FLUSH"
     ready_file: Path | None = None
+    connect: int = 0
+    """Connect workers (`ferry connect worker`, REST on free ports); `ferry up` asks for 2."""
 
     @property
     def controller_mode(self) -> bool:
@@ -107,6 +122,8 @@ class ProcessCluster:
         self.namesrvs: list[Child] = []
         self.brokers: dict[str, Child] = {}
         """Child name (`broker-a-1`, ...) -> process."""
+        self.workers: dict[str, Child] = {}
+        """Connect worker id (`connect-1`, ...) -> process."""
         self._args: dict[str, list[str]] = {}
 
     @property
@@ -117,7 +134,12 @@ class ProcessCluster:
     @property
     def children(self) -> list[Child]:
         """Every child, in start order."""
-        return [*self.controllers.values(), *self.namesrvs, *self.brokers.values()]
+        return [
+            *self.controllers.values(),
+            *self.namesrvs,
+            *self.brokers.values(),
+            *self.workers.values(),
+        ]
 
     async def start(self) -> None:
         """Controllers, NameServer(s), then every broker (started together, ready together).
@@ -161,6 +183,40 @@ class ProcessCluster:
                 names.append(name)
         await asyncio.gather(*(self.restart(name) for name in names))
         self.brokers = {name: self.brokers[name] for name in names}
+        workers = [f"connect-{i}" for i in range(1, config.connect + 1)]
+        await asyncio.gather(*(self.restart_worker(worker) for worker in workers))
+        self.workers = {worker: self.workers[worker] for worker in workers}
+
+    async def restart_worker(
+        self, worker_id: str, *, env: dict[str, str] | None = None, extra: Sequence[str] = ()
+    ) -> Child:
+        """Start Connect worker `worker_id` (again: it rejoins the cluster and replays the log).
+
+        `env` adds to its environment (test hooks), `extra` to its flags.
+        """
+        config = self.config
+        child = await spawn(
+            worker_id,
+            [
+                "connect",
+                "worker",
+                "--namesrv-addr",
+                self.namesrv_addr,
+                "--worker-id",
+                worker_id,
+                "--http-host",
+                config.host,
+                "--http-port",
+                "0",
+                "--store-path-root-dir",
+                str(config.data_dir / worker_id),
+                *extra,
+            ],
+            config.data_dir,
+            env=env,
+        )
+        self.workers[worker_id] = child
+        return child
 
     async def _start_controller(self, node: str, peers: str) -> None:
         config = self.config
@@ -257,6 +313,10 @@ class ProcessCluster:
             namesrv_pid=first.pid,
             controllers=controllers,
             brokers=entries,
+            connect=[
+                ConnectEntry(id=worker_id, url=str(child.info["url"]), pid=child.pid)
+                for worker_id, child in self.workers.items()
+            ],
         )
 
     async def stop(self) -> None:
@@ -306,7 +366,10 @@ async def run_up(
                 died.cancel()
                 return 0
             child = died.result()
-            fatal = not (config.controller_mode and child in cluster.brokers.values())
+            fatal = not (
+                (config.controller_mode and child in cluster.brokers.values())
+                or child in cluster.workers.values()
+            )
             on_exit(child, fatal)
             if fatal:
                 return 1
