@@ -1,0 +1,319 @@
+"""The PostgreSQL sink's column spec (`fields`) and the mapping of one JSON message body to a row.
+
+A sink's messages are JSON objects; the config's `fields` names the table's columns and their
+PostgreSQL types, and each column takes the body's field of the same name (Kafka Connect's JDBC
+sink maps a record's fields to columns by name the same way). Grammar, one entry per column,
+separated by commas: `name type [not null]`, e.g.
+`id bigint not null, name text, amount numeric(12,2), at timestamptz, tags jsonb`.
+
+Rules:
+1. Only the types below are accepted, and the SQL that declares a column is rebuilt from the
+   matched type (never the config's text), so a spec cannot inject SQL:
+   smallint, integer (int), bigint, real, double precision (float8), numeric/decimal[(p[,s])],
+   boolean, text, varchar(n) / character varying(n), char(n), date, timestamp,
+   timestamptz (timestamp with time zone), json, jsonb, uuid.
+2. `row_of(body)` returns either the row (Python values psycopg writes with COPY) or the reason
+   the body does not fit: not UTF-8 JSON, not an object, a `not null` or key field missing or
+   null, a value of the wrong JSON type, out of the type's range, longer than varchar(n), with
+   more digits than numeric(p,s), or an unparsable date. Such a body is malformed: it goes to the
+   dead-letter topic or fails the task (`errors.tolerance`), and never reaches COPY, so one bad
+   message cannot fail a whole transaction after the fact.
+3. Fields of the body that are not columns are ignored; a missing nullable field is NULL.
+   Timestamps take ISO 8601 text or epoch milliseconds (Kafka Connect's Timestamp); dates take
+   ISO text; json/jsonb take any JSON value.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from psycopg.types.json import Json, Jsonb
+
+__all__ = ["Column", "parse_fields", "row_of"]
+
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_TYPES: Final = (
+    (re.compile(r"smallint|int2"), "smallint"),
+    (re.compile(r"integer|int|int4"), "integer"),
+    (re.compile(r"bigint|int8"), "bigint"),
+    (re.compile(r"real|float4"), "real"),
+    (re.compile(r"double precision|float8|float"), "double precision"),
+    (re.compile(r"(?:numeric|decimal)(?:\((\d+)(?:,(\d+))?\))?"), "numeric"),
+    (re.compile(r"boolean|bool"), "boolean"),
+    (re.compile(r"text"), "text"),
+    (re.compile(r"(?:varchar|character varying)(?:\((\d+)\))?"), "varchar"),
+    (re.compile(r"(?:char|character)(?:\((\d+)\))?"), "char"),
+    (re.compile(r"date"), "date"),
+    (re.compile(r"timestamp(?: without time zone)?"), "timestamp"),
+    (re.compile(r"timestamptz|timestamp with time zone"), "timestamptz"),
+    (re.compile(r"json"), "json"),
+    (re.compile(r"jsonb"), "jsonb"),
+    (re.compile(r"uuid"), "uuid"),
+)
+_MAX_NUMERIC_DIGITS: Final = 1000
+"""numeric(p, s) takes 1 <= p <= 1000."""
+_INT_RANGES: Final = {
+    "smallint": (-(2**15), 2**15 - 1),
+    "integer": (-(2**31), 2**31 - 1),
+    "bigint": (-(2**63), 2**63 - 1),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column: its name, its type (as declared in SQL) and whether it may be NULL."""
+
+    name: str
+    kind: str
+    """The type family: smallint, integer, bigint, real, double precision, numeric, boolean,
+    text, varchar, char, date, timestamp, timestamptz, json, jsonb, uuid."""
+    not_null: bool = False
+    length: int | None = None
+    """varchar(n) / char(n): n; numeric(p, s): p."""
+    scale: int | None = None
+    """numeric(p, s): s."""
+
+    @property
+    def sql_type(self) -> str:
+        """The type as SQL declares it (rebuilt from the parse, never the config's text)."""
+        if self.kind == "numeric" and self.length is not None:
+            return f"numeric({self.length},{self.scale or 0})"
+        if self.kind in ("varchar", "char") and self.length is not None:
+            return f"{self.kind}({self.length})"
+        return self.kind
+
+
+def _split(spec: str) -> list[str]:
+    """Entries at parenthesis depth 0 (numeric(12,2) keeps its comma)."""
+    entries: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for char in spec:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            entries.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    entries.append("".join(current))
+    return [e.strip() for e in entries if e.strip()]
+
+
+def _column(entry: str) -> Column:
+    words = entry.split(None, 1)
+    if len(words) != 2:
+        raise ValueError(f"fields: {entry!r} needs a name and a type, e.g. 'id bigint'")
+    name, rest = words
+    if not _NAME.fullmatch(name):
+        raise ValueError(
+            f"fields: {name!r} is not a column name (letters, digits, _; not starting with a digit)"
+        )
+    text = " ".join(rest.lower().replace(" (", "(").replace(", ", ",").split())
+    not_null = text.endswith(" not null")
+    text = text.removesuffix(" not null").removesuffix(" null")
+    for pattern, kind in _TYPES:
+        match = pattern.fullmatch(text)
+        if match is None:
+            continue
+        length = scale = None
+        if kind == "numeric" and match.group(1):
+            length = int(match.group(1))
+            scale = int(match.group(2) or 0)
+            if not 1 <= length <= _MAX_NUMERIC_DIGITS or scale > length:
+                raise ValueError(
+                    f"fields: {name} {rest}: numeric(p,s) takes 1 <= p <= 1000, s <= p"
+                )
+        elif kind in ("varchar", "char") and match.group(1):
+            length = int(match.group(1))
+            if length < 1:
+                raise ValueError(f"fields: {name} {rest}: a length of at least 1")
+        return Column(name, kind, not_null, length, scale)
+    raise ValueError(
+        f"fields: {name} has the unsupported type {rest!r}; use smallint, integer, bigint, real, "
+        "double precision, numeric(p,s), boolean, text, varchar(n), char(n), date, timestamp, "
+        "timestamptz, json, jsonb or uuid"
+    )
+
+
+def parse_fields(spec: str, key_fields: Sequence[str] = ()) -> tuple[Column, ...]:
+    """The columns of a `fields` spec; key fields are NOT NULL.
+
+    Raises:
+        ValueError: an entry is malformed, a type unsupported, a name repeated, or a key field
+            is not a column.
+    """
+    columns = [_column(entry) for entry in _split(spec)]
+    if not columns:
+        raise ValueError("fields: name at least one column, e.g. 'id bigint, name text'")
+    names = [c.name for c in columns]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"fields: {', '.join(repeated)} named more than once")
+    missing = [k for k in key_fields if k not in names]
+    if missing:
+        raise ValueError(f"pk.fields: {', '.join(missing)} not among the fields")
+    return tuple(
+        Column(c.name, c.kind, True, c.length, c.scale) if c.name in key_fields else c
+        for c in columns
+    )
+
+
+class _MalformedError(ValueError):
+    """Why a value does not fit its column."""
+
+
+def _int(column: Column, value: object) -> int:
+    if type(value) is not int:
+        raise _MalformedError(f"expected an integer, got {_show(value)}")
+    low, high = _INT_RANGES[column.kind]
+    if not low <= value <= high:
+        raise _MalformedError(f"{value} is out of range for {column.kind}")
+    return value
+
+
+def _float(column: Column, value: object) -> float:
+    if type(value) not in (int, float):
+        raise _MalformedError(f"expected a number, got {_show(value)}")
+    return float(value)  # type: ignore[arg-type]  # int or float, checked above
+
+
+def _numeric(column: Column, value: object) -> decimal.Decimal:
+    if type(value) in (int, float):
+        number = decimal.Decimal(str(value))
+    elif isinstance(value, str):
+        try:
+            number = decimal.Decimal(value.strip())
+        except decimal.InvalidOperation:
+            raise _MalformedError(f"expected a number, got {_show(value)}") from None
+    else:
+        raise _MalformedError(f"expected a number, got {_show(value)}")
+    if not number.is_finite():
+        raise _MalformedError(f"{value} is not a finite number")
+    if column.length is not None:
+        scale = column.scale or 0
+        try:  # PostgreSQL rounds to the scale (half away from zero), then counts digits
+            with decimal.localcontext() as context:
+                context.prec = 2 * _MAX_NUMERIC_DIGITS
+                rounded = number.quantize(decimal.Decimal(1).scaleb(-scale), decimal.ROUND_HALF_UP)
+        except decimal.InvalidOperation:
+            raise _MalformedError(f"{value} has too many digits for {column.sql_type}") from None
+        integral = rounded.adjusted() + 1 if rounded and rounded.adjusted() >= 0 else 0
+        if integral > column.length - scale:
+            raise _MalformedError(f"{value} has too many digits for {column.sql_type}")
+    return number
+
+
+def _text(column: Column, value: object) -> str:
+    if not isinstance(value, str):
+        raise _MalformedError(f"expected a string, got {_show(value)}")
+    if "\x00" in value:
+        raise _MalformedError("a string holds a NUL character, which PostgreSQL text cannot")
+    if column.length is not None and len(value) > column.length:
+        raise _MalformedError(f"{len(value)} characters, longer than {column.sql_type}")
+    return value
+
+
+def _timestamp(column: Column, value: object) -> datetime.datetime:
+    aware = column.kind == "timestamptz"
+    if type(value) is int:
+        moment = datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
+        return moment if aware else moment.replace(tzinfo=None)
+    if not isinstance(value, str):
+        raise _MalformedError(f"expected ISO 8601 text or epoch milliseconds, got {_show(value)}")
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise _MalformedError(f"{_show(value)} is not an ISO 8601 timestamp") from None
+    return moment
+
+
+def _date(column: Column, value: object) -> datetime.date:
+    if not isinstance(value, str):
+        raise _MalformedError(f"expected an ISO 8601 date, got {_show(value)}")
+    try:
+        return datetime.date.fromisoformat(value)
+    except ValueError:
+        raise _MalformedError(f"{_show(value)} is not an ISO 8601 date") from None
+
+
+def _boolean(column: Column, value: object) -> bool:
+    if type(value) is not bool:
+        raise _MalformedError(f"expected true or false, got {_show(value)}")
+    return value
+
+
+def _uuid(column: Column, value: object) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value)) if isinstance(value, str) else _no_uuid(value)
+    except ValueError:
+        raise _MalformedError(f"{_show(value)} is not a UUID") from None
+
+
+def _no_uuid(value: object) -> uuid.UUID:
+    raise _MalformedError(f"expected a UUID string, got {_show(value)}")
+
+
+def _json(column: Column, value: object) -> Any:
+    return Jsonb(value) if column.kind == "jsonb" else Json(value)
+
+
+_CONVERT: Final = {
+    "smallint": _int,
+    "integer": _int,
+    "bigint": _int,
+    "real": _float,
+    "double precision": _float,
+    "numeric": _numeric,
+    "boolean": _boolean,
+    "text": _text,
+    "varchar": _text,
+    "char": _text,
+    "date": _date,
+    "timestamp": _timestamp,
+    "timestamptz": _timestamp,
+    "json": _json,
+    "jsonb": _json,
+    "uuid": _uuid,
+}
+
+
+def _show(value: object) -> str:
+    text = json.dumps(value) if not isinstance(value, bytes) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def row_of(columns: Sequence[Column], body: bytes | None) -> tuple[Any, ...] | str:
+    """The row a message body gives, or the reason it is malformed."""
+    if body is None:
+        return "the message has no body (null value)"
+    try:
+        document = json.loads(body)
+    except UnicodeDecodeError:
+        return "the body is not UTF-8 text"
+    except ValueError as exc:
+        return f"the body is not JSON: {exc}"
+    if not isinstance(document, dict):
+        return f"the body is JSON but not an object: {_show(document)}"
+    row: list[Any] = []
+    for column in columns:
+        value = document.get(column.name)
+        if value is None:
+            if column.not_null:
+                return f"field {column.name}: missing or null, but the column is NOT NULL"
+            row.append(None)
+            continue
+        try:
+            row.append(_CONVERT[column.kind](column, value))
+        except _MalformedError as exc:
+            return f"field {column.name} ({column.sql_type}): {exc}"
+    return tuple(row)

@@ -1,0 +1,1050 @@
+"""`PostgresSink`: ferrymq topics into PostgreSQL tables, exactly once (issue 19).
+
+Implements connect-anchors.md section 4.3, mode offsets: a task is one streaming query,
+`readStream.format("ferrymq")` (no shuffle: one Spark partition per queue range) into
+`writeStream.format("ferrymq-postgres")`, this module's `DataSourceStreamArrowWriter`. Config
+keys follow Kafka Connect and Confluent's JDBC sink (`PostgresSink.keys`; docs/connect.md).
+
+Exactly once, whatever Spark replays or whoever owns the task (rules):
+1. Each writer task (one queue range of one micro-batch) is ONE PostgreSQL transaction: it
+   inserts the missing rows of `ferry_connect_offsets` for its queues (ON CONFLICT DO NOTHING)
+   and locks them (SELECT ... FOR UPDATE); it skips every message whose offset is below the
+   stored `next_offset` (written by an earlier attempt, a replay or another owner); it COPYs the
+   rest into the table (insert mode) or into a temporary table merged with INSERT ... ON
+   CONFLICT (pk) DO UPDATE (upsert mode); it sets `next_offset` to the highest offset it handled
+   + 1 and the row's owner (task, generation); then it commits. Rows and offsets land together
+   or not at all, so Spark's driver-side commit has nothing left to do: a crash between the
+   PostgreSQL commit and Spark's `commits/<batch>` replays the batch, and every row of it is
+   skipped.
+2. The stored offsets are the truth and the Spark checkpoint a cache: a task whose checkpoint is
+   missing (a new owner elsewhere, an offsets change) starts each of its queues at the stored
+   `next_offset` (startingOffsets JSON by (broker group, queue id)), the others at
+   `startingOffsets` (earliest by default). A queue range never starts above the stored offset
+   (a writer's checkpoint only moves past what it committed), so skipping below it loses nothing.
+3. Fencing: `build` claims the task's queues (their rows take its task and generation) before
+   the query starts, and a writer whose task's stored generation is higher than its own rolls
+   back and fails with `FencedError`, so a zombie owner's in-flight and next transactions are
+   refused once a newer owner has started. Generations of different tasks are not comparable; a
+   queue that moved to another task (tasks.max changed) is taken over by it, and two writers of
+   one queue stay exact by rule 1 (the lock serialises them, the skip drops what one already
+   wrote).
+4. Offsets are keyed by (connector, incarnation, topic, broker, queue): a deleted and re-created
+   connector starts afresh; to carry offsets over, create it STOPPED and PATCH its offsets.
+   `offsets` reads them (GET /connectors/{c}/offsets), `check_offsets` vets a PATCH, and
+   `apply_offsets` applies an offsets change once (recorded by request id in
+   `ferry_connect_offsets_changes`), called by `build` at the task's start.
+5. Malformed messages (`postgres_columns.row_of`) fail the task (`errors.tolerance=none`) or go
+   to `errors.deadletterqueue.topic.name` with the reason in the `__connect.errors.*`
+   properties (`all`), sent before the transaction commits: at least once, like Kafka Connect's
+   dead-letter queue (a crash between the send and the commit sends them again; the properties
+   name the source topic, broker, queue and offset).
+6. A wrong password, an unreachable server, a missing table (auto.create=false) or a fenced
+   writer raise `PostgresConnectorError` naming the database without its password: from `build`
+   (the task shows FAILED with the trace) or from the writer (the query ends with it).
+
+Task split: `tasks.max` tasks; with one, the query subscribes to the topics (queues that appear
+later join). With more, a task reads the queues whose `(crc32(topic) + stable partition) %
+tasks` is its index (docs/spark.md "The stable partition number"), listed when it starts and
+named with `assign`: a route change moves no queue between tasks, and a queue added later is
+read once the tasks restart.
+
+Test-only crash point (honoured only with `FERRYMQ_TEST_HOOKS=1`):
+`FERRYMQ_TEST_CRASH_AT=after_pg_commit_before_spark_commit` (optionally
+`FERRYMQ_TEST_CRASH_BATCH=<batch id>`) kills the driver, JVM included, in the driver-side commit
+of a micro-batch, after every writer task's PostgreSQL commit and before Spark records the batch.
+The driver is `FERRYMQ_TEST_CRASH_PID`, else the parent of the JVM that started the commit's
+Python process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+import psycopg
+from psycopg import sql
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from ferrymq.connect.plugin import ConfigKey, ConfigType, ConnectorPlugin, TaskContext
+from ferrymq.connect.records import OffsetEntry, OffsetsPut
+from ferrymq.connectors.postgres import (
+    CONNECTION_KEYS,
+    FencedError,
+    PgTarget,
+    PostgresConnectorError,
+    parse_target,
+    qualified,
+    table_name,
+)
+from ferrymq.connectors.postgres_columns import Column, parse_fields, row_of
+from ferrymq.model import validate_topic
+from ferrymq.spark.plan import QueueKey, stable_partition
+
+__all__ = [
+    "CHANGES_TABLE",
+    "CRASH_POINT",
+    "FORMAT",
+    "OFFSETS_TABLE",
+    "PostgresSink",
+    "PostgresSinkDataSource",
+    "PostgresStreamWriter",
+    "SinkCommit",
+    "SinkSpec",
+    "task_owner",
+]
+
+log = logging.getLogger(__name__)
+
+FORMAT: Final = "ferrymq-postgres"
+OFFSETS_TABLE: Final = "ferry_connect_offsets"
+CHANGES_TABLE: Final = "ferry_connect_offsets_changes"
+CRASH_POINT: Final = "after_pg_commit_before_spark_commit"
+
+_OFFSETS_DDL: Final = f"""
+CREATE TABLE IF NOT EXISTS {OFFSETS_TABLE} (
+    connector text NOT NULL,
+    incarnation text NOT NULL,
+    topic text NOT NULL,
+    broker text NOT NULL,
+    queue integer NOT NULL,
+    next_offset bigint NOT NULL,
+    task integer NOT NULL,
+    generation bigint NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (connector, incarnation, topic, broker, queue)
+);
+CREATE TABLE IF NOT EXISTS {CHANGES_TABLE} (
+    connector text NOT NULL,
+    incarnation text NOT NULL,
+    request_id text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (connector, incarnation, request_id)
+)
+"""
+_DDL_LOCK: Final = 0x4645525259  # "FERRY": serialises CREATE TABLE IF NOT EXISTS across tasks
+_KEY: Final = "connector = %s AND incarnation = %s AND topic = %s AND broker = %s AND queue = %s"
+
+
+class SinkSpec(msgspec.Struct, frozen=True):
+    """Everything a writer task needs (a Spark option as JSON; no password in it)."""
+
+    connector: str
+    incarnation: str
+    task: int
+    generation: int
+    target: PgTarget
+    table_format: str
+    upsert: bool
+    pk_fields: tuple[str, ...]
+    columns: tuple[Column, ...]
+    auto_create: bool
+    dead_letter_topic: str | None
+    tolerate_errors: bool
+    batch_size: int
+    servers: str
+
+    def table(self, topic: str) -> tuple[str | None, str]:
+        """(schema, table) the messages of `topic` go to."""
+        return table_name(self.table_format.replace("${topic}", topic))
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    """What one writer task did: rows written, skipped (below the stored offsets), dead-lettered."""
+
+    written: int = 0
+    skipped: int = 0
+    dead: int = 0
+    next_offsets: dict[str, int] = field(default_factory=dict)
+    """topic/broker/queue -> the stored next offset after the commit."""
+
+
+def task_owner(topic: str, queue: QueueKey, tasks: int) -> int:
+    """Which of `tasks` tasks reads a queue (a function of names alone: routes do not move it)."""
+    number = stable_partition(queue.broker_name, queue.queue_id)
+    return (zlib.crc32(topic.encode()) + number) % tasks
+
+
+# ------------------------------------------------------------------------ config
+
+
+def _bool(config: Mapping[str, str], key: str, default: bool) -> bool:
+    return (config.get(key) or str(default)).strip().lower() == "true"
+
+
+def _list(config: Mapping[str, str], key: str) -> list[str]:
+    return [part.strip() for part in (config.get(key) or "").split(",") if part.strip()]
+
+
+def _config_errors(config: Mapping[str, str]) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+
+    def add(key: str, message: str) -> None:
+        errors.setdefault(key, []).append(message)
+
+    topics = _list(config, "topics")
+    pattern = (config.get("topics.regex") or "").strip()
+    if bool(topics) == bool(pattern):
+        add("topics", "give exactly one of topics and topics.regex")
+    for topic in topics:
+        try:
+            validate_topic(topic)
+        except ValueError as exc:
+            add("topics", str(exc))
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            add("topics.regex", f"not a regular expression: {exc}")
+    try:
+        parse_target(config)
+    except ValueError as exc:
+        add("connection.url", str(exc))
+    form = config.get("table.name.format") or "${topic}"
+    for topic in topics or ["topic"]:
+        try:
+            table_name(form.replace("${topic}", topic))
+        except ValueError as exc:
+            add("table.name.format", str(exc))
+    upsert = (config.get("insert.mode") or "insert") == "upsert"
+    by_value = (config.get("pk.mode") or "none") == "record_value"
+    keys = _list(config, "pk.fields")
+    if upsert and not by_value:
+        add("pk.mode", "insert.mode=upsert needs pk.mode=record_value and pk.fields")
+    if by_value and not keys:
+        add("pk.fields", "pk.mode=record_value needs the key columns in pk.fields")
+    if keys and not by_value:
+        add("pk.fields", "pk.fields is set but pk.mode is none")
+    try:
+        parse_fields(config.get("fields") or "", keys)
+    except ValueError as exc:
+        add("fields", str(exc))
+    dead = (config.get("errors.deadletterqueue.topic.name") or "").strip()
+    if dead:
+        try:
+            validate_topic(dead)
+        except ValueError as exc:
+            add("errors.deadletterqueue.topic.name", str(exc))
+    return errors
+
+
+def sink_spec(config: Mapping[str, str], context: TaskContext) -> SinkSpec:
+    """A task's spec from its config.
+
+    Raises:
+        PostgresConnectorError: the config is invalid (what `validate` reports).
+    """
+    errors = _config_errors(config)
+    if errors:
+        details = "; ".join(f"{key}: {' '.join(found)}" for key, found in sorted(errors.items()))
+        raise PostgresConnectorError(f"invalid PostgresSink config: {details}")
+    keys = tuple(_list(config, "pk.fields"))
+    dead = (config.get("errors.deadletterqueue.topic.name") or "").strip() or None
+    return SinkSpec(
+        connector=context.connector,
+        incarnation=context.incarnation,
+        task=context.task,
+        generation=context.generation,
+        target=parse_target(config).without_password(),
+        table_format=config.get("table.name.format") or "${topic}",
+        upsert=(config.get("insert.mode") or "insert") == "upsert",
+        pk_fields=keys,
+        columns=parse_fields(config.get("fields") or "", keys),
+        auto_create=_bool(config, "auto.create", False),
+        dead_letter_topic=dead,
+        tolerate_errors=(config.get("errors.tolerance") or "none") == "all",
+        batch_size=int(config.get("batch.size") or "3000"),
+        servers=context.namesrv_addr,
+    )
+
+
+# ------------------------------------------------------------------------ tables
+
+
+def _create_offsets_tables(conn: psycopg.Connection[Any]) -> None:
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [_DDL_LOCK])
+        for statement in _OFFSETS_DDL.split(";"):
+            conn.execute(statement.encode())
+
+
+def _ensure_table(conn: psycopg.Connection[Any], spec: SinkSpec, topic: str) -> None:
+    """The topic's table exists (created from the fields with auto.create), inside a transaction.
+
+    Raises:
+        PostgresConnectorError: it does not exist and auto.create is false, or it lacks a column.
+    """
+    schema, table = spec.table(topic)
+    name = qualified(schema, table)
+    found = conn.execute("SELECT to_regclass(%s)", [name.as_string(conn)]).fetchone()
+    if found is None or found[0] is None:
+        # only a creation takes the lock (held to the end of the caller's transaction)
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [_DDL_LOCK])
+        found = conn.execute("SELECT to_regclass(%s)", [name.as_string(conn)]).fetchone()
+    if found is None or found[0] is None:
+        if not spec.auto_create:
+            raise PostgresConnectorError(
+                f"table {name.as_string(conn)} does not exist in {spec.target.display} and "
+                "auto.create is false: create it, or set auto.create=true"
+            )
+        parts = [
+            sql.SQL("{} {}{}").format(
+                sql.Identifier(c.name),
+                sql.SQL(c.sql_type),
+                sql.SQL(" NOT NULL" if c.not_null else ""),
+            )
+            for c in spec.columns
+        ]
+        if spec.pk_fields:
+            keys = sql.SQL(", ").join(sql.Identifier(k) for k in spec.pk_fields)
+            parts.append(sql.SQL("PRIMARY KEY ({})").format(keys))
+        conn.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(name, sql.SQL(", ").join(parts))
+        )
+        log.info("PostgresSink %s: created table %s", spec.connector, name.as_string(conn))
+        return
+    have = {
+        row[0]
+        for row in conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+            "AND NOT attisdropped",
+            [name.as_string(conn)],
+        )
+    }
+    missing = [c.name for c in spec.columns if c.name not in have]
+    if missing:
+        raise PostgresConnectorError(
+            f"table {name.as_string(conn)} in {spec.target.display} has no column "
+            f"{', '.join(missing)} (named in fields)"
+        )
+
+
+def _queue_name(topic: str, key: QueueKey) -> str:
+    return f"{topic}/{key.broker_name}/{key.queue_id}"
+
+
+# ------------------------------------------------------------------------ offsets
+
+
+def _partition(entry: OffsetEntry) -> tuple[str, QueueKey]:
+    partition = entry.partition
+    topic, broker, queue = partition.get("topic"), partition.get("broker"), partition.get("queue")
+    if not isinstance(topic, str) or not isinstance(broker, str) or not topic or not broker:
+        raise ValueError(
+            f"partition {partition}: name a queue as "
+            '{"topic": "orders", "broker": "broker-a", "queue": 0}'
+        )
+    if isinstance(queue, str) and queue.isdecimal():
+        queue = int(queue)
+    if not isinstance(queue, int) or not 0 <= queue < 1024:
+        raise ValueError(f"partition {partition}: queue is a queue id, 0..1023")
+    return topic, QueueKey(broker, queue)
+
+
+def _offset(entry: OffsetEntry) -> int | None:
+    if entry.offset is None:
+        return None
+    value = entry.offset.get("offset")
+    if isinstance(value, str) and value.isdecimal():
+        value = int(value)
+    if not isinstance(value, int) or value < 0 or set(entry.offset) != {"offset"}:
+        raise ValueError(
+            f"offset {entry.offset} of partition {entry.partition}: give "
+            '{"offset": <next offset to write, >= 0>} or null to reset it'
+        )
+    return value
+
+
+def _apply_change(conn: psycopg.Connection[Any], connector: str, change: OffsetsPut) -> bool:
+    with conn.transaction():
+        applied = conn.execute(
+            f"INSERT INTO {CHANGES_TABLE} (connector, incarnation, request_id) VALUES (%s, %s, %s) "
+            "ON CONFLICT DO NOTHING RETURNING 1",
+            [connector, change.incarnation, change.request_id],
+        ).fetchone()
+        if applied is None:
+            return False
+        if change.offsets is None:
+            conn.execute(
+                f"DELETE FROM {OFFSETS_TABLE} WHERE connector = %s AND incarnation = %s",
+                [connector, change.incarnation],
+            )
+            return True
+        for entry in change.offsets:
+            topic, key = _partition(entry)
+            where = [connector, change.incarnation, topic, key.broker_name, key.queue_id]
+            offset = _offset(entry)
+            if offset is None:
+                conn.execute(f"DELETE FROM {OFFSETS_TABLE} WHERE {_KEY}", where)
+                continue
+            conn.execute(
+                f"INSERT INTO {OFFSETS_TABLE} (connector, incarnation, topic, broker, queue, "
+                "next_offset, task, generation) VALUES (%s, %s, %s, %s, %s, %s, -1, 0) "
+                "ON CONFLICT (connector, incarnation, topic, broker, queue) "
+                "DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()",
+                [*where, offset],
+            )
+    return True
+
+
+def _claim(
+    conn: psycopg.Connection[Any], spec: SinkSpec, queues: Sequence[tuple[str, QueueKey]]
+) -> dict[tuple[str, QueueKey], int]:
+    """The stored next offsets of the task's queues, which now name the task and its generation.
+
+    Raises:
+        FencedError: a newer generation of this task has claimed one of them.
+    """
+    wanted = set(queues)
+    stored: dict[tuple[str, QueueKey], int] = {}
+    with conn.transaction():
+        rows = conn.execute(
+            f"SELECT topic, broker, queue, next_offset, task, generation FROM {OFFSETS_TABLE} "
+            "WHERE connector = %s AND incarnation = %s FOR UPDATE",
+            [spec.connector, spec.incarnation],
+        ).fetchall()
+        for topic, broker, queue, next_offset, task, generation in rows:
+            key = (topic, QueueKey(broker, queue))
+            if key not in wanted:
+                continue
+            if task == spec.task and generation > spec.generation:
+                raise FencedError(
+                    f"PostgresSink {spec.connector} task {spec.task}: generation {generation} "
+                    f"owns {_queue_name(*key)} in {spec.target.display}; this owner "
+                    f"(generation {spec.generation}) is a zombie and must not start"
+                )
+            stored[key] = next_offset
+        conn.cursor().executemany(
+            f"UPDATE {OFFSETS_TABLE} SET task = %s, generation = %s WHERE {_KEY}",
+            [
+                (
+                    spec.task,
+                    spec.generation,
+                    spec.connector,
+                    spec.incarnation,
+                    t,
+                    k.broker_name,
+                    k.queue_id,
+                )
+                for t, k in stored
+            ],
+        )
+    return stored
+
+
+# ------------------------------------------------------------------------ the writer
+
+
+class _TaskWrite:
+    """One writer task: one transaction over its queue ranges (rule 1)."""
+
+    def __init__(self, spec: SinkSpec, conn: psycopg.Connection[Any]) -> None:
+        self.spec = spec
+        self.conn = conn
+        self.next: dict[tuple[str, QueueKey], int] = {}
+        self.handled: dict[tuple[str, QueueKey], int] = {}
+        self.tables: dict[str, sql.Identifier] = {}
+        self.stages: dict[str, sql.Identifier] = {}
+        self.pending: dict[str, list[tuple[Any, ...]]] = {}
+        self.dead: list[tuple[bytes | None, bytes | None, dict[str, str]]] = []
+        self.result = SinkCommit()
+        self.seq = 0
+
+    def lock(self, key: tuple[str, QueueKey]) -> None:
+        topic, queue = key
+        spec = self.spec
+        where = [spec.connector, spec.incarnation, topic, queue.broker_name, queue.queue_id]
+        self.conn.execute(
+            f"INSERT INTO {OFFSETS_TABLE} (connector, incarnation, topic, broker, queue, "
+            "next_offset, task, generation) VALUES (%s, %s, %s, %s, %s, 0, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            [*where, self.spec.task, self.spec.generation],
+        )
+        row = self.conn.execute(
+            f"SELECT next_offset, task, generation FROM {OFFSETS_TABLE} WHERE {_KEY} FOR UPDATE",
+            where,
+        ).fetchone()
+        assert row is not None
+        next_offset, task, generation = row
+        if task == self.spec.task and generation > self.spec.generation:
+            raise FencedError(
+                f"PostgresSink {self.spec.connector} task {self.spec.task}: generation "
+                f"{generation} owns {_queue_name(*key)} in {self.spec.target.display}; the write "
+                f"of generation {self.spec.generation} (a zombie) is rolled back"
+            )
+        self.next[key] = next_offset
+
+    def table(self, topic: str) -> sql.Identifier:
+        found = self.tables.get(topic)
+        if found is None:
+            _ensure_table(self.conn, self.spec, topic)
+            found = self.tables[topic] = qualified(*self.spec.table(topic))
+            self.pending[topic] = []
+        return found
+
+    def add(self, batch: Any) -> None:
+        columns = batch.to_pydict()
+        topics, brokers, queue_ids = columns["topic"], columns["brokerName"], columns["queueId"]
+        offsets, keys, values = columns["offset"], columns["key"], columns["value"]
+        for i in range(batch.num_rows):
+            key = (topics[i], QueueKey(brokers[i], queue_ids[i]))
+            if key not in self.next:
+                self.lock(key)
+            offset = offsets[i]
+            if offset < self.next[key]:
+                self.result.skipped += 1
+                continue
+            self.handled[key] = max(self.handled.get(key, -1), offset)
+            row = row_of(self.spec.columns, values[i])
+            if isinstance(row, str):
+                self.malformed(key, offset, keys[i], values[i], row)
+                continue
+            self.table(key[0])
+            self.seq += 1
+            pending = self.pending[key[0]]
+            pending.append((self.seq, *row) if self.spec.upsert else row)
+            self.result.written += 1
+            if len(pending) >= self.spec.batch_size:
+                self.flush(key[0])
+
+    def malformed(
+        self,
+        key: tuple[str, QueueKey],
+        offset: int,
+        msg_key: bytes | None,
+        body: bytes | None,
+        reason: str,
+    ) -> None:
+        where = f"{_queue_name(*key)} offset {offset}"
+        if not self.spec.tolerate_errors:
+            raise PostgresConnectorError(
+                f"PostgresSink {self.spec.connector}: malformed message at {where}: {reason} "
+                "(errors.tolerance=none fails the task; errors.tolerance=all sends such messages "
+                "to errors.deadletterqueue.topic.name)"
+            )
+        self.result.dead += 1
+        if self.spec.dead_letter_topic is None:
+            log.warning(
+                "PostgresSink %s: skipped malformed message at %s: %s",
+                self.spec.connector,
+                where,
+                reason,
+            )
+            return
+        self.dead.append(
+            (
+                msg_key,
+                body,
+                {
+                    "__connect.errors.topic": key[0],
+                    "__connect.errors.broker": key[1].broker_name,
+                    "__connect.errors.queue": str(key[1].queue_id),
+                    "__connect.errors.offset": str(offset),
+                    "__connect.errors.connector.name": self.spec.connector,
+                    "__connect.errors.task.id": str(self.spec.task),
+                    "__connect.errors.stage": "VALUE_CONVERTER",
+                    "__connect.errors.exception.message": reason,
+                },
+            )
+        )
+
+    def flush(self, topic: str) -> None:
+        rows = self.pending[topic]
+        if not rows:
+            return
+        table = self.tables[topic]
+        names = [sql.Identifier(c.name) for c in self.spec.columns]
+        listed = sql.SQL(", ").join(names)
+        if not self.spec.upsert:
+            with self.conn.cursor().copy(
+                sql.SQL("COPY {} ({}) FROM STDIN").format(table, listed)
+            ) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            rows.clear()
+            return
+        stage = self.stages.get(topic)
+        if stage is None:
+            stage = self.stages[topic] = sql.Identifier(f"ferry_stage_{len(self.stages)}")
+            declared = sql.SQL(", ").join(
+                sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.sql_type))
+                for c in self.spec.columns
+            )
+            self.conn.execute(
+                sql.SQL("CREATE TEMPORARY TABLE {} (ferry_seq bigint, {}) ON COMMIT DROP").format(
+                    stage, declared
+                )
+            )
+        with self.conn.cursor().copy(
+            sql.SQL("COPY {} (ferry_seq, {}) FROM STDIN").format(stage, listed)
+        ) as copy:
+            for row in rows:
+                copy.write_row(row)
+        rows.clear()
+        keys = sql.SQL(", ").join(sql.Identifier(k) for k in self.spec.pk_fields)
+        others = [c.name for c in self.spec.columns if c.name not in self.spec.pk_fields]
+        action = (
+            sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n)) for n in others
+                )
+            )
+            if others
+            else sql.SQL("DO NOTHING")
+        )
+        # the last message of a key in this flush wins (ON CONFLICT cannot touch a row twice)
+        self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {table} ({listed}) SELECT DISTINCT ON ({keys}) {listed} FROM {stage} "
+                "ORDER BY {keys}, ferry_seq DESC ON CONFLICT ({keys}) {action}"
+            ).format(table=table, listed=listed, keys=keys, stage=stage, action=action)
+        )
+        self.conn.execute(sql.SQL("TRUNCATE {}").format(stage))
+
+    def finish(self) -> None:
+        for topic in self.pending:
+            self.flush(topic)
+        if self.dead and self.spec.dead_letter_topic is not None:
+            asyncio.run(_send_dead(self.spec, self.spec.dead_letter_topic, self.dead))
+        self.conn.cursor().executemany(
+            f"UPDATE {OFFSETS_TABLE} SET next_offset = GREATEST(next_offset, %s), task = %s, "
+            f"generation = %s, updated_at = now() WHERE {_KEY}",
+            [
+                (
+                    self.handled.get(key, -1) + 1,
+                    self.spec.task,
+                    self.spec.generation,
+                    self.spec.connector,
+                    self.spec.incarnation,
+                    key[0],
+                    key[1].broker_name,
+                    key[1].queue_id,
+                )
+                for key in self.next
+            ],
+        )
+        for key, stored in self.next.items():
+            self.result.next_offsets[_queue_name(*key)] = max(stored, self.handled.get(key, -1) + 1)
+
+
+async def _send_dead(
+    spec: SinkSpec, topic: str, dead: list[tuple[bytes | None, bytes | None, dict[str, str]]]
+) -> None:
+    from ferrymq.client.producer import Producer
+
+    async with Producer(spec.servers, "ferrymq-connect-dlq") as producer:
+        for key, body, properties in dead:
+            await producer.send(
+                topic,
+                body or b"",
+                keys=key.decode(errors="replace") if key else None,
+                properties=properties,
+            )
+
+
+def write_task(spec: SinkSpec, password: str, batches: Iterator[Any]) -> SinkCommit:
+    """One writer task's transaction (rule 1): the Arrow batches of its queue ranges.
+
+    Raises:
+        FencedError: a newer generation of the task owns one of the queues (rolled back).
+        PostgresConnectorError: the database refused (rolled back), or a malformed message with
+            errors.tolerance=none.
+    """
+    target = spec.target.with_password(password)
+    conn = target.connect("writing a micro-batch", autocommit=True)
+    try:
+        with conn.transaction():
+            work = _TaskWrite(spec, conn)
+            for batch in batches:
+                work.add(batch)
+            work.finish()
+        return work.result
+    except psycopg.Error as exc:
+        diag = getattr(exc, "sqlstate", None) or type(exc).__name__
+        raise PostgresConnectorError(
+            f"PostgresSink {spec.connector}: PostgreSQL at {target.display} refused a micro-batch "
+            f"({diag}): {' '.join(str(exc).split())}"
+        ) from None
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------------ Spark
+
+
+class PostgresStreamWriter(DataSourceStreamArrowWriter):
+    """`writeStream.format("ferrymq-postgres")`: each task one transaction; commit is a no-op."""
+
+    def __init__(self, spec: SinkSpec, password: str) -> None:
+        self.spec = spec
+        self.password = password
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        """Write one task's rows and their offsets in one transaction (in an executor)."""
+        return write_task(self.spec, self.password, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Nothing to commit: every task committed its own transaction (driver side)."""
+        crash_point(CRASH_POINT, batchId)
+        done = [m for m in messages if isinstance(m, SinkCommit)]
+        log.info(
+            "PostgresSink %s task %d batch %d: %d rows written, %d skipped, %d dead-lettered",
+            self.spec.connector,
+            self.spec.task,
+            batchId,
+            sum(m.written for m in done),
+            sum(m.skipped for m in done),
+            sum(m.dead for m in done),
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Nothing: a failed task's transaction rolled back (or never began)."""
+
+
+class PostgresSinkDataSource(DataSource):
+    """`format("ferrymq-postgres")`: the sink's writer (options `spec` and `password`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return FORMAT
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        """The writer of one micro-batch."""
+        options = dict(self.options)
+        spec = msgspec.json.decode(options["spec"], type=SinkSpec)
+        return PostgresStreamWriter(spec, options.get("password", ""))
+
+
+# ------------------------------------------------------------------------ test hook
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _driver_pid() -> int | None:
+    named = os.environ.get("FERRYMQ_TEST_CRASH_PID", "")
+    if named.isdecimal():
+        return int(named)
+    pid: int | None = os.getppid()
+    while pid is not None and pid > 1:
+        try:
+            with open(f"/proc/{pid}/comm") as comm:
+                if comm.read().strip() == "java":
+                    return _parent(pid)
+        except OSError:
+            return None
+        pid = _parent(pid)
+    return None
+
+
+def crash_point(name: str, batch_id: int) -> None:
+    """Kill the driver tree here (as kill -9) when the test hooks ask for this point."""
+    if os.environ.get("FERRYMQ_TEST_HOOKS") != "1":
+        return
+    if os.environ.get("FERRYMQ_TEST_CRASH_AT") != name:
+        return
+    wanted = os.environ.get("FERRYMQ_TEST_CRASH_BATCH")
+    if wanted is not None and wanted != str(batch_id):
+        return
+    log.warning("test crash point %s reached at batch %d: killing the driver", name, batch_id)
+    driver = _driver_pid()
+    if driver is not None:
+        parents = {p: _parent(p) for p in map(int, filter(str.isdecimal, os.listdir("/proc")))}
+        tree, frontier = [driver], [driver]
+        while frontier:
+            parent = frontier.pop()
+            children = [p for p, pp in parents.items() if pp == parent]
+            tree += children
+            frontier += children
+        for pid in tree:
+            if pid != os.getpid():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+    os._exit(137)
+
+
+# ------------------------------------------------------------------------ the plugin
+
+
+class PostgresSink(ConnectorPlugin):
+    """ferrymq topics into PostgreSQL tables, exactly once (module docstring)."""
+
+    type = "sink"
+    version = "1.0"
+    keys = (
+        ConfigKey("topics", ConfigType.LIST, "Topics to read, comma-separated (or topics.regex)."),
+        ConfigKey("topics.regex", ConfigType.STRING, "A Python regular expression over topics."),
+        *CONNECTION_KEYS,
+        ConfigKey(
+            "table.name.format",
+            ConfigType.STRING,
+            "The table of a topic's messages; ${topic} is the topic (table or schema.table).",
+            default="${topic}",
+            group="Writes",
+        ),
+        ConfigKey(
+            "fields",
+            ConfigType.STRING,
+            "The columns, each taking the JSON body's field of its name: 'name type [not null]', "
+            "comma-separated, e.g. 'id bigint not null, name text, amount numeric(12,2)'.",
+            required=True,
+            importance="HIGH",
+            group="Writes",
+        ),
+        ConfigKey(
+            "insert.mode",
+            ConfigType.STRING,
+            "insert: every message is a new row; upsert: INSERT ... ON CONFLICT (pk.fields) DO "
+            "UPDATE (the last message of a key wins).",
+            default="insert",
+            choices=("insert", "upsert"),
+            group="Writes",
+        ),
+        ConfigKey(
+            "pk.mode",
+            ConfigType.STRING,
+            "none, or record_value: the key columns are fields of the body (pk.fields).",
+            default="none",
+            choices=("none", "record_value"),
+            group="Writes",
+        ),
+        ConfigKey(
+            "pk.fields", ConfigType.LIST, "The key columns (pk.mode=record_value).", group="Writes"
+        ),
+        ConfigKey(
+            "auto.create",
+            ConfigType.BOOLEAN,
+            "Create a missing table from fields (with pk.fields as its primary key).",
+            default="false",
+            group="Writes",
+        ),
+        ConfigKey(
+            "batch.size",
+            ConfigType.INT,
+            "Rows per COPY (and per upsert merge) within a task's transaction.",
+            default="3000",
+            minimum=1,
+            group="Writes",
+        ),
+        ConfigKey(
+            "errors.tolerance",
+            ConfigType.STRING,
+            "none: a malformed message fails the task; all: it goes to the dead-letter topic "
+            "(or is skipped and logged without one).",
+            default="none",
+            choices=("none", "all"),
+            group="Error Handling",
+        ),
+        ConfigKey(
+            "errors.deadletterqueue.topic.name",
+            ConfigType.STRING,
+            "The dead-letter topic (errors.tolerance=all); the reason is in the message's "
+            "__connect.errors.exception.message property.",
+            group="Error Handling",
+        ),
+        ConfigKey(
+            "startingOffsets",
+            ConfigType.STRING,
+            "Where a queue with no stored offset starts.",
+            default="earliest",
+            choices=("earliest", "latest"),
+            group="Spark",
+        ),
+        ConfigKey(
+            "maxOffsetsPerTrigger",
+            ConfigType.LONG,
+            "Messages per micro-batch at most (all queues of the task together).",
+            minimum=1,
+            group="Spark",
+        ),
+        ConfigKey(
+            "trigger.interval.ms",
+            ConfigType.LONG,
+            "Micro-batch interval.",
+            default="1000",
+            minimum=10,
+            group="Spark",
+        ),
+    )
+
+    def validate(self, config: Mapping[str, str]) -> dict[str, list[str]]:
+        """Cross-key rules: one of topics/topics.regex, the URL, fields, keys, table names."""
+        return _config_errors(config)
+
+    def task_configs(self, config: Mapping[str, str], max_tasks: int) -> list[dict[str, str]]:
+        """`tasks.max` tasks, each naming its index and the count (queues are split at start)."""
+        count = max(1, max_tasks)
+        return [{**config, "task.index": str(i), "task.count": str(count)} for i in range(count)]
+
+    def build(self, spark: Any, config: Mapping[str, str], context: TaskContext) -> Any:
+        """Claim the task's queues, apply a pending offsets change, start the query."""
+        spec = sink_spec(config, context)
+        password = parse_target(config).password
+        index = int(config.get("task.index") or context.task)
+        count = int(config.get("task.count") or "1")
+        listed = _queues(context.namesrv_addr, config)
+        mine = {
+            topic: sorted(k for k in queues if task_owner(topic, k, count) == index)
+            for topic, queues in listed.items()
+        }
+        if count > 1 and not mine:
+            raise PostgresConnectorError(
+                f"PostgresSink {spec.connector}: topics.regex matches no topic yet; with "
+                "tasks.max > 1 the topics must exist when the tasks start"
+            )
+        target = spec.target.with_password(password)
+        with target.connect("starting a PostgresSink task", autocommit=True) as conn:
+            try:
+                _create_offsets_tables(conn)
+                for topic in mine:
+                    with conn.transaction():
+                        _ensure_table(conn, spec, topic)
+                change = context.extra.get("offsets")
+                if (
+                    isinstance(change, OffsetsPut)
+                    and change.incarnation == spec.incarnation
+                    and _apply_change(conn, spec.connector, change)
+                ):
+                    log.info(
+                        "PostgresSink %s: offsets change %s applied",
+                        spec.connector,
+                        change.request_id,
+                    )
+                stored = _claim(conn, spec, [(t, k) for t, keys in mine.items() for k in keys])
+            except psycopg.Error as exc:
+                raise PostgresConnectorError(
+                    f"PostgresSink {spec.connector}: PostgreSQL at {target.display} refused the "
+                    f"task's start: {' '.join(str(exc).split())}"
+                ) from None
+        default = -2 if (config.get("startingOffsets") or "earliest") == "earliest" else -1
+        starting: dict[str, dict[str, dict[str, int]]] = {}
+        for topic, keys in mine.items():
+            per_topic = starting.setdefault(topic, {})
+            for key in keys:
+                offset = stored.get((topic, key), default)
+                per_topic.setdefault(key.broker_name, {})[str(key.queue_id)] = offset
+        spark.dataSource.register(PostgresSinkDataSource)
+        reader = (
+            spark.readStream.format("ferrymq")
+            .option("servers", context.namesrv_addr)
+            .option("includeFerryColumns", "true")
+            .option("startingOffsets", json.dumps(starting, sort_keys=True))
+        )
+        if count > 1:
+            assign = {
+                topic: [stable_partition(k.broker_name, k.queue_id) for k in keys]
+                for topic, keys in mine.items()
+            }
+            reader = reader.option("assign", json.dumps(assign, sort_keys=True))
+        elif config.get("topics.regex"):
+            reader = reader.option("subscribePattern", config["topics.regex"])
+        else:
+            reader = reader.option("subscribe", ",".join(_list(config, "topics")))
+        if config.get("maxOffsetsPerTrigger"):
+            reader = reader.option("maxOffsetsPerTrigger", config["maxOffsetsPerTrigger"])
+        rows = reader.load().select("topic", "brokerName", "queueId", "offset", "key", "value")
+        interval = int(config.get("trigger.interval.ms") or "1000")
+        log.info(
+            "PostgresSink %s task %d (generation %d): %d queues into %s",
+            spec.connector,
+            spec.task,
+            spec.generation,
+            sum(len(k) for k in mine.values()),
+            spec.target.display,
+        )
+        return (
+            rows.writeStream.format(FORMAT)
+            .option("spec", msgspec.json.encode(spec).decode())
+            .option("password", password)
+            .option("checkpointLocation", context.checkpoint_dir)
+            .queryName(f"{context.connector}-{context.task}")
+            .trigger(processingTime=f"{interval} milliseconds")
+            .start()
+        )
+
+    def offsets(self, config: Mapping[str, str], incarnation: str) -> list[dict[str, Any]]:
+        """GET /connectors/{c}/offsets: the stored next offset of every queue (KIP-875 shape).
+
+        Raises:
+            PostgresConnectorError: the database cannot be reached.
+        """
+        target = parse_target(config)
+        with target.connect("reading the sink's offsets", autocommit=True) as conn:
+            exists = conn.execute("SELECT to_regclass(%s)", [OFFSETS_TABLE]).fetchone()
+            if exists is None or exists[0] is None:
+                return []
+            rows = conn.execute(
+                f"SELECT topic, broker, queue, next_offset FROM {OFFSETS_TABLE} "
+                "WHERE connector = %s AND incarnation = %s ORDER BY topic, broker, queue",
+                [config.get("name", ""), incarnation],
+            ).fetchall()
+        return [
+            {
+                "partition": {"topic": topic, "broker": broker, "queue": queue},
+                "offset": {"offset": next_offset},
+            }
+            for topic, broker, queue, next_offset in rows
+        ]
+
+    def check_offsets(self, entries: Sequence[OffsetEntry]) -> list[str]:
+        """What is wrong with a PATCH /offsets body's entries (none: it may be written)."""
+        problems: list[str] = []
+        for entry in entries:
+            try:
+                _partition(entry)
+                _offset(entry)
+            except ValueError as exc:
+                problems.append(str(exc))
+        return problems
+
+    def apply_offsets(self, config: Mapping[str, str], change: OffsetsPut) -> bool:
+        """Apply an offsets change once (alter: set next offsets; reset: delete them).
+
+        `build` calls it at a task's start; a worker may call it too. Returns whether this call
+        applied it (False: its request id was applied before).
+
+        Raises:
+            PostgresConnectorError: the database cannot be reached.
+            ValueError: an entry is malformed (`check_offsets`).
+        """
+        target = parse_target(config)
+        with target.connect("applying an offsets change", autocommit=True) as conn:
+            _create_offsets_tables(conn)
+            return _apply_change(conn, config.get("name", ""), change)
+
+
+def _queues(servers: str, config: Mapping[str, str]) -> dict[str, list[QueueKey]]:
+    """The routed queues of the connector's topics now."""
+    from ferrymq.spark.options import parse_read_options
+    from ferrymq.spark.source import FerryQueues
+
+    options: dict[str, str] = {"servers": servers}
+    if config.get("topics.regex"):
+        options["subscribePattern"] = config["topics.regex"]
+    else:
+        options["subscribe"] = ",".join(_list(config, "topics"))
+    bounds = FerryQueues().bounds(parse_read_options(options, streaming=True), None)
+    return {topic: sorted(queues) for topic, queues in bounds.items()}
