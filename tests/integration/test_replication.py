@@ -10,6 +10,7 @@ import pytest
 
 from ferrymq.replication.master import HAConfig, ReplicationMaster
 from ferrymq.replication.slave import ReplicationSlave, SlaveConfig
+from ferrymq.replication.syncstate import SyncStateChange
 from ferrymq.store.config import StoreConfig
 from ferrymq.store.epochs import EpochFile
 from ferrymq.store.store import Store
@@ -354,3 +355,36 @@ async def test_a_new_confirm_offset_reaches_the_slaves_before_the_next_heartbeat
     # within moments, not 30 s later with a heartbeat (consumers of slaves wait for it)
     await _until(lambda: slave.confirm_offset == end, timeout=2.0)
     assert len(slave.get("T", 0, 0, 10).records) == 1
+
+
+async def test_healthy_slaves_under_steady_load_stay_in_the_sync_state_set(
+    group: Callable[..., Group],
+) -> None:
+    """Seed 001: a slave is caught up when its ack reaches the master's end at the transfer it
+    acks (lastMasterMaxOffset), not the end when the ack arrives, which load has moved on."""
+    g = group(sync=True, max_lag_seconds=0.3, heartbeat_interval=0.2, commit_timeout=5.0)
+    changes: list[SyncStateChange] = []
+
+    def on_change(change: SyncStateChange) -> bool:
+        changes.append(change)
+        return True
+
+    g.master._on_change = on_change
+    await g.start()
+    for broker_id in (1, 2):
+        await g.add_slave(broker_id)
+    await _until(lambda: g.master.state.members == frozenset({0, 1, 2}))
+    changes.clear()
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 6 * 0.3  # well past haMaxTimeSlaveNotCatchup, always writing
+    sent = 0
+    waits: list[asyncio.Task[bool]] = []
+    while loop.time() < until and sent < 200_000:
+        end = g.put(*(b"x" * 200 for _ in range(4)))
+        sent += 4
+        waits.append(loop.create_task(g.master.wait_committed(end)))
+        await asyncio.sleep(0)  # the slaves' acks arrive between the appends
+    assert sent > 100
+    assert all(await asyncio.gather(*waits)), "every send committed"
+    assert not changes, [c.reason for c in changes]
+    assert g.master.state.members == frozenset({0, 1, 2})

@@ -10,6 +10,8 @@ section 6 items 1-3. One asyncio loop (the broker's) owns all of it:
 - the appends of one loop turn are written to every caught-up slave by one callback right after
   it (no wake-up of a task); a sender task per slave handles the rest (catching up,
   back-pressure, heartbeats);
+- each transfer tells `SyncState` the log end it was sent at, so an ack proves the slave was
+  caught up then (seed 001's lastMasterMaxOffset and lastTransferTimeMs);
 - acks feed `SyncState`; the confirm offset it computes resolves the sends waiting to be
   committed (their responses go first), then gates what the store serves; a changed confirm
   offset goes to every slave with the next transfer, or alone after `_CONFIRM_DELAY`;
@@ -570,12 +572,14 @@ class _SlaveLink(asyncio.Protocol):
             )
         )
         self.position = position + len(body)
-        self._sent(confirm)
+        self._sent(confirm, end)
         return True
 
-    def _sent(self, confirm: int) -> None:
+    def _sent(self, confirm: int, master_end: int) -> None:
         self.sent_confirm = confirm
         self.last_sent = time.monotonic()
+        if self.broker_id is not None:  # what an ack of this transfer proves (seed 001)
+            self.master.state.on_transfer(self.broker_id, master_end, self.master.clock())
         if self._confirm_due is not None:
             self._confirm_due.cancel()
             self._confirm_due = None
@@ -641,6 +645,6 @@ class _SlaveLink(asyncio.Protocol):
                 last = master.epochs.history.last
                 epoch, start = (last.epoch, last.start_offset) if last else (0, 0)
                 transport.write(encode_transfer_header(self.position, epoch, start, confirm, 0))
-                self._sent(confirm)
+                self._sent(confirm, store.max_log_offset)
                 continue
             await self._sleep(master.config.heartbeat_interval - idle)

@@ -8,8 +8,15 @@ and 4.8 (sync replication); ARCHITECTURE.md section 6 items 1-2, where ferrymq h
   reconnected, the confirm offset stays where it was (RocketMQ #6662). It never goes down.
 - a send is committed when the confirm offset passes its end; writes are refused while the set
   has fewer than `min_in_sync_replicas` members.
-- shrink: a member that has not been caught up (acked the master's end) for
-  `max_lag_seconds` leaves the set; expand: a slave whose ack reaches the confirm offset joins.
+- shrink: a member that has not been caught up for `max_lag_seconds` leaves the set; expand: a
+  slave whose ack reaches the confirm offset joins.
+- caught up (seed 001): each transfer to a slave records the master's log end at that moment
+  (lastMasterMaxOffset) and the time (lastTransferTimeMs); an ack that reaches the end recorded
+  at a transfer makes the slave caught up as of that transfer's time, and one that reaches the
+  master's end when it arrives, as of now. Under steady load the end has always moved on by the
+  time an ack arrives, so comparing with it would shrink healthy slaves out. Transfers not yet
+  acked are kept in order (one per loop turn under load), at most `MAX_PENDING_TRANSFERS` per
+  slave (the oldest go first: a slave that far behind is not caught up anyway).
 
 Pure: times are passed in (monotonic seconds), changes are returned for the caller to apply or to
 propose to the controller.
@@ -17,9 +24,14 @@ propose to the controller.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
-__all__ = ["SyncState", "SyncStateChange"]
+__all__ = ["MAX_PENDING_TRANSFERS", "SyncState", "SyncStateChange"]
+
+MAX_PENDING_TRANSFERS: Final = 1024
+"""Transfers remembered per slave until an ack covers them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +61,8 @@ class SyncState:
         self.min_in_sync_replicas = min_in_sync_replicas
         self._acks: dict[int, int] = {}
         self._caught_up_at: dict[int, float] = {}
+        self._transfers: dict[int, deque[tuple[int, float]]] = {}
+        """Per slave: (master's log end, time) of each transfer no ack has covered yet."""
 
     @property
     def writable(self) -> bool:
@@ -62,11 +76,23 @@ class SyncState:
     def connected(self, broker_id: int, now: float) -> None:
         """A slave (re)connected: its old ack no longer counts until it sends a new one."""
         self._acks.pop(broker_id, None)
+        self._transfers[broker_id] = deque(maxlen=MAX_PENDING_TRANSFERS)
         self._caught_up_at.setdefault(broker_id, now)
 
     def disconnected(self, broker_id: int) -> None:
         """A slave's connection ended; as a member it holds the confirm offset until shrunk."""
         self._acks.pop(broker_id, None)
+        self._transfers.pop(broker_id, None)
+
+    def on_transfer(self, broker_id: int, master_end: int, now: float) -> None:
+        """The master sent a slave bytes (or a heartbeat) while its log ended at `master_end`."""
+        transfers = self._transfers.get(broker_id)
+        if transfers is None:
+            return
+        if transfers and transfers[-1][0] == master_end:
+            transfers[-1] = (master_end, now)  # the same end, later: caught up later if acked
+        else:
+            transfers.append((master_end, now))
 
     def on_ack(
         self,
@@ -84,8 +110,16 @@ class SyncState:
         SYNC_FLUSH, where only its fsynced bytes count).
         """
         self._acks[broker_id] = ack_offset
+        caught_up_at: float | None = None
+        transfers = self._transfers.get(broker_id)
+        while transfers and transfers[0][0] <= ack_offset:
+            caught_up_at = transfers.popleft()[1]
         if ack_offset >= master_end:
-            self._caught_up_at[broker_id] = now
+            caught_up_at = now
+        if caught_up_at is not None:
+            self._caught_up_at[broker_id] = max(
+                caught_up_at, self._caught_up_at.get(broker_id, caught_up_at)
+            )
         self.update_confirm(master_end if own_end is None else own_end)
         if broker_id not in self.members and ack_offset >= self.confirm_offset:
             return SyncStateChange(

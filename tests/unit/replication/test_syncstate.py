@@ -1,6 +1,6 @@
 """SyncStateSet bookkeeping: confirm offset, shrink, expand, minInSyncReplicas."""
 
-from ferrymq.replication.syncstate import SyncState
+from ferrymq.replication.syncstate import MAX_PENDING_TRANSFERS, SyncState
 
 
 def _writable(state: SyncState) -> bool:
@@ -76,3 +76,48 @@ def test_after_the_clock_steps_back_a_lagging_slave_leaves_within_the_lag_limit(
     change = state.check_lag(master_end=200, now=763.5)
     assert change is not None
     assert change.members == frozenset({0})
+
+
+def test_an_ack_of_a_transfer_counts_from_that_transfer_though_the_end_moved_on() -> None:
+    """Seed 001: lastMasterMaxOffset / lastTransferTimeMs. Under steady load every ack arrives
+    after the master's end moved on; the slave is still caught up as of the transfer it acks."""
+    state = SyncState(0, frozenset({0, 1}), max_lag_seconds=1.0)
+    state.connected(1, now=0.0)
+    end = 0
+    for step in range(1, 200):
+        now = step * 0.1
+        end += 100
+        state.on_transfer(1, end, now)  # bytes up to `end` go out
+        # the ack of the previous transfer comes in; meanwhile the master appended again
+        assert state.on_ack(1, end - 100, master_end=end, now=now) is None
+        assert state.check_lag(master_end=end, now=now) is None
+
+
+def test_a_slave_falling_further_behind_what_it_was_sent_is_shrunk() -> None:
+    state = SyncState(0, frozenset({0, 1}), max_lag_seconds=1.0)
+    state.connected(1, now=0.0)
+    for step in range(1, 30):
+        now = step * 0.1
+        state.on_transfer(1, step * 1000, now)
+        # it acks, but 40 % of the rate the log grows: what it holds is ever older
+        state.on_ack(1, step * 400, master_end=step * 1000, now=now)
+        if now < 1.5:
+            assert state.check_lag(master_end=step * 1000, now=now) is None
+    change = state.check_lag(master_end=29_000, now=2.9)
+    assert change is not None
+    assert change.members == frozenset({0})
+
+
+def test_pending_transfers_are_bounded_and_a_reconnect_forgets_them() -> None:
+    state = SyncState(0, frozenset({0, 1}), max_lag_seconds=1.0)
+    state.connected(1, now=0.0)
+    for i in range(MAX_PENDING_TRANSFERS * 3):
+        state.on_transfer(1, i + 1, now=float(i))
+    assert len(state._transfers[1]) == MAX_PENDING_TRANSFERS
+    state.on_transfer(1, MAX_PENDING_TRANSFERS * 3, now=9999.0)
+    assert len(state._transfers[1]) == MAX_PENDING_TRANSFERS, "the same end twice is one entry"
+    state.disconnected(1)
+    state.on_transfer(1, 5, now=10_000.0)  # nothing is recorded for a slave that is gone
+    assert 1 not in state._transfers
+    state.connected(1, now=10_001.0)
+    assert not state._transfers[1]
