@@ -17,6 +17,7 @@ import pytest
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
 
 from ..spark.conftest import Ferry, spark_env, start_ferry
@@ -87,3 +88,18 @@ async def end_offsets(servers: str, topic: str) -> dict[tuple[str, int], int]:
     async with PullConsumer(servers, "connector-tests") as consumer:
         queues = await consumer.queues(topic)
         return {(q.broker_name, q.queue_id): await consumer.max_offset(q) for q in queues}
+
+
+async def read_topic(servers: str, topic: str) -> list[Message]:
+    """Every message the topic holds now, queue by queue, in offset order."""
+    found: list[Message] = []
+    async with PullConsumer(servers, "connector-tests") as consumer:
+        for queue in await consumer.queues(topic):
+            offset, end = await consumer.min_offset(queue), await consumer.max_offset(queue)
+            for _ in range(end - offset + 1):  # a bound: each round reads at least one message
+                if offset >= end:
+                    break
+                result = await consumer.pull(queue, offset, max_messages=256)
+                found += result.messages
+                offset = result.next_offset
+    return found
