@@ -21,7 +21,7 @@ from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
 
 from ..spark.conftest import Ferry, spark_env, start_ferry
-from .postgres import PostgresServer, start_postgres
+from .postgres import Database, PostgresServer, start_postgres
 
 
 @pytest.fixture(scope="session")
@@ -32,8 +32,8 @@ def postgres() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
-def database(postgres: PostgresServer) -> str:
-    """A fresh database for this test: its URL, password included."""
+def database(postgres: PostgresServer) -> Database:
+    """A fresh database for this test."""
     return postgres.create_database(f"t_{uuid.uuid4().hex[:12]}")
 
 

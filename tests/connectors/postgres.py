@@ -48,6 +48,25 @@ def _free_port() -> int:
         return port
 
 
+@dataclass(frozen=True)
+class Database:
+    """A test's database: its URL with the password, and the connector keys that reach it."""
+
+    name: str
+    url: str
+    bare_url: str
+    """The URL without a password (the connectors take it in connection.password)."""
+
+    @property
+    def config(self) -> dict[str, str]:
+        return {"connection.url": self.bare_url, "connection.password": PASSWORD}
+
+    def query(self, text: str, *params: object) -> list[tuple[object, ...]]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cursor = conn.execute(text.encode(), params or None)
+            return cursor.fetchall() if cursor.description else []
+
+
 @dataclass
 class PostgresServer:
     """A running server: its directory, port, process and log."""
@@ -61,18 +80,19 @@ class PostgresServer:
     def data(self) -> Path:
         return self.root / "data"
 
-    def url(self, database: str = "postgres", password: str = PASSWORD) -> str:
-        return f"postgresql://{USER}:{password}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str = "postgres", password: str | None = PASSWORD) -> str:
+        login = USER if password is None else f"{USER}:{password}"
+        return f"postgresql://{login}@127.0.0.1:{self.port}/{database}"
 
     def connect(self, database: str = "postgres") -> psycopg.Connection[tuple[object, ...]]:
         return psycopg.connect(self.url(database), autocommit=True, connect_timeout=5)
 
-    def create_database(self, name: str) -> str:
-        """A fresh database; its URL (with the password)."""
+    def create_database(self, name: str) -> "Database":
+        """A fresh database."""
         with self.connect() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
             conn.execute(f'CREATE DATABASE "{name}"')
-        return self.url(name)
+        return Database(name, self.url(name), self.url(name, password=None))
 
     def postmaster_pid(self) -> int | None:
         try:
