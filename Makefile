@@ -46,7 +46,8 @@ demo: setup
 # About 5 minutes: 3 controllers and a 3-replica group in controller mode under every nemesis
 # (failovers, controller leader and follower kills, a master cut off from the cluster, disk
 # faults, clock jumps), fixed seed, checked history; fails on any anomaly. CHAOS_TOPOLOGY=classic runs static
-# master/slave roles instead. Needs root, unshare, nftables, mkfs.ext4. Not part of `make test`.
+# master/slave roles instead; CHAOS_TOPOLOGY=controller-2groups runs two broker groups under the same
+# controllers, faults aimed at both. Needs root, unshare, nftables, mkfs.ext4. Not part of `make test`.
 CHAOS_SEED     ?= 1
 CHAOS_OUT      ?= chaos-out
 CHAOS_TOPOLOGY ?= controller

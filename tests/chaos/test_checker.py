@@ -192,16 +192,17 @@ def _dump(
     entries: list[tuple[int, str, int]],
     confirm: int,
     epochs: list[tuple[int, int]] | None = None,
+    q: str = Q0,
 ) -> None:
     h.add(
         "observer",
         "ok",
         "dump",
         node=node,
-        group="broker-a",
+        group=q.split("/", 1)[0],
         confirm=confirm,
         epochs=epochs or [(1, 0)],
-        entries={Q0: entries},
+        entries={q: entries},
     )
 
 
@@ -276,6 +277,55 @@ def test_a_master_returning_with_a_newer_epoch_is_fine() -> None:
     assert check(h.events).valid
 
 
+QB = "broker-b/0"
+
+
+def _two_groups() -> History:
+    """Both groups' masters at epoch 1 take sends in turn; both groups' replicas agree."""
+    h = History()
+    for node, group in (("n2", "broker-a"), ("n21", "broker-b")):
+        h.add("observer", "ok", "role", node=node, group=group, role="master", epoch=1)
+    h.send("p0", "p0-0", off=0, node="n2", epoch=1)
+    h.send("p0", "p0-1", q=QB, off=0, node="n21", epoch=1)
+    h.send("p1", "p1-0", off=1, node="n2", epoch=1)
+    h.send("p1", "p1-1", q=QB, off=1, node="n21", epoch=1)
+    h.poll("c0", {Q0: [(0, "p0-0")], QB: [(0, "p0-1")]})
+    h.drain({Q0: [(0, "p0-0"), (1, "p1-0")], QB: [(0, "p0-1"), (1, "p1-1")]})
+    for node in ("n2", "n3"):
+        _dump(h, node, [(0, "p0-0", 0), (1, "p1-0", 100)], confirm=200)
+    for node in ("n21", "n22"):
+        _dump(h, node, [(0, "p0-1", 0), (1, "p1-1", 100)], confirm=200, q=QB)
+    return h
+
+
+def test_two_groups_with_masters_at_the_same_epoch_taking_turns_are_fine() -> None:
+    results = check(_two_groups().events)
+    assert results.valid, results.examples
+    assert results.stats["acked"] == 4
+    assert results.stats["acked@broker-a"] == 2
+    assert results.stats["acked@broker-b"] == 2
+
+
+def test_on_the_second_group_loss_skips_and_replica_gaps_are_found_too() -> None:
+    h = _two_groups()
+    h.send("p0", "p0-2", q=QB, off=2, node="n21", epoch=1)  # acked, never read
+    h.poll("c0", {QB: [(1, "p1-1"), (2, "p0-2")]})
+    h.poll("c0", {QB: [(0, "p0-1")]})  # back to an offset before the last read
+    _dump(h, "n23", [(0, "p0-1", 0)], confirm=200, q=QB)  # lacks @1, below its confirm
+    assert _found(h) == {"lost": 1, "nonmonotonic-poll": 1, "lost-on-replica": 1}
+
+
+def test_a_deposed_master_of_the_second_group_acking_late_is_a_dual_master() -> None:
+    h = History()
+    h.send("p0", "p0-0", off=0, node="n2", epoch=1)
+    h.send("p0", "p0-1", q=QB, off=0, node="n21", epoch=1)
+    h.send("p0", "p0-2", q=QB, off=1, node="n22", epoch=2)
+    h.send("p0", "p0-3", off=1, node="n2", epoch=1)  # broker-a's master: not a second master
+    h.send("p1", "p1-0", q=QB, off=2, node="n21", epoch=1)  # broker-b's old one: it is
+    h.drain({Q0: [(0, "p0-0"), (1, "p0-3")], QB: [(0, "p0-1"), (1, "p0-2"), (2, "p1-0")]})
+    assert _found(h) == {"dual-master": 1}
+
+
 def _commit(h: History, offset: int, type_: EventType = "ok", q: str = Q0) -> None:
     h.add("c0", "invoke", "commit", group="g", offsets={q: offset})
     h.add("c0", type_, "commit", group="g", offsets={q: offset})
@@ -331,19 +381,22 @@ def test_the_history_file_round_trips(tmp_path: Path) -> None:
 
 @st.composite
 def clean_histories(draw: st.DrawFn) -> History:
-    """Producers sending to two queues with random outcomes, consumers reading in order,
-    commits that only grow, a complete drain, and replicas that agree."""
+    """Producers sending to three queues on two broker groups with random outcomes, consumers
+    reading in order, commits that only grow, a complete drain, and replicas that agree."""
     h = History()
-    log: dict[str, list[str]] = {Q0: [], Q1: []}
-    positions: dict[str, dict[str, int]] = {"c0": {Q0: 0, Q1: 0}, "c1": {Q0: 0, Q1: 0}}
-    committed = {Q0: 0, Q1: 0}
+    log: dict[str, list[str]] = {Q0: [], Q1: [], QB: []}
+    positions: dict[str, dict[str, int]] = {
+        "c0": {Q0: 0, Q1: 0, QB: 0},
+        "c1": {Q0: 0, Q1: 0, QB: 0},
+    }
+    committed = {Q0: 0, Q1: 0, QB: 0}
     counters = {"p0": 0, "p1": 0, "p2": 0}
     steps = draw(
         st.lists(
             st.tuples(
                 st.sampled_from(["send", "send", "send", "poll", "commit"]),
                 st.sampled_from(sorted(counters)),
-                st.sampled_from([Q0, Q1]),
+                st.sampled_from([Q0, Q1, QB]),
                 st.sampled_from(["ok", "ok", "ok", "fail", "info", "info-stored"]),
                 st.sampled_from(sorted(positions)),
                 st.integers(1, 4),
@@ -378,6 +431,9 @@ def clean_histories(draw: st.DrawFn) -> History:
     entries = [(o, v, 100 * o) for o, v in enumerate(log[Q0])]
     for node in ("n2", "n3", "n4"):
         _dump(h, node, entries, confirm=100 * len(entries))
+    entries = [(o, v, 100 * o) for o, v in enumerate(log[QB])]
+    for node in ("n21", "n22", "n23"):
+        _dump(h, node, entries, confirm=100 * len(entries), q=QB)
     return h
 
 

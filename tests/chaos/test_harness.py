@@ -54,6 +54,28 @@ def test_a_smoke_run_on_controllers_hits_every_fault_and_finds_no_anomaly(tmp_pa
     assert not (tmp_path / "disks" / "n2-broker1.img").exists(), "a clean run keeps no images"
 
 
+def test_a_smoke_run_on_two_groups_fails_over_both_and_finds_no_anomaly(tmp_path: Path) -> None:
+    results = run_isolated(
+        RunConfig(out_dir=tmp_path, seed=7, schedule="smoke", topology="controller-2groups")
+    )
+    assert results.valid, results.examples
+    assert results.stats["drain_complete"] == 1
+    assert results.stats["acked@broker-a"] > 50
+    assert results.stats["acked@broker-b"] > 50
+    history = read_history(tmp_path / "history.jsonl")
+    dumps = {(e.group, e.node) for e in history if e.f == "dump" and e.type == "ok"}
+    assert {g for g, _ in dumps} == {"broker-a", "broker-b"}
+    assert len(dumps) == 6
+    # each group's master was killed: the controllers moved both
+    for group in ("broker-a", "broker-b"):
+        epochs = {
+            e.epoch
+            for e in history
+            if e.proc == "controller-view" and e.f == "role" and e.group == group
+        }
+        assert len(epochs) >= 2, (group, epochs)
+
+
 @pytest.mark.parametrize(
     ("bug", "schedule", "topology"),
     [

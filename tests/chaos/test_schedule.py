@@ -46,6 +46,21 @@ def test_the_controller_standard_run_hits_failovers_and_both_controller_roles() 
     assert {n for n, _ in steps} == set(NEMESES)
 
 
+@pytest.mark.parametrize("name", ["standard", "smoke", "soak"])
+def test_the_two_group_runs_fail_over_both_groups(name: str) -> None:
+    steps = build_schedule(name, 1, "controller-2groups", duration_s=900.0).steps
+    targets = {(s.nemesis, s.target) for s in steps}
+    hits = {t for n, t in targets if n == "kill" or name == "soak"}  # soak: seeded mixes
+    assert {"master", "master@broker-b"} <= hits
+    assert {t.partition("@")[2] for _, t in targets} <= {"", "broker-b"}
+    if name != "smoke":
+        assert {n for n, _ in targets} == set(NEMESES)
+        assert {t.partition("@")[0] for n, t in targets if t.endswith("@broker-b")} == {
+            "master",
+            "slave",
+        }
+
+
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_every_standard_and_smoke_run_moves_a_clock(topology: str) -> None:
     for name in ("standard", "smoke"):

@@ -15,6 +15,12 @@ Promised semantics it checks against (ARCHITECTURE.md §6-7):
 - replicas agree below their confirm offsets, and hold every record below them;
 - epochs only grow; one master per group and epoch; committed group offsets never go back.
 
+Several broker groups (topology controller-2groups) need nothing else: queues are named by their
+group (`broker-b/0`), so loss, order and offsets are checked per queue whichever group holds it;
+replicas are compared only within their group, masters and epochs are per group, and acks of
+different groups never count as two masters. `stats` then also counts the acks of each group
+(`acked@broker-a`, ...).
+
 Anomaly names (results list every one, 0 when absent): see `ANOMALIES`.
 """
 
@@ -70,7 +76,8 @@ class Results(msgspec.Struct):
     """Nemesis operation -> how many times it ran."""
     stats: dict[str, int]
     """acked, failed, unknown, recovered (unknown sends later read), read, redelivered,
-    drain_complete (1 when the final drain reached every queue's acked high water mark)."""
+    drain_complete (1 when the final drain reached every queue's acked high water mark); with
+    several groups also acked@<group> for each."""
 
 
 @dataclass(slots=True)
@@ -422,6 +429,8 @@ def check(events: Iterable[Event]) -> Results:
     _check_masters(index, report)
     anomalies = {name: report.counts.get(name, 0) for name in ANOMALIES}
     reads_total = sum(index.read_positions.values())
+    by_group = Counter(send.q.split("/", 1)[0] for send in index.acked.values())
+    per_group = {f"acked@{g}": n for g, n in sorted(by_group.items())} if len(by_group) > 1 else {}
     return Results(
         valid=not any(anomalies.values()),
         anomalies=anomalies,
@@ -436,5 +445,6 @@ def check(events: Iterable[Event]) -> Results:
             "read": reads_total,
             "redelivered": reads_total - len(index.read_positions),
             "drain_complete": int(index.drain_complete),
+            **per_group,
         },
     )

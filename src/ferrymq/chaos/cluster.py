@@ -1,19 +1,21 @@
 """The cluster under test: server processes on per-node loopback addresses, handled by PID.
 
-Node i listens on 127.0.0.i: node 1 is the NameServer, nodes 2.. are the brokers of one group,
-and (controller topology, the default) nodes 5-7 are the three controllers, a Raft group; the
-brokers run in controller mode, take persistent ids from it, and the controller picks and moves
-the master. The classic topology (`controllers=0`) has static roles instead: broker id 0 is the
-SYNC_MASTER, the others are SLAVEs. Each broker's store lives on its own
+Node i listens on 127.0.0.i: node 1 is the NameServer, nodes 2.. are the brokers of the first
+group (broker-a), and (controller topology, the default) nodes 5-7 are the three controllers, a
+Raft group; the brokers run in controller mode, take persistent ids from it, and the controller
+picks and moves each group's master. With `groups=2` (topology controller-2groups) a second group,
+broker-b, runs on nodes 21.. beside the first, under the same controllers and NameServer. The
+classic topology (`controllers=0`) has static roles instead: broker id 0 is the SYNC_MASTER, the
+others are SLAVEs. Each broker's store lives on its own
 small loop-mounted ext4 image (mounted in the harness's private mount namespace), so fsync has a
 disk's cost and a full disk can be caused for real. Logs append to `<out>/logs/<node>.log` across
 restarts. Every node runs with `FERRYMQ_TEST_CLOCK=1`, so the clock nemesis can move its clock.
 Processes are started in their own session and signalled by PID only; the namespace's PID 1 (the
 harness) takes every one of them down when it exits.
 
-Roles are looked up, not assumed: `master()` asks the controllers (GET_REPLICA_INFO), or the
-brokers (GET_BROKER_RUNTIME_INFO) when no controller answers or there is none, so nemeses aimed
-at "the master" hit whoever holds the role when the fault begins.
+Roles are looked up, not assumed: `master(group)` asks the controllers (GET_REPLICA_INFO), or the
+group's brokers (GET_BROKER_RUNTIME_INFO) when no controller answers or there is none, so nemeses
+aimed at "the master" hit whoever holds the role when the fault begins.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import string
 import subprocess
 import sys
 import time
@@ -54,6 +57,8 @@ NAMESRV_PORT: Final = 9876
 BROKER_PORT: Final = 10911
 CONTROLLER_PORT: Final = 9878
 _CONTROLLER_FIRST_IP: Final = 5
+_GROUP_IP_STRIDE: Final = 20
+"""Group g > 0 puts its brokers on 127.0.0.(20 g + 1), ... (clear of controllers and clients)."""
 _HARNESS_IP: Final = "127.0.0.9"
 _FERRY: Final = [sys.executable, "-m", "ferrymq.cmd.ferry"]
 _READY_TIMEOUT_S: Final = 30.0
@@ -66,6 +71,9 @@ class ClusterConfig:
     out_dir: Path
     replicas: int = 3
     group: str = "broker-a"
+    """The first group's name (its brokers keep the one-group topology's names and addresses)."""
+    groups: int = 1
+    """Broker groups: broker-a, broker-b, ... (each `replicas` brokers)."""
     segment_bytes: int = 1024 * 1024
     disk_bytes: int = 256 * 1024 * 1024
     """Size of each broker's store filesystem (a full-disk fault fills it)."""
@@ -80,6 +88,13 @@ class ClusterConfig:
     def controller_mode(self) -> bool:
         """Whether brokers take their ids and roles from controllers."""
         return self.controllers > 0
+
+    @property
+    def group_names(self) -> list[str]:
+        """Every group's brokerName, the first one first."""
+        if self.groups == 1:
+            return [self.group]
+        return [self.group, *(f"broker-{string.ascii_lowercase[g]}" for g in range(1, self.groups))]
 
 
 @dataclass
@@ -97,6 +112,8 @@ class Node:
     broker_id: int | None = None
     """Classic topology: the static broker id (controller mode: the controller assigns it)."""
     store_dir: Path | None = None
+    group: str | None = None
+    """A broker's group (brokerName)."""
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
     starts: int = 0
@@ -197,7 +214,7 @@ def logs_path(config: ClusterConfig, name: str) -> Path:
 
 @dataclass
 class Cluster:
-    """A NameServer, (controller topology) three controllers, and one broker group, as processes."""
+    """A NameServer, (controller topology) three controllers, and broker groups, as processes."""
 
     config: ClusterConfig
     namesrv: Node = field(init=False)
@@ -240,7 +257,11 @@ class Cluster:
             self.controllers.append(
                 Node(name, ip, args, logs / f"{name}.log", env, CONTROLLER_PORT, kind="controller")
             )
-        self.brokers = [self._broker(i, env) for i in range(config.replicas)]
+        self.brokers = [
+            self._broker(g, i, env)
+            for g in range(len(config.group_names))
+            for i in range(config.replicas)
+        ]
         self.rpc = RpcClient(local_host=_HARNESS_IP, connect_timeout=1.0)
 
     @property
@@ -248,20 +269,29 @@ class Cluster:
         """The controllers' addresses as brokers and admin tools take them (`;`-separated)."""
         return ";".join(c.addr for c in self.controllers)
 
-    def _broker(self, index: int, env: dict[str, str]) -> Node:
+    def group_brokers(self, group: str | None = None) -> list[Node]:
+        """The brokers of `group` (default: the first group)."""
+        group = group or self.config.group
+        return [b for b in self.brokers if b.group == group]
+
+    def _broker(self, group_index: int, index: int, env: dict[str, str]) -> Node:
         config = self.config
-        ip = f"127.0.0.{index + 2}"
-        if config.controller_mode:
-            name = f"n{index + 2}-broker{index + 1}"
+        group = config.group_names[group_index]
+        octet = index + 2 if group_index == 0 else _GROUP_IP_STRIDE * group_index + 1 + index
+        ip = f"127.0.0.{octet}"
+        if group_index:
+            name = f"n{octet}-{group.removeprefix('broker-')}-broker{index + 1}"
+        elif config.controller_mode:
+            name = f"n{octet}-broker{index + 1}"
         else:
-            name = f"n{index + 2}-{'master' if index == 0 else f'slave{index}'}"
+            name = f"n{octet}-{'master' if index == 0 else f'slave{index}'}"
         store_dir = config.out_dir / "data" / name
         args = [
             "broker",
             "--cluster",
             "ChaosCluster",
             "--broker-name",
-            config.group,
+            group,
             "--listen",
             f"{ip}:{BROKER_PORT}",
             "--broker-ip1",
@@ -308,6 +338,7 @@ class Cluster:
             "broker",
             broker_id,
             store_dir,
+            group,
         )
 
     @property
@@ -399,35 +430,36 @@ class Cluster:
             sync_state_set=table.get("syncStateSet"),
         )
 
-    async def replica_info(self) -> ReplicaInfo | None:
-        """The controllers' view of the group (None in classic mode or when none answers)."""
+    async def replica_info(self, group: str | None = None) -> ReplicaInfo | None:
+        """The controllers' view of a group (None in classic mode or when none answers)."""
         if not self.config.controller_mode:
             return None
         admin = ControllerAdmin(self.controller_addr, timeout=1.5, rpc=self.rpc)
         try:
-            return await admin.replica_info(self.config.group)
+            return await admin.replica_info(group or self.config.group)
         except (FerryError, TimeoutError):
             return None
 
-    async def master(self) -> Node | None:
-        """The current master: the controllers' choice, else the broker that says it is master."""
-        info = await self.replica_info()
+    async def master(self, group: str | None = None) -> Node | None:
+        """A group's master now: the controllers' choice, else the broker that says it is."""
+        info = await self.replica_info(group)
         if info is not None and info.master_address:
             found = self.node_at(info.master_address)
             if found is not None:
                 return found
-        for broker in self.brokers:
+        for broker in self.group_brokers(group):
             runtime = await self.runtime(broker)
             if runtime is not None and runtime.role == "master":
                 return broker
         return None
 
-    async def slaves(self) -> list[Node]:
-        """Every broker that is not the current master (running or not)."""
-        master = await self.master()
+    async def slaves(self, group: str | None = None) -> list[Node]:
+        """Every broker of a group that is not its current master (running or not)."""
+        brokers = self.group_brokers(group)
+        master = await self.master(group)
         if master is None:
-            return self.brokers[1:]
-        return [b for b in self.brokers if b is not master]
+            return brokers[1:]
+        return [b for b in brokers if b is not master]
 
     async def controller_leader(self) -> Node | None:
         """The controller that says it leads the Raft group (None when none does)."""

@@ -3,10 +3,13 @@
 A nemesis is a pair of steps, `begin(target)` and `end(target)`, in one table (`NEMESES`), aimed
 at a role that is resolved when the fault begins (the master moves): `master` (the controllers'
 choice now, else whoever says it is master), `slave` (a seeded choice among the others),
-`controller-leader`, `controller-follower` (a seeded choice), `namesrv`, or a node name. Adding a
-fault is one table entry. In controller mode killing or pausing the master is a failover, and
-`partition-cluster` cuts the master off from the controllers and its slaves while clients still
-reach it (it must stop taking writes once its lease runs out). `clock-bump` and `clock-strobe`
+`controller-leader`, `controller-follower` (a seeded choice), `namesrv`, or a node name. With
+several broker groups `master@broker-b` and `slave@broker-b` name another group's roles (plain
+`master` and `slave`: the first group's). Faults that involve a broker's peers (strand, split,
+partition-cluster) take them from its own group. Adding a fault is one table entry. In controller
+mode killing or pausing the master is a failover, and `partition-cluster` cuts the master off from
+the controllers and its slaves while clients still reach it (it must stop taking writes once its
+lease runs out). `clock-bump` and `clock-strobe`
 (the ClockNemesis, `skew.py`) move one node's clock and reset it at the end.
 
 Every `begin` is recorded as an `info` event (`f` = the nemesis name) before or as it happens,
@@ -58,10 +61,14 @@ class Faults:
 
     async def resolve(self, target: str) -> Node | None:
         """The node a target names now."""
-        if target == "master":
-            return await self.cluster.master() or self.cluster.brokers[0]
-        if target == "slave":
-            slaves = [s for s in await self.cluster.slaves() if s.running]
+        role, _, group = target.partition("@")
+        if role == "master":
+            return (
+                await self.cluster.master(group or None)
+                or self.cluster.group_brokers(group or None)[0]
+            )
+        if role == "slave":
+            slaves = [s for s in await self.cluster.slaves(group or None) if s.running]
             return self.rng.choice(slaves) if slaves else None
         if target == "namesrv":
             return self.cluster.namesrv
@@ -143,10 +150,14 @@ async def _isolate(faults: Faults, node: Node) -> str:
     return f"{node.ip} cut off from {', '.join(faults.others(node))}"
 
 
+def _peers(faults: Faults, node: Node) -> list[Node]:
+    """The other brokers of the node's group."""
+    return [b for b in faults.cluster.group_brokers(node.group) if b is not node]
+
+
 def _servers(faults: Faults, node: Node) -> list[str]:
-    """The controllers and the other brokers (not the NameServer, not the clients)."""
-    cluster = faults.cluster
-    return [n.ip for n in [*cluster.controllers, *cluster.brokers] if n is not node]
+    """The controllers and the group's other brokers (not the NameServer, not the clients)."""
+    return [n.ip for n in [*faults.cluster.controllers, *_peers(faults, node)]]
 
 
 async def _cut_from_cluster(faults: Faults, node: Node) -> str:
@@ -165,16 +176,16 @@ async def _strand(faults: Faults, node: Node) -> str:
     controller that elects the stranded slave loses every write it missed).
     """
     cluster = faults.cluster
-    peers = [b for b in cluster.brokers if b is not node]
+    peers = _peers(faults, node)
     faults.net.isolate(node.ip, [b.ip for b in peers])
     deadline = asyncio.get_running_loop().time() + _STRAND_WAIT_S
     dropped = False
     while asyncio.get_running_loop().time() < deadline:
-        master = await cluster.master()
+        master = await cluster.master(node.group)
         runtime = await cluster.runtime(master) if master is not None else None
         if runtime is not None and runtime.sync_state_set is not None:
             size = len([m for m in runtime.sync_state_set.split(",") if m])
-            if size < len(cluster.brokers):
+            if size < len(peers) + 1:
                 dropped = True
                 break
         await asyncio.sleep(0.2)
@@ -198,8 +209,8 @@ async def _unstrand(faults: Faults, node: Node) -> str:
 
 
 async def _split(faults: Faults, node: Node) -> str:
-    """The node and one other broker on one side; the rest (NameServer, clients) on the other."""
-    partner = faults.rng.choice([b for b in faults.cluster.brokers if b is not node])
+    """The node and another broker of its group on one side; NameServer, clients on the other."""
+    partner = faults.rng.choice(_peers(faults, node))
     minority = [node.ip, partner.ip]
     majority = [ip for ip in faults.others(node) if ip != partner.ip]
     faults.net.partition([minority, majority])

@@ -61,7 +61,8 @@ class RunConfig:
     drain_timeout_s: float = 60.0
     converge_timeout_s: float = 60.0
     topology: str = "controller"
-    """controller (3 controllers pick the master) or classic (static master/slave roles)."""
+    """controller (3 controllers pick the master), controller-2groups (the same with two broker
+    groups, broker-a and broker-b) or classic (static master/slave roles)."""
     duration_s: float = 900.0
     """The soak schedule's length."""
 
@@ -141,19 +142,26 @@ def is_inside() -> bool:
     return os.environ.get(INSIDE_ENV) == "1"
 
 
+async def _group_converged(cluster: Cluster, group: str) -> bool:
+    """Every broker of `group` runs, its master's SyncStateSet is full and their logs match."""
+    brokers = cluster.group_brokers(group)
+    infos = [await cluster.runtime(b) for b in brokers]
+    masters = [i for i in infos if i is not None and i.role == "master"]
+    return (
+        all(i is not None for i in infos)
+        and len(masters) == 1
+        and len((masters[0].sync_state_set or "").split(",")) == len(brokers)
+        and len({i.max_log_offset for i in infos if i is not None}) == 1
+        and masters[0].confirm_log_offset == masters[0].max_log_offset
+    )
+
+
 async def _converge(cluster: Cluster, recorder: Recorder, timeout: float) -> bool:
-    """Wait until every broker runs, the master's SyncStateSet is full and logs match."""
+    """Wait until every group has converged (`_group_converged`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        infos = [await cluster.runtime(b) for b in cluster.brokers]
-        masters = [i for i in infos if i is not None and i.role == "master"]
-        if (
-            all(i is not None for i in infos)
-            and len(masters) == 1
-            and len((masters[0].sync_state_set or "").split(",")) == len(cluster.brokers)
-            and len({i.max_log_offset for i in infos if i is not None}) == 1
-            and masters[0].confirm_log_offset == masters[0].max_log_offset
-        ):
+        done = [await _group_converged(cluster, g) for g in cluster.config.group_names]
+        if all(done):
             recorder.record("observer", "ok", "converged")
             return True
         await asyncio.sleep(0.25)
@@ -193,23 +201,36 @@ def ack_gaps(events: list[Event], *, min_gap_s: float = 1.0) -> list[dict[str, o
     """Every stretch longer than `min_gap_s` without an acknowledged send, longest first.
 
     Each names the faults that began during or just before it: a failover's write gap, as the
-    clients saw it (from the last ack before the gap to the first ack after it).
+    clients saw it (from the last ack before the gap to the first ack after it). With several
+    broker groups each group's acks count on their own (a group's failover is a gap in its
+    acks while the others go on), and each gap names its group.
     """
-    acks = sorted(e.t_ns for e in events if e.f == "send" and e.type == "ok")
+    acks: dict[str, list[int]] = {}
+    for e in events:
+        if e.f == "send" and e.type == "ok":
+            acks.setdefault((e.q or "").split("/", 1)[0], []).append(e.t_ns)
     starts = [
         (e.t_ns, e.f, e.targets or []) for e in events if e.proc == NEMESIS and e.type == "info"
     ]
     gaps: list[dict[str, object]] = []
-    for before, after in itertools.pairwise(acks):
-        gap_s = (after - before) / 1e9
-        if gap_s < min_gap_s:
-            continue
-        faults = [
-            f"{f} {','.join(targets)}"
-            for t, f, targets in starts
-            if before - int(min_gap_s * 1e9) <= t <= after
-        ]
-        gaps.append({"at_s": round(before / 1e9, 2), "gap_s": round(gap_s, 2), "faults": faults})
+    for group, times in sorted(acks.items()):
+        for before, after in itertools.pairwise(sorted(times)):
+            gap_s = (after - before) / 1e9
+            if gap_s < min_gap_s:
+                continue
+            faults = [
+                f"{f} {','.join(targets)}"
+                for t, f, targets in starts
+                if before - int(min_gap_s * 1e9) <= t <= after
+            ]
+            gap: dict[str, object] = {
+                "at_s": round(before / 1e9, 2),
+                "gap_s": round(gap_s, 2),
+                "faults": faults,
+            }
+            if len(acks) > 1:
+                gap["group"] = group
+            gaps.append(gap)
     gaps.sort(key=lambda g: -float(str(g["gap_s"])))
     return gaps
 
@@ -223,19 +244,26 @@ def failovers(events: list[Event]) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     views = [e for e in events if e.proc == CONTROLLER_VIEW and e.f == "role"]
     acks = [e for e in events if e.f == "send" and e.type == "ok"]
+    group_of = {e.node: e.group for e in events if e.f == "role" and e.node and e.group}
     hits = [
         e
         for e in events
-        if e.proc == NEMESIS and e.type == "info" and (e.error or "").startswith("master:")
+        if e.proc == NEMESIS
+        and e.type == "info"
+        and (e.error or "").split(":", 1)[0].split("@", 1)[0] == "master"
     ]
     for hit in hits:
         old = hit.targets[0] if hit.targets else None
-        elected = next((v for v in views if v.t_ns > hit.t_ns), None)
+        group = group_of.get(old or "")
+        elected = next(
+            (v for v in views if v.t_ns > hit.t_ns and (group is None or v.group == group)), None
+        )
         if elected is None or elected.node == old:
             continue  # the fault ended before the controllers moved the master
         acked = next((a for a in acks if a.t_ns > elected.t_ns and a.node == elected.node), None)
         out.append(
             {
+                "group": group,
                 "fault": hit.f,
                 "at_s": round(hit.t_ns / 1e9, 2),
                 "old_master": old,
@@ -297,7 +325,8 @@ async def run_inside(config: RunConfig) -> Results:
         ClusterConfig(
             out_dir=config.out_dir,
             bugs=config.bugs,
-            controllers=3 if config.topology == "controller" else 0,
+            controllers=0 if config.topology == "classic" else 3,
+            groups=2 if config.topology == "controller-2groups" else 1,
         )
     )
     cluster.mount_stores()
@@ -327,14 +356,15 @@ async def run_inside(config: RunConfig) -> Results:
         await faults.heal_all()
         await cluster.rpc.close()
         cluster.stop()
-    names = {i: queue_name(q) for i, q in enumerate(workload.queues())}
     for broker in cluster.brokers:
         assert broker.store_dir is not None
+        group = broker.group or cluster.config.group
+        names = {q.queue_id: queue_name(q) for q in workload.queues() if q.broker_name == group}
         await asyncio.to_thread(
             dump_store,
             recorder,
             broker.name,
-            cluster.config.group,
+            group,
             broker.store_dir,
             cluster.config.segment_bytes,
             TOPIC,

@@ -7,7 +7,9 @@ is the under-a-minute version the test suite runs; `power-loss` and `bitflip` hi
 three times, `strand-slave` once (the bug-switch tests: a second strand could elect a replica
 that still holds what the first one lost);
 `soak` rotates seeded mixes of every fault the topology has for a given duration. Each
-topology (`controller`, `classic`) has its own `standard` and `smoke`. The same seed always
+topology (`controller`, `controller-2groups`, `classic`) has its own `standard` and `smoke`; the
+two-group ones hit both groups (`master@broker-b` names broker-b's master), one fault at a time,
+so while one group fails over the other takes the load alone. The same seed always
 gives the same schedule; the schedule is written into the output, so a failing run can be
 replayed.
 """
@@ -120,6 +122,44 @@ _SMOKE: Final = (
 )
 _SMOKE_GAP_S: Final = 2.0
 
+_TWO_GROUPS_STANDARD: Final = (
+    ("kill", "master", 8.0),
+    ("kill", "master@broker-b", 8.0),
+    ("kill", "slave@broker-b", 6.0),
+    ("kill", "controller-leader", 6.0),
+    ("pause", "master@broker-b", 6.0),
+    ("partition-cluster", "master", 10.0),
+    ("partition-cluster", "master@broker-b", 10.0),
+    ("kill", "controller-follower", 5.0),
+    ("pause", "slave", 6.0),
+    ("partition-isolate", "slave@broker-b", 8.0),
+    ("power-loss", "master@broker-b", 3.0),
+    ("torn-tail", "slave", 2.0),
+    ("pause", "controller-leader", 5.0),
+    ("partition-split", "master@broker-b", 8.0),
+    ("bitflip", "slave@broker-b", 2.0),
+    ("disk-full", "master", 8.0),
+    ("strand-slave", "slave@broker-b", 6.0),
+    ("clock-bump", "master@broker-b", 8.0, -240_000),
+    ("partition-one-way", "master", 6.0),
+    ("clock-bump", "controller-leader", 8.0, 200_000),
+    ("disk-full", "slave@broker-b", 6.0),
+    ("clock-strobe", "master", 6.0, 30_000),
+    ("power-loss", "slave", 2.0),
+)
+"""The controller standard run over two groups: every nemesis, failovers of both masters."""
+
+_TWO_GROUPS_SMOKE: Final = (
+    ("kill", "master", 3.0),
+    ("kill", "master@broker-b", 3.0),
+    ("pause", "slave@broker-b", 2.0),
+    ("partition-cluster", "master@broker-b", 4.0),
+    ("kill", "controller-leader", 2.0),
+    ("bitflip", "slave@broker-b", 1.0),
+    ("disk-full", "master", 2.0),
+    ("clock-bump", "master@broker-b", 2.0, -240_000),
+)
+
 _SOAK_MIX: Final = (
     ("kill", ("master", "slave", "controller-leader", "controller-follower"), (2.0, 8.0)),
     ("pause", ("master", "slave", "controller-leader"), (1.0, 6.0)),
@@ -159,7 +199,8 @@ _FOCUSED: Final = {
 """Short runs aimed at one fault (the bug-switch tests: each must catch its bug)."""
 
 SCHEDULES: Final = ("standard", "smoke", "soak", *_FOCUSED)
-TOPOLOGIES: Final = ("controller", "classic")
+TOPOLOGIES: Final = ("controller", "controller-2groups", "classic")
+_SECOND_GROUP: Final = "broker-b"
 
 
 _Fault = tuple[str, str, float] | tuple[str, str, float, int]
@@ -190,11 +231,20 @@ def _soak(topology: str, duration_s: float, rng: random.Random) -> Schedule:
 
     Shuffled rounds: each round uses every fault once, so every kind recurs evenly.
     """
+    controllers = topology != "classic"
     mix = [
-        (nemesis, [t for t in targets if topology == "controller" or t in _CLASSIC_ONLY_TARGETS])
+        (nemesis, [t for t in targets if controllers or t in _CLASSIC_ONLY_TARGETS])
         for nemesis, targets, _ in _SOAK_MIX
-        if topology == "controller" or nemesis not in ("partition-cluster", "strand-slave")
+        if controllers or nemesis not in ("partition-cluster", "strand-slave")
     ]
+    if topology == "controller-2groups":  # every broker fault hits either group
+        mix = [
+            (
+                nemesis,
+                targets + [f"{t}@{_SECOND_GROUP}" for t in targets if t in _CLASSIC_ONLY_TARGETS],
+            )
+            for nemesis, targets in mix
+        ]
     durations = {nemesis: span for nemesis, _, span in _SOAK_MIX}
     steps: list[Step] = []
     warmup_s, at = 10.0, 10.0
@@ -222,12 +272,16 @@ def build_schedule(
     if topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}; known: {', '.join(TOPOLOGIES)}")
     rng = random.Random(f"schedule-{name}-{seed}")
-    classic = topology == "classic"
     if name == "standard":
-        standard = _CLASSIC_STANDARD if classic else _STANDARD
+        standard = {
+            "classic": _CLASSIC_STANDARD,
+            "controller-2groups": _TWO_GROUPS_STANDARD,
+        }.get(topology, _STANDARD)
         return _lay_out(name, standard, 10.0, _STANDARD_GAP_S, 8.0, rng)
     if name == "smoke":
-        smoke = _CLASSIC_SMOKE if classic else _SMOKE
+        smoke = {"classic": _CLASSIC_SMOKE, "controller-2groups": _TWO_GROUPS_SMOKE}.get(
+            topology, _SMOKE
+        )
         return _lay_out(name, smoke, 3.0, _SMOKE_GAP_S, 2.0, rng)
     if name == "soak":
         return _soak(topology, duration_s, rng)

@@ -8,7 +8,11 @@
   checks apply), poll from their position, commit it about once a second, and now and then
   crash: a fresh client reads the committed position back (`committed`) and starts a new
   generation there.
-- The observer records each broker's role and epoch whenever they change.
+- The observer records each broker's role and epoch whenever they change, and each group's
+  master as the controllers name it.
+- With several broker groups the topic has `queues` queues on each. Producer k sends to the
+  queues of group k mod groups only (a send held up by one group's failover never holds up
+  another group's sends, so each group's ack gaps are its own); consumers share every queue.
 - The drain reads every queue from offset 0 with a fresh client until it has passed each
   queue's highest acked offset.
 
@@ -98,20 +102,24 @@ class Workload:
         return self.cluster.namesrv.addr
 
     def queues(self) -> list[MessageQueue]:
-        """The topic's queues."""
-        group = self.cluster.config.group
-        return [MessageQueue(TOPIC, group, i) for i in range(self.config.queues)]
+        """The topic's queues, group by group."""
+        return [
+            MessageQueue(TOPIC, group, i)
+            for group in self.cluster.config.group_names
+            for i in range(self.config.queues)
+        ]
 
     async def create_topic(self) -> None:
-        """Create the topic on the master and wait until the NameServer routes it."""
+        """Create the topic on every group's master; wait until the NameServer routes them all."""
         from ferrymq.client.admin import AdminClient
 
+        groups = set(self.cluster.config.group_names)
         async with AdminClient(self.namesrv) as admin:
             for _ in range(300):
                 try:
                     await admin.create_topic(TOPIC, queues=self.config.queues)
                     route = await admin.route(TOPIC)
-                    if route is not None and route.queue_datas:
+                    if route is not None and {q.broker_name for q in route.queue_datas} >= groups:
                         return
                 except FerryError as exc:
                     log.info("topic not created yet: %s", exc)
@@ -137,7 +145,8 @@ class Workload:
         proc = f"p{k}"
         interval = self.config.producers / self.config.sends_per_second
         padding = b"x" * self.config.body_bytes
-        queues = self.queues()
+        groups = self.cluster.config.group_names
+        queues = [q for q in self.queues() if q.broker_name == groups[k % len(groups)]]
         rpc = RpcClient(local_host=PRODUCER_IP, connect_timeout=1.0)
         async with Producer(
             self.namesrv, "chaos-producer", send_timeout=self.config.send_timeout_s, rpc=rpc
@@ -318,7 +327,7 @@ class Workload:
                         "ok",
                         "role",
                         node=broker.name,
-                        group=self.cluster.config.group,
+                        group=broker.group,
                         role=info.role,
                         epoch=info.epoch,
                     )
@@ -327,24 +336,26 @@ class Workload:
                 await asyncio.wait_for(self.stop.wait(), 1.0)
 
     async def _observe_controllers(self, seen: dict[str, tuple[str, int | None]]) -> None:
-        """Record the controllers' master and epoch when they change (controller mode)."""
-        info = await self.cluster.replica_info()
-        if info is None or not info.master_address:
-            return
-        node = self.cluster.node_at(info.master_address)
-        now = ("master", info.master_epoch)
-        if node is None or seen.get(CONTROLLER_VIEW) == now:
-            return
-        seen[CONTROLLER_VIEW] = now
-        self.recorder.record(
-            CONTROLLER_VIEW,
-            "ok",
-            "role",
-            node=node.name,
-            group=self.cluster.config.group,
-            role="master",
-            epoch=info.master_epoch,
-        )
+        """Record each group's master and epoch when the controllers' choice changes."""
+        for group in self.cluster.config.group_names:
+            info = await self.cluster.replica_info(group)
+            if info is None or not info.master_address:
+                continue
+            node = self.cluster.node_at(info.master_address)
+            now = ("master", info.master_epoch)
+            key = f"{CONTROLLER_VIEW}/{group}"
+            if node is None or seen.get(key) == now:
+                continue
+            seen[key] = now
+            self.recorder.record(
+                CONTROLLER_VIEW,
+                "ok",
+                "role",
+                node=node.name,
+                group=group,
+                role="master",
+                epoch=info.master_epoch,
+            )
 
     async def drain(self, timeout: float) -> bool:
         """Read every queue from 0 past its highest acked offset; True when all got there."""

@@ -233,7 +233,8 @@ def up_command(
     type=click.Choice(TOPOLOGIES),
     default="controller",
     show_default=True,
-    help="controller: 3 controllers elect the master; classic: static master/slave roles.",
+    help="controller: 3 controllers elect the master; controller-2groups: the same with two "
+    "broker groups; classic: static master/slave roles.",
 )
 @click.option(
     "--duration",
@@ -271,7 +272,7 @@ def chaos_command(
     drain_timeout: float,
     converge_timeout: float,
 ) -> None:
-    """Run 3 controllers and a 3-replica group under faults, check; exit 1 on any anomaly.
+    """Run 3 controllers and 3-replica groups under faults, check; exit 1 on any anomaly.
 
     Needs root: the run happens in private network, PID and mount namespaces, on 127.0.0.x.
     """
