@@ -1,12 +1,14 @@
 """The admin client against a real NameServer and broker: a created topic is routable at once."""
 
 import asyncio
+import dataclasses
 import socket
 
 import pytest
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.producer import Producer
 from ferrymq.errors import ConnectError, FerryError
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse
@@ -72,3 +74,52 @@ async def test_an_unreachable_nameserver_is_skipped_but_not_all(cluster: LocalCl
     async with AdminClient(down, timeout=1) as admin:
         with pytest.raises(ConnectError):
             await admin.create_topic("Nowhere", queues=2)
+
+
+@pytest.mark.parametrize("cluster", [{"brokers": 2}], indirect=True)
+async def test_a_wiped_group_takes_no_sends_but_serves_reads_until_added_back(
+    cluster: LocalCluster,
+) -> None:
+    async with NameServer(NamesrvConfig(listen_port=0)) as second:
+        for broker in cluster.brokers:  # a second NameServer: the wipe must reach both
+            broker.config = dataclasses.replace(
+                broker.config, namesrv_addr=f"{cluster.namesrv_addr};{second.address}"
+            )
+            await broker.register()
+        namesrvs = f"{cluster.namesrv_addr};{second.address}"
+        async with AdminClient(namesrvs) as admin:
+            await admin.create_topic("Drained", queues=2)
+            async with Producer(namesrvs) as producer:
+                before = {(await producer.send("Drained", b"before")).queue for _ in range(8)}
+            assert {q.broker_name for q in before} == {"broker-a", "broker-b"}
+            counts = await admin.wipe_write_perm("broker-a")
+            assert set(counts) == {cluster.namesrv_addr, second.address}
+            assert len(set(counts.values())) == 1  # every topic on the group, system ones too
+            assert min(counts.values()) >= 1
+            for namesrv in (cluster.namesrv_addr, second.address):
+                async with AdminClient(namesrv) as one:
+                    route = await one.route("Drained")
+                    assert route is not None
+                    assert {q.broker_name: q.perm for q in route.queue_datas} == {
+                        "broker-a": 4,
+                        "broker-b": 6,
+                    }
+            for broker in cluster.brokers:
+                await broker.register()  # a registration does not undo the wipe
+            async with Producer(namesrvs) as producer:
+                during = {(await producer.send("Drained", b"during")).queue for _ in range(8)}
+            assert {q.broker_name for q in during} == {"broker-b"}
+            async with PullConsumer(namesrvs, "Drainer") as consumer:
+                queues = await consumer.queues("Drained")
+                assert {q.broker_name for q in queues} == {"broker-a", "broker-b"}
+                left = [
+                    m
+                    for q in queues
+                    if q.broker_name == "broker-a"
+                    for m in (await consumer.pull(q, 0, max_messages=32)).messages
+                ]
+            assert [m.body for m in left] == [b"before"] * 4
+            assert await admin.add_write_perm("broker-a") == counts
+            async with Producer(namesrvs) as producer:
+                after = {(await producer.send("Drained", b"after")).queue for _ in range(8)}
+            assert {q.broker_name for q in after} == {"broker-a", "broker-b"}

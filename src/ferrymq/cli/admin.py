@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ferrymq.cli.broker import broker_group
 from ferrymq.cli.controller import controller_group
 from ferrymq.cli.output import emit_json, emit_table
 from ferrymq.client.admin import AdminClient
@@ -319,3 +320,4 @@ def message_by_id(ctx: click.Context, offset_msg_id: str, as_json: bool) -> None
 
 
 admin_group.add_command(controller_group)
+admin_group.add_command(broker_group)

@@ -36,7 +36,12 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 from ferrymq.wire.msgid import decode_offset_msg_id
-from ferrymq.wire.namesrv import DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader
+from ferrymq.wire.namesrv import (
+    AddWritePermOfBrokerRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    GetRouteInfoRequestHeader,
+    WipeWritePermOfBrokerRequestHeader,
+)
 from ferrymq.wire.records import unpack_host
 
 __all__ = ["AdminClient"]
@@ -114,6 +119,34 @@ class AdminClient:
         if response.code != ResponseCode.SUCCESS:
             raise RemoteError(response.code, response.remark)
         return decode_body(response.body, TopicList).topic_list
+
+    async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
+        """Make every NameServer offer `broker_name`'s queues read-only; NameServer -> topics.
+
+        Drains the group before maintenance: producers stop sending there, consumers read on.
+        """
+        header = to_ext_fields(WipeWritePermOfBrokerRequestHeader(broker_name=broker_name))
+        answers = await self._every_namesrv(RequestCode.WIPE_WRITE_PERM_OF_BROKER, header)
+        return {addr: int(r.ext_fields.get("wipeTopicCount", 0)) for addr, r in answers.items()}
+
+    async def add_write_perm(self, broker_name: str) -> dict[str, int]:
+        """Undo `wipe_write_perm` on every NameServer; NameServer -> topics on the group."""
+        header = to_ext_fields(AddWritePermOfBrokerRequestHeader(broker_name=broker_name))
+        answers = await self._every_namesrv(RequestCode.ADD_WRITE_PERM_OF_BROKER, header)
+        return {addr: int(r.ext_fields.get("addTopicCount", 0)) for addr, r in answers.items()}
+
+    async def _every_namesrv(
+        self, code: int, ext_fields: dict[str, str]
+    ) -> dict[str, RemotingCommand]:
+        """Send one request to each NameServer (each keeps its own routes); all must say yes."""
+        answers: dict[str, RemotingCommand] = {}
+        for address in self._namesrvs:
+            request = RemotingCommand(code=code, ext_fields=dict(ext_fields))
+            response = await self._rpc.call(address, request, self._timeout)
+            if response.code != ResponseCode.SUCCESS:
+                raise RemoteError(response.code, f"NameServer {address}: {response.remark}")
+            answers[address] = response
+        return answers
 
     async def _masters(self, cluster: str | None, broker_name: str | None) -> dict[str, str]:
         """Broker name -> master address, for the groups of a cluster (or one group, or all)."""

@@ -11,6 +11,10 @@ Rules:
    the master epoch as state version).
 3. A master's registration states its group's whole topic set: topics it no longer lists lose
    that group's queues.
+4. A group whose write permission was wiped (WIPE_WRITE_PERM_OF_BROKER, to drain it before
+   maintenance) is offered read-only in every route until it is added back, whatever its brokers
+   register meanwhile (RocketMQ rewrites the stored queue data instead, which the group's next
+   changed registration undoes).
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ferrymq.wire.bodies import (
     BrokerData,
     ClusterInfo,
     DataVersion,
+    Perm,
     QueueData,
     TopicConfig,
     TopicRouteData,
@@ -70,6 +77,8 @@ class RouteTable:
         self._groups: dict[str, _Group] = {}
         self._clusters: dict[str, set[str]] = {}
         self._live: dict[str, _Live] = {}
+        self.write_wiped: set[str] = set()
+        """Broker names offered read-only (rule 4)."""
         self.version = 0
         """Bumped on every change, so callers can tell whether routes moved."""
 
@@ -248,6 +257,25 @@ class RouteTable:
         self.version += 1
         return True
 
+    def wipe_write_perm(self, broker_name: str) -> int:
+        """Offer `broker_name`'s queues read-only from now on; returns how many topics it holds."""
+        if broker_name not in self.write_wiped:
+            self.write_wiped.add(broker_name)
+            self.version += 1
+            log.warning("write permission of broker group %s wiped", broker_name)
+        return self._topic_count(broker_name)
+
+    def add_write_perm(self, broker_name: str) -> int:
+        """Undo `wipe_write_perm`; returns how many topics the group holds."""
+        if broker_name in self.write_wiped:
+            self.write_wiped.discard(broker_name)
+            self.version += 1
+            log.info("write permission of broker group %s added back", broker_name)
+        return self._topic_count(broker_name)
+
+    def _topic_count(self, broker_name: str) -> int:
+        return sum(1 for queues in self._topics.values() if broker_name in queues)
+
     def route_of(self, topic: str) -> TopicRouteData | None:
         """The topic's queues and the addresses of the groups that hold them."""
         queues = self._topics.get(topic)
@@ -257,9 +285,14 @@ class RouteTable:
         if not groups:
             return None
         return TopicRouteData(
-            queue_datas=[queues[name] for name in sorted(queues)],
+            queue_datas=[self._offered(queues[name]) for name in sorted(queues)],
             broker_datas=[self._broker_data(group) for group in groups],
         )
+
+    def _offered(self, queue: QueueData) -> QueueData:
+        if queue.broker_name in self.write_wiped and queue.perm & Perm.WRITE:
+            return msgspec.structs.replace(queue, perm=queue.perm & ~Perm.WRITE)
+        return queue
 
     @staticmethod
     def _broker_data(group: _Group) -> BrokerData:

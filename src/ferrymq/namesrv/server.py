@@ -3,7 +3,9 @@
 Handlers (RocketMQ `DefaultRequestProcessor`, `ClientRequestProcessor`):
 REGISTER_BROKER, UNREGISTER_BROKER, BROKER_HEARTBEAT, GET_ROUTEINFO_BY_TOPIC,
 GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER, GET_TOPICS_BY_CLUSTER,
-DELETE_TOPIC_IN_NAMESRV, GET_KV_CONFIG. A broker whose connection drops leaves the routes at
+DELETE_TOPIC_IN_NAMESRV, GET_KV_CONFIG, WIPE_WRITE_PERM_OF_BROKER, ADD_WRITE_PERM_OF_BROKER (a
+wiped group stays read-only in routes until added back or this NameServer restarts: the state is
+in memory, as RocketMQ's). A broker whose connection drops leaves the routes at
 once; one that stops registering leaves them after its timeout (`broker_timeout`, 30 s by
 default against RocketMQ's 120 s).
 """
@@ -29,6 +31,8 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import CommandHeader, from_ext_fields, to_ext_fields
 from ferrymq.wire.namesrv import (
+    AddWritePermOfBrokerRequestHeader,
+    AddWritePermOfBrokerResponseHeader,
     BrokerHeartbeatRequestHeader,
     DeleteTopicFromNamesrvRequestHeader,
     GetRouteInfoRequestHeader,
@@ -37,6 +41,8 @@ from ferrymq.wire.namesrv import (
     RegisterBrokerRequestHeader,
     RegisterBrokerResponseHeader,
     UnregisterBrokerRequestHeader,
+    WipeWritePermOfBrokerRequestHeader,
+    WipeWritePermOfBrokerResponseHeader,
 )
 
 __all__ = ["NameServer", "NamesrvConfig"]
@@ -105,6 +111,8 @@ class NameServer:
         add(RequestCode.GET_TOPICS_BY_CLUSTER, self._topics_by_cluster)
         add(RequestCode.DELETE_TOPIC_IN_NAMESRV, self._delete_topic)
         add(RequestCode.GET_KV_CONFIG, self._kv_config)
+        add(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self._wipe_write_perm)
+        add(RequestCode.ADD_WRITE_PERM_OF_BROKER, self._add_write_perm)
         serve_test_clock(self.router)
 
     # ------------------------------------------------------------------ lifecycle
@@ -238,6 +246,18 @@ class NameServer:
         header = from_ext_fields(DeleteTopicFromNamesrvRequestHeader, request.ext_fields)
         self.routes.delete_topic(header.topic, header.cluster_name)
         return _ok(request)
+
+    async def _wipe_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """WIPE_WRITE_PERM_OF_BROKER (205): offer a group's queues read-only (drain it)."""
+        header = from_ext_fields(WipeWritePermOfBrokerRequestHeader, request.ext_fields)
+        count = self.routes.wipe_write_perm(header.broker_name)
+        return _ok(request, WipeWritePermOfBrokerResponseHeader(wipe_topic_count=count))
+
+    async def _add_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """ADD_WRITE_PERM_OF_BROKER (327): offer a wiped group's queues for writing again."""
+        header = from_ext_fields(AddWritePermOfBrokerRequestHeader, request.ext_fields)
+        count = self.routes.add_write_perm(header.broker_name)
+        return _ok(request, AddWritePermOfBrokerResponseHeader(add_topic_count=count))
 
     async def _kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """GET_KV_CONFIG (101): ferrymq keeps no KV config; every lookup answers not found."""

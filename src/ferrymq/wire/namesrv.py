@@ -5,6 +5,8 @@ from __future__ import annotations
 from ferrymq.wire.headers import I32, I64, CommandHeader
 
 __all__ = [
+    "AddWritePermOfBrokerRequestHeader",
+    "AddWritePermOfBrokerResponseHeader",
     "BrokerHeartbeatRequestHeader",
     "DeleteTopicFromNamesrvRequestHeader",
     "GetRouteInfoRequestHeader",
@@ -13,6 +15,8 @@ __all__ = [
     "RegisterBrokerRequestHeader",
     "RegisterBrokerResponseHeader",
     "UnregisterBrokerRequestHeader",
+    "WipeWritePermOfBrokerRequestHeader",
+    "WipeWritePermOfBrokerResponseHeader",
 ]
 
 
@@ -85,3 +89,27 @@ class KvConfigRequestHeader(CommandHeader):
 
     namespace: str
     key: str
+
+
+class WipeWritePermOfBrokerRequestHeader(CommandHeader):
+    """WIPE_WRITE_PERM_OF_BROKER (205): routes stop offering a group's queues for writing."""
+
+    broker_name: str
+
+
+class WipeWritePermOfBrokerResponseHeader(CommandHeader):
+    """How many topics had queues on the group."""
+
+    wipe_topic_count: I32
+
+
+class AddWritePermOfBrokerRequestHeader(CommandHeader):
+    """ADD_WRITE_PERM_OF_BROKER (327): undo WIPE_WRITE_PERM_OF_BROKER."""
+
+    broker_name: str
+
+
+class AddWritePermOfBrokerResponseHeader(CommandHeader):
+    """How many topics had queues on the group."""
+
+    add_topic_count: I32

@@ -135,3 +135,28 @@ def test_after_the_clock_steps_back_a_silent_broker_expires_within_its_timeout()
     assert table.expire(now=760.0) == []  # the clock went back four minutes
     assert table.expire(now=790.0) == []
     assert table.expire(now=790.5) == ["127.0.0.2:1"]
+
+
+def test_a_wiped_group_is_read_only_in_every_route_until_added_back() -> None:
+    table = RouteTable()
+    _register(table, "127.0.0.2:1", "b1", topics={**_topic("T"), **_topic("U")})
+    _register(table, "127.0.0.3:1", "b2", topics=_topic("T"))
+    version = table.version
+    assert table.wipe_write_perm("b1") == 2
+    assert table.version > version
+
+    def perms(topic: str) -> dict[str, int]:
+        route = table.route_of(topic)
+        assert route is not None
+        return {q.broker_name: q.perm for q in route.queue_datas}
+
+    assert perms("T") == {"b1": 4, "b2": 6}
+    assert perms("U") == {"b1": 4}
+    # the group's master registers again, even with changed topics: still read-only
+    _register(table, "127.0.0.2:1", "b1", topics={**_topic("T", 8), **_topic("U")}, now=1.0)
+    assert perms("T") == {"b1": 4, "b2": 6}
+    assert table.wipe_write_perm("b1") == 2, "wiping twice changes nothing"
+    assert table.add_write_perm("b1") == 2
+    assert perms("T") == {"b1": 6, "b2": 6}
+    assert table.wipe_write_perm("nobody") == 0
+    assert perms("T") == {"b1": 6, "b2": 6}
