@@ -300,6 +300,36 @@ async def test_followers_name_the_leader_and_a_new_leader_keeps_every_committed_
             assert await admin.next_broker_id(CLUSTER, NAME) == 4
 
 
+async def test_a_new_leader_pushes_every_groups_master_an_old_leader_did_not_announce(
+    tmp_path: Path, brokers: list[Broker]
+) -> None:
+    async with AsyncExitStack() as stack:
+        controllers = await start_controllers(tmp_path, 3, stack)
+        leader = await leader_of(controllers)
+        addresses = ";".join(c.address for c in controllers.values())
+        async with ControllerAdmin(addresses, timeout=5.0) as admin:
+            await _register_all(admin, brokers)
+            for broker in brokers:
+                await broker.heartbeat(leader.address, 100)
+            # the leader elects broker 2 but dies before telling anyone (pushes switched off
+            # here stand for the notification lost with it); the brokers do not poll
+            await admin.update_config({"notifyBrokerRoleChanged": "false"})
+            elected = await admin.elect_master(CLUSTER, NAME, 2, designate=True)
+            assert elected.header.master_broker_id == 2
+            epoch = elected.header.master_epoch
+            await admin.update_config({"notifyBrokerRoleChanged": "true"})
+            assert not any(b.notified for b in brokers)
+            await leader.parts.close()
+            await leader.server.close()
+            survivors = {k: c for k, c in controllers.items() if c is not leader}
+            await leader_of(survivors)
+            # the new leader has heard none of them yet: it tells every registered broker
+            await wait_for(lambda: _true(all(b.notified for b in brokers)))
+            for broker in brokers:
+                assert broker.notified[-1].master_broker_id == 2
+                assert broker.notified[-1].master_epoch == epoch
+
+
 @pytest.mark.parametrize(
     ("code", "ext_fields", "body", "expected"),
     [

@@ -27,6 +27,10 @@ Rules:
    at once when a broker's connection closes, and again when a closed master's lease runs out.
 6. After a successful election the leader pushes NOTIFY_BROKER_ROLE_CHANGED (oneway, best effort;
    a newer notification to an address replaces an unsent older one) to the group's live brokers.
+   A node that starts serving as leader pushes every group's master to all of the group's
+   registered brokers (it has not heard them yet): an election its predecessor committed but did
+   not announce before it died reaches them now, not at their next poll; brokers already acting
+   on it ignore it (the epoch is not newer).
 """
 
 from __future__ import annotations
@@ -358,6 +362,9 @@ class ControllerNode:
         )
         self._spawn(self._work(), leader=True)
         self._spawn(self._scan_loop(), leader=True)
+        if self.policy.notify_broker_role_changed:
+            for name in sorted(self.state.groups):
+                self._notify_role_change(name, live_only=False)
 
     def _stop_serving(self) -> None:
         if self._serving:
@@ -532,7 +539,8 @@ class ControllerNode:
         finally:
             self._electing.discard(broker_name)
 
-    def _notify_role_change(self, broker_name: str) -> None:
+    def _notify_role_change(self, broker_name: str, *, live_only: bool = True) -> None:
+        """Push the group's master to its brokers (`live_only`: the ones this node hears)."""
         group = self.state.groups.get(broker_name)
         if group is None or group.master_broker_id is None:
             return
@@ -550,7 +558,7 @@ class ControllerNode:
         )
         now = self._clock()
         for broker_id, replica in sorted(group.replicas.items()):
-            if not self.liveness.is_alive(broker_name, broker_id, now):
+            if live_only and not self.liveness.is_alive(broker_name, broker_id, now):
                 continue
             address = replica.broker_address
             previous = self._notifying.pop(address, None)
