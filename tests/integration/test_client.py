@@ -153,3 +153,47 @@ async def test_a_route_without_a_master_is_asked_for_again_at_once(
             assert result.queue == queue
     finally:
         await slave.close()
+
+
+async def test_a_pull_with_min_bytes_is_held_until_enough_bytes_or_its_wait_is_over(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    """Seed 003's delayed fetch: min bytes beside the maximum wait (`minMsgBytes`)."""
+    await create_topic(client, cluster.broker.address, "MinBytes", 1)
+    await cluster.broker.register()
+    body = b"x" * 2000  # stored with about 170 bytes of header, topic and properties
+    async with (
+        Producer(cluster.namesrv_addr) as producer,
+        PullConsumer(cluster.namesrv_addr, "G") as consumer,
+    ):
+        queue = (await consumer.queues("MinBytes"))[0]
+        await producer.send("MinBytes", body, queue=queue)
+        held = asyncio.create_task(consumer.pull(queue, 0, wait=20.0, min_bytes=9000))
+        sent = 1
+        while sent < 5:
+            await asyncio.sleep(0.1)  # turns of the loop in which the broker could answer
+            assert not held.done(), f"answered with {sent} records, under 9000 bytes"
+            await producer.send("MinBytes", body, queue=queue)
+            sent += 1
+        result = await asyncio.wait_for(held, 10)
+        assert result.status is PullStatus.FOUND
+        assert [m.queue_offset for m in result.messages] == [0, 1, 2, 3, 4]
+
+        # the wait runs out: what there is, though less than asked for
+        short = await consumer.pull(queue, 3, wait=0.3, min_bytes=100_000)
+        assert [m.queue_offset for m in short.messages] == [3, 4]
+        # at the end of the queue: nothing, after the wait, as a plain long poll
+        empty = await consumer.pull(queue, 5, wait=0.3, min_bytes=100_000)
+        assert empty.status is PullStatus.NO_NEW_MSG
+        # answered at once when the read is cut short by its own limits: waiting cannot help
+        capped = await asyncio.wait_for(
+            consumer.pull(queue, 0, max_messages=2, wait=20.0, min_bytes=100_000), 10
+        )
+        assert [m.queue_offset for m in capped.messages] == [0, 1]
+        clipped = await asyncio.wait_for(
+            consumer.pull(queue, 0, max_bytes=5000, wait=20.0, min_bytes=100_000), 10
+        )
+        assert 1 <= len(clipped.messages) < 5
+        # without min_bytes a pull that finds messages answers at once, as before
+        plain = await asyncio.wait_for(consumer.pull(queue, 0, wait=20.0), 10)
+        assert len(plain.messages) == 5

@@ -6,10 +6,18 @@ re-encoded. When nothing is there and the request allows suspending, the pull wa
 queue grows or `suspendTimeoutMillis` passes, then reads again. The answer's code follows the
 store's status as RocketMQ maps it; the header says where to continue (`nextBeginOffset`) and the
 queue's bounds.
+
+A suspending pull may also ask for a minimum size (`minMsgBytes`, a ferrymq extension of the
+header that RocketMQ clients never send; seed 003's delayed fetch, Kafka's fetch.min.bytes): it
+answers at once when that many bytes are there, when `maxMsgNums` or `maxMsgBytes` cut the read
+short, or when the queue holds more than the read returned; otherwise it is held while the queue
+grows, and answers with what there is when `suspendTimeoutMillis` runs out (maybe fewer bytes,
+maybe none).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from typing import Final
@@ -107,19 +115,20 @@ async def pull_message(
         )
     result = _read(state, header, codes)
     code = _status_code(result.status, header.queue_offset)
-    if (
-        code == ResponseCode.PULL_NOT_FOUND
-        and header.sys_flag & SYSFLAG_SUSPEND
-        and header.suspend_timeout_millis > 0
-    ):
+    if header.sys_flag & SYSFLAG_SUSPEND and header.suspend_timeout_millis > 0:
         wait = (
             min(header.suspend_timeout_millis / 1000, _MAX_SUSPEND_S)
             if state.config.long_polling_enable
             else state.config.short_polling_time_mills / 1000
         )
-        if await state.longpoll.wait(header.topic, header.queue_id, header.queue_offset, wait):
+        deadline = asyncio.get_running_loop().time() + wait
+        if code == ResponseCode.PULL_NOT_FOUND and await state.longpoll.wait(
+            header.topic, header.queue_id, header.queue_offset, wait
+        ):
             result = _read(state, header, codes)
             code = _status_code(result.status, header.queue_offset)
+        if code == ResponseCode.SUCCESS and header.min_msg_bytes:
+            result = await _fill(state, header, codes, result, deadline)
     if not state.is_master and not state.config.slave_read_enable:
         # RocketMQ: a slave that may not be read sends the consumer back to the master
         response = PullMessageResponseHeader(
@@ -165,6 +174,44 @@ def _memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+async def _fill(
+    state: BrokerState,
+    header: PullMessageRequestHeader,
+    codes: frozenset[int] | None,
+    result: GetResult,
+    deadline: float,
+) -> GetResult:
+    """Hold a pull until `minMsgBytes` can be returned, or until `deadline` (loop time).
+
+    A read that `maxMsgNums` or `maxMsgBytes` cut short, or that left entries of the queue
+    unread, is answered at once: waiting could not make it bigger.
+    """
+    loop = asyncio.get_running_loop()
+    limit = _max_bytes(header)
+    wanted = min(header.min_msg_bytes or 0, limit)
+    while (
+        result.status is GetStatus.FOUND
+        and result.total_bytes < wanted
+        and len(result.records) < _max_count(header)
+        and result.next_queue_offset >= result.max_queue_offset
+    ):
+        left = deadline - loop.time()
+        if left <= 0 or not await state.longpoll.wait(
+            header.topic, header.queue_id, result.next_queue_offset, left
+        ):
+            break
+        result = _read(state, header, codes)
+    return result
+
+
+def _max_count(header: PullMessageRequestHeader) -> int:
+    return max(1, min(header.max_msg_nums, 1024))
+
+
+def _max_bytes(header: PullMessageRequestHeader) -> int:
+    return min(header.max_msg_bytes or _MAX_PULL_BYTES, _MAX_PULL_BYTES)
+
+
 def _read(
     state: BrokerState, header: PullMessageRequestHeader, codes: frozenset[int] | None
 ) -> GetResult:
@@ -172,8 +219,8 @@ def _read(
         header.topic,
         header.queue_id,
         header.queue_offset,
-        max(1, min(header.max_msg_nums, 1024)),
-        max_bytes=min(header.max_msg_bytes or _MAX_PULL_BYTES, _MAX_PULL_BYTES),
+        _max_count(header),
+        max_bytes=_max_bytes(header),
         tags_codes=codes,
     )
 

@@ -170,6 +170,7 @@ class PullConsumer:
         max_bytes: int | None,
         expression: str,
         wait: float,
+        min_bytes: int = 0,
     ) -> tuple[PullStatus, RemotingCommand]:
         header = PullMessageRequestHeader(
             consumer_group=self.group,
@@ -182,6 +183,7 @@ class PullConsumer:
             suspend_timeout_millis=int(wait * 1000),
             subscription=expression,
             max_msg_bytes=max_bytes,
+            min_msg_bytes=min_bytes or None,
         )
         response = await self._call(
             queue,
@@ -208,10 +210,16 @@ class PullConsumer:
         max_bytes: int | None = None,
         expression: str = "*",
         wait: float = 0.0,
+        min_bytes: int = 0,
     ) -> PullResult:
-        """Up to `max_messages` messages from `offset`; with `wait`, long-poll for new ones."""
+        """Up to `max_messages` messages from `offset`; with `wait`, long-poll for new ones.
+
+        With `wait` and `min_bytes`, a ferrymq broker holds the pull until the messages it can
+        return reach `min_bytes` (or `max_messages` / `max_bytes`) or `wait` is over, and then
+        answers with what there is (a RocketMQ broker ignores `min_bytes`).
+        """
         status, response = await self._pull(
-            queue, offset, max_messages, max_bytes, expression, wait
+            queue, offset, max_messages, max_bytes, expression, wait, min_bytes
         )
         fields = response.ext_fields
         return PullResult(

@@ -167,6 +167,9 @@ class PullMessageRequestHeader(CommandHeader):
     sub_version: I64 = 0
     expression_type: str | None = None
     max_msg_bytes: I32 | None = None
+    min_msg_bytes: I32 | None = None
+    """ferrymq's own (RocketMQ clients never send it): a suspending pull is held until this many
+    bytes can be returned or `suspendTimeoutMillis` passes (Kafka's fetch min bytes, seed 003)."""
 
 
 class PullMessageResponseHeader(CommandHeader):
