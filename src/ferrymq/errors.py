@@ -19,6 +19,8 @@ __all__ = [
     "ConnectError",
     "ConnectionClosedError",
     "CorruptRecordError",
+    "FencedError",
+    "FencedTopicError",
     "FerryError",
     "FrameTooLargeError",
     "HeaderFieldError",
@@ -187,6 +189,32 @@ class InvalidMessageError(SendFailedError, ValueError):
 
     Raised by the SDK before sending, and for a broker's MESSAGE_ILLEGAL answer.
     """
+
+
+class FencedError(SendFailedError):
+    """A fenced topic refused the record: nothing was stored.
+
+    Carries the topic's current holder as the broker knows it (its epoch, writer id and
+    advertised URL) and the broker's reason; a writer that lost its epoch steps down.
+    """
+
+    def __init__(self, topic: str, epoch: int, writer: str, url: str, reason: str) -> None:
+        holder = f"epoch {epoch} held by {writer!r} ({url})" if writer else "no holder yet"
+        super().__init__(f"fenced topic {topic}: {reason}; {holder}")
+        self.topic = topic
+        self.epoch = epoch
+        self.writer = writer
+        self.url = url
+        self.reason = reason
+
+
+class FencedTopicError(FerryError, ValueError):
+    """A topic used as a fenced topic is not one: its route has several queues or broker groups."""
+
+    def __init__(self, topic: str, reason: str) -> None:
+        super().__init__(f"{topic} is not a fenced topic: {reason}")
+        self.topic = topic
+        self.reason = reason
 
 
 class SendOutcomeUnknownError(FerryError):

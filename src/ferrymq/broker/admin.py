@@ -1,9 +1,17 @@
 """Administration requests (RocketMQ `AdminBrokerProcessor`).
 
 Topics: UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, GET_ALL_TOPIC_CONFIG,
-GET_TOPIC_STATS_INFO. Groups: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP,
-GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUME_STATS. Broker: GET_BROKER_RUNTIME_INFO,
-GET_BROKER_CONFIG, UPDATE_BROKER_CONFIG (hot keys only; see `HOT_KEYS`).
+GET_TOPIC_STATS_INFO, and ferrymq's GET_FENCE. Groups: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+DELETE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUME_STATS. Broker:
+GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG, UPDATE_BROKER_CONFIG (hot keys only; see
+`HOT_KEYS`), DELETE_EXPIRED_COMMITLOG.
+
+Topic attributes use RocketMQ 5's syntax (`+key=value` sets, `-key` deletes; stored without the
+sign, as `AttributeUtil.alterCurrentAttributes` does). A topic created with
+`+ferry.fenced=true` is fenced (`fence.py`): it has exactly one read and one write queue, and no
+later update may unfence it or change its queues (a safety setting never fails open); an
+existing unfenced topic cannot become fenced (its records carry no fence). Deleting it stays an
+admin action.
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ import dataclasses
 import logging
 from typing import Final
 
+from ferrymq.broker import retention
+from ferrymq.broker.fence import FENCED_ATTRIBUTE
 from ferrymq.broker.metadata import GroupConfig, GroupFile
 from ferrymq.broker.state import BrokerState
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
@@ -21,6 +31,7 @@ from ferrymq.rpc.connection import Connection
 from ferrymq.wire.bodies import (
     ConsumeStats,
     ConsumeStatsEntry,
+    FenceHolder,
     KVTable,
     TopicConfig,
     TopicOffsetEntry,
@@ -33,7 +44,9 @@ from ferrymq.wire.broker import (
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumeStatsRequestHeader,
+    GetFenceRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    parse_attribute_changes,
 )
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import RemotingCommand
@@ -43,12 +56,14 @@ from ferrymq.wire.records import store_timestamp_of
 __all__ = [
     "HOT_KEYS",
     "create_topic",
+    "delete_expired_commit_log",
     "delete_group",
     "delete_topic",
     "get_all_groups",
     "get_all_topics",
     "get_broker_config",
     "get_consume_stats",
+    "get_fence",
     "get_runtime_info",
     "get_topic_stats",
     "update_broker_config",
@@ -104,9 +119,12 @@ async def create_topic(
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     if not (0 < header.read_queue_nums <= 1024 and 0 < header.write_queue_nums <= 1024):
         raise RequestError(ResponseCode.SYSTEM_ERROR, "queue numbers must be in 1..1024")
-    attributes = (
-        decode_body(header.attributes.encode(), dict[str, str]) if header.attributes else {}
-    )
+    current = state.topics.get(header.topic)
+    try:
+        attributes = _altered_attributes(current, parse_attribute_changes(header.attributes))
+        _check_fenced(current, attributes, header.read_queue_nums, header.write_queue_nums)
+    except ValueError as exc:
+        raise RequestError(ResponseCode.INVALID_PARAMETER, f"topic {header.topic}: {exc}") from None
     config = TopicConfig(
         topic_name=header.topic,
         read_queue_nums=header.read_queue_nums,
@@ -129,12 +147,59 @@ async def create_topic(
     return await _ok_once_committed(state, request)
 
 
+def _altered_attributes(current: TopicConfig | None, changes: dict[str, str]) -> dict[str, str]:
+    """The attributes after RocketMQ 5's changes: only additions on create.
+
+    Raises:
+        ValueError: a deletion on create, or of an attribute the topic does not have.
+    """
+    attributes = dict(current.attributes) if current is not None else {}
+    for key, value in changes.items():
+        name = key[1:]
+        if key.startswith("+"):
+            attributes[name] = value
+        elif current is None:
+            raise ValueError(f"only additions are allowed when creating a topic, not {key!r}")
+        elif attributes.pop(name, None) is None:
+            raise ValueError(f"cannot delete attribute {name!r}: the topic does not have it")
+    return attributes
+
+
+def _check_fenced(
+    current: TopicConfig | None, attributes: dict[str, str], read_queues: int, write_queues: int
+) -> None:
+    """Refuse what would make a fenced topic unsafe (module docstring).
+
+    Raises:
+        ValueError: naming what is refused.
+    """
+    was_fenced = current is not None and current.attributes.get(FENCED_ATTRIBUTE) == "true"
+    value = attributes.get(FENCED_ATTRIBUTE)
+    if value is not None and value != "true":
+        raise ValueError(f"{FENCED_ATTRIBUTE} takes only the value true, not {value!r}")
+    if was_fenced and value is None:
+        raise ValueError(f"a fenced topic stays fenced: {FENCED_ATTRIBUTE} cannot be removed")
+    if value is None:
+        return
+    if current is not None and not was_fenced:
+        raise ValueError(
+            "an existing topic cannot become fenced (its records carry no fence): delete it "
+            "first, or create another"
+        )
+    if read_queues != 1 or write_queues != 1:
+        raise ValueError(
+            f"a fenced topic has exactly one read and one write queue, not {read_queues} read "
+            f"and {write_queues} write queues"
+        )
+
+
 async def delete_topic(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
     """DELETE_TOPIC_IN_BROKER (215): drop the topic's config, queues and offsets."""
     header = from_ext_fields(DeleteTopicRequestHeader, request.ext_fields)
     if state.topics.delete(header.topic):
+        state.fences.forget(header.topic)
         state.store.delete_topic(header.topic)
         state.offsets.delete_topic(header.topic)
         log.info("topic %s deleted", header.topic)
@@ -176,6 +241,33 @@ async def get_topic_stats(
             )
         )
     return _ok(request, encode_body(TopicStatsTable(entries)))
+
+
+async def get_fence(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_FENCE (ferrymq's own): a fenced topic's holder and where its live tail starts.
+
+    A master answers with its own view (its uncommitted appends included: what its next decision
+    uses), a slave with what its committed records hold.
+    """
+    header = from_ext_fields(GetFenceRequestHeader, request.ext_fields)
+    config = state.topics.get(header.topic)
+    if config is None:
+        raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist")
+    if config.attributes.get(FENCED_ATTRIBUTE) != "true":
+        raise RequestError(
+            ResponseCode.INVALID_PARAMETER, f"topic {header.topic} is not a fenced topic"
+        )
+    fence_log = state.fences.current(header.topic)
+    fence = fence_log.fence
+    holder = FenceHolder(
+        epoch=fence.epoch,
+        writer=fence.writer,
+        url=fence.url,
+        live_start_offset=fence_log.live_start_queue_offset,
+    )
+    return _ok(request, encode_body(holder))
 
 
 async def get_consume_stats(
@@ -272,6 +364,19 @@ def _properties_text(state: BrokerState) -> str:
             text = "true" if text else "false"
         lines.append(f"{key}={text}")
     return "\n".join(lines) + "\n"
+
+
+async def delete_expired_commit_log(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """DELETE_EXPIRED_COMMITLOG (329): delete expired segments now, whatever `deleteWhen` says.
+
+    RocketMQ `executeDeleteFilesManually`; fenced topics' live tails are copied forward first
+    and never deleted (`retention.py`). The answer's `deleted` field counts the segments.
+    """
+    deleted = await retention.delete_expired(state)
+    log.info("deleted %d expired commit-log segment(s) on request from %s", deleted, conn.peer)
+    return request.make_response(ResponseCode.SUCCESS, ext_fields={"deleted": str(deleted)})
 
 
 async def get_broker_config(

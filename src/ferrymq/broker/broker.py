@@ -4,8 +4,10 @@ Background tasks (one `TaskGroup`, stopped by `close`):
 - registration with every NameServer, every `registerNameServerPeriod` and at once when topics
   change (RocketMQ `registerBrokerAll`);
 - consumer offsets saved every `flushConsumerOffsetInterval` when changed;
-- silent clients expired, and their groups told to rebalance;
-- expired commit-log segments deleted at `deleteWhen` hours, or whenever the disk is too full;
+- silent clients expired (after their session timeout, or `channelExpiredTimeout`), and their
+  groups told to rebalance;
+- expired commit-log segments deleted at `deleteWhen` hours, or whenever the disk is too full,
+  never a fenced topic's live tail (`retention.py`);
 - delayed messages delivered on time (`schedule.py` for delay levels, `timer.py` for delivery
   times); unresolved transactions checked (`transactions.py`);
 - replication (`replication/`): a master serves its slaves on the HA port and, as SYNC_MASTER,
@@ -30,9 +32,10 @@ from typing import Any, Self
 import msgspec
 
 from ferrymq import clock as process_clock
-from ferrymq.broker import admin, consumer, pull, query, send
+from ferrymq.broker import admin, consumer, pull, query, retention, send
 from ferrymq.broker.clients import ClientTable, QueueLocks
 from ferrymq.broker.config import BrokerConfig, BrokerRole
+from ferrymq.broker.fenced import FencedTopics
 from ferrymq.broker.longpoll import LongPoll
 from ferrymq.broker.metadata import DelayOffsetTable, GroupTable, OffsetTable, TopicTable
 from ferrymq.broker.metalog import MetadataFollower, MetadataLog
@@ -107,10 +110,15 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_runtime_info,
     RequestCode.GET_BROKER_CONFIG: admin.get_broker_config,
     RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
+    RequestCode.DELETE_EXPIRED_COMMITLOG: admin.delete_expired_commit_log,
+    RequestCode.GET_FENCE: admin.get_fence,
+    RequestCode.GET_GROUP_MEMBERS: consumer.get_group_members,
 }
 """Every request code the broker serves, in one table."""
 
 _CLIENT_SCAN_S = 10.0
+_CLIENT_SCAN_MIN_S = 0.05
+"""The shortest wait of the client expiry loop (a session deadline just passed)."""
 _RETENTION_SCAN_S = 10.0
 _NAMESRV_TIMEOUT_S = 3.0
 
@@ -159,6 +167,7 @@ class Broker:
         self._state: BrokerState | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
+        self._clients_wake = asyncio.Event()
         self.schedule: ScheduleService | None = None
         self.timer: TimerService | None = None
         self.transactions: TransactionService | None = None
@@ -259,12 +268,16 @@ class Broker:
             locks=QueueLocks(config.rebalance_lock_max_live_time / 1000),
             longpoll=longpoll,
             address=self.address,
+            fences=FencedTopics(store, topics),
             clock=self._clock,
             wall_ms=self._wall_ms,
             on_topics_changed=self._register_now.set,
             perm=config.broker_permission,
             role=config.broker_role,
+            serving_since=self._clock(),
+            wake_clients=self._clients_wake.set,
         )
+        store.keep_log_offset = self._state.fences.keep_log_offset
         self.schedule = ScheduleService(self._state)
         self.timer = TimerService(self._state)
         self.transactions = TransactionService(self._state)
@@ -321,6 +334,7 @@ class Broker:
         )
         slave.expected_epoch = self._master_epoch
         self.slave = slave
+        state.serving_since = self._clock()
         self._follower = MetadataFollower(state)
         self._spawn_role(slave.run())
         self._spawn_role(self._follower.run())
@@ -367,8 +381,11 @@ class Broker:
         # acknowledged an offset commit among them just before this replica heard of it
         # (commit-regression found by a one-hour `ferry chaos` soak, seed 1)
         follower.apply_held()
+        # the fences too: this log's records, held ones included, decide the next appends
+        state.fences.become_master()
         await master.start(config.listen_host, config.ha_port)
         state.role = role
+        state.serving_since = self._clock()
         self.replication = master
         state.replication = master
         state.topics.set_state_version(self._master_epoch)
@@ -394,6 +411,7 @@ class Broker:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self.state.fences.stop_master()  # a slave's log may be cut: its view would be stale
         if self.replication is not None:
             await self.replication.close()  # commit waiters answer "not committed"
             self.replication = None
@@ -654,24 +672,31 @@ class Broker:
             consumer.notify_group_changed(state, group)
 
     async def _clients_loop(self) -> None:
+        """Expire silent clients: every `_CLIENT_SCAN_S`, or at the next session deadline."""
         state = self.state
         while True:
-            await asyncio.sleep(_CLIENT_SCAN_S)
-            for group in state.clients.expire(state.clock()):
-                log.info("a client of group %s expired", group)
-                consumer.notify_group_changed(state, group)
+            self._clients_wake.clear()
+            deadline = state.clients.next_deadline()
+            wait_s = _CLIENT_SCAN_S
+            if deadline is not None:
+                wait_s = min(wait_s, max(deadline - state.clock(), _CLIENT_SCAN_MIN_S))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._clients_wake.wait()
+            consumer.expire_clients(state)
 
     async def _retention_loop(self) -> None:
         state = self.state
         while True:
             await asyncio.sleep(_RETENTION_SCAN_S)
-            usage = shutil.disk_usage(self.config.store_path_root_dir)
-            full = usage.used / usage.total > self.config.disk_max_used_space_ratio / 100
+            config = state.config  # UPDATE_BROKER_CONFIG may have changed it
+            usage = shutil.disk_usage(config.store_path_root_dir)
+            full = usage.used / usage.total > config.disk_max_used_space_ratio / 100
             now = datetime.datetime.fromtimestamp(self._wall_ms() / 1000)
             hour = f"{now.hour:02d}"
-            due = hour in [h.strip() for h in self.config.delete_when.split(";")]
+            due = hour in [h.strip() for h in config.delete_when.split(";")]
             if full or due:
-                deleted = state.store.delete_expired()
+                deleted = await retention.delete_expired(state)
                 if deleted:
                     log.info("deleted %d expired commit-log segment(s)", deleted)
 

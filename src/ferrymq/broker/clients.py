@@ -6,7 +6,9 @@ Pure bookkeeping with an injected clock; the broker sends the notifications thes
 
 Rules:
 1. A client belongs to a group while it heartbeats on a live connection; it leaves on
-   UNREGISTER_CLIENT, when its connection closes, or after `expire_after` seconds of silence.
+   UNREGISTER_CLIENT, when its connection closes, or after `expire_after` seconds of silence
+   (a consumer that sent a session timeout with its heartbeat: after that many).
+   A consumer's member data is what its last heartbeat carried.
 2. Every change of a consumer group's membership is reported to the caller, which notifies the
    group's clients (NOTIFY_CONSUMER_IDS_CHANGED) so they rebalance at once.
 3. A queue lock belongs to one client of a group until it unlocks, or until the lock is not
@@ -29,6 +31,14 @@ class _Channel:
     client_id: str
     conn: Connection
     last_update: float
+    session_timeout: float | None = None
+    """Seconds of silence after which this member leaves (None: the table's `expire_after`)."""
+    member_data: str = ""
+
+    def deadline(self, expire_after: float) -> float:
+        """When this client leaves unless it heartbeats again."""
+        limit = expire_after if self.session_timeout is None else self.session_timeout
+        return self.last_update + limit
 
 
 @dataclass(slots=True)
@@ -52,6 +62,13 @@ class ConsumerGroup:
         """The group's client connections."""
         return [channel.conn for channel in self.channels.values()]
 
+    def members(self, now: float) -> list[tuple[str, str, float]]:
+        """(client id, member data, seconds since its last heartbeat), by client id."""
+        return [
+            (client_id, channel.member_data, now - channel.last_update)
+            for client_id, channel in sorted(self.channels.items())
+        ]
+
 
 class ClientTable:
     """Consumer and producer groups and their clients."""
@@ -64,7 +81,10 @@ class ClientTable:
     def register_consumer(
         self, client_id: str, conn: Connection, data: ConsumerData, now: float
     ) -> bool:
-        """Record a consumer heartbeat; True when the group's membership changed."""
+        """Record a consumer heartbeat; True when the group's membership changed.
+
+        `data.session_timeout_ms` and `data.member_data` must have been checked by the caller.
+        """
         group = self.consumers.get(data.group_name)
         if group is None:
             group = self.consumers[data.group_name] = ConsumerGroup(data.group_name)
@@ -72,11 +92,16 @@ class ClientTable:
         group.message_model = data.message_model_name
         group.consume_from_where = data.consume_from_where_name
         group.subscriptions = {s.topic: s for s in data.subscription_data_set}
+        timeout_ms = data.session_timeout_ms
+        session_timeout = None if timeout_ms is None else timeout_ms / 1000
+        member_data = data.member_data or ""
         channel = group.channels.get(client_id)
         if channel is not None and channel.conn is conn:
             channel.last_update = now
+            channel.session_timeout = session_timeout
+            channel.member_data = member_data
             return False
-        group.channels[client_id] = _Channel(client_id, conn, now)
+        group.channels[client_id] = _Channel(client_id, conn, now, session_timeout, member_data)
         return channel is None
 
     def register_producer(self, client_id: str, conn: Connection, group: str, now: float) -> None:
@@ -116,12 +141,13 @@ class ClientTable:
         return sorted(set(changed))
 
     def expire(self, now: float) -> list[str]:
-        """Remove clients silent for longer than `expire_after`; returns changed groups."""
+        """Remove clients silent past their deadline; returns consumer groups that changed."""
+        expire_after = self.expire_after
         changed = {
             name
             for name, group in list(self.consumers.items())
             for client_id in [
-                c for c, ch in group.channels.items() if now - ch.last_update > self.expire_after
+                c for c, ch in group.channels.items() if now > ch.deadline(expire_after)
             ]
             if self._drop_consumer(name, client_id)
         }
@@ -131,6 +157,18 @@ class ClientTable:
             ]:
                 del channels[client_id]
         return sorted(changed)
+
+    def next_deadline(self) -> float | None:
+        """The earliest time a consumer with a session timeout leaves if silent (None: none)."""
+        return min(
+            (
+                channel.deadline(self.expire_after)
+                for group in self.consumers.values()
+                for channel in group.channels.values()
+                if channel.session_timeout is not None
+            ),
+            default=None,
+        )
 
     def consumer_ids(self, group: str) -> list[str]:
         """The group's client ids (GET_CONSUMER_LIST_BY_GROUP)."""

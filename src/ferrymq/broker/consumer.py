@@ -4,8 +4,14 @@ RocketMQ's `ClientManageProcessor`, `ConsumerManageProcessor` and the locks of
 `AdminBrokerProcessor`.
 
 HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, QUERY_CONSUMER_OFFSET,
-UPDATE_CONSUMER_OFFSET, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ. When a group's membership changes
-the broker pushes NOTIFY_CONSUMER_IDS_CHANGED to its clients so they rebalance at once.
+UPDATE_CONSUMER_OFFSET, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ, and ferrymq's GET_GROUP_MEMBERS. When a
+group's membership changes the broker pushes NOTIFY_CONSUMER_IDS_CHANGED to its clients so they
+rebalance at once.
+
+A heartbeat's consumer data may carry two ferrymq fields (Java ignores unknown JSON fields):
+`memberData`, opaque text the group's members read back with GET_GROUP_MEMBERS (Connect workers
+publish what they run), and `sessionTimeoutMs`, after which a silent member leaves instead of
+`channelExpiredTimeout` (seconds, not minutes; a closed connection leaves at once).
 """
 
 from __future__ import annotations
@@ -20,7 +26,12 @@ from ferrymq.errors import FerryError, RequestError
 from ferrymq.model import MessageQueue
 from ferrymq.rpc.connection import Connection
 from ferrymq.wire.bodies import (
+    MAX_MEMBER_DATA_BYTES,
+    MAX_SESSION_TIMEOUT_MS,
+    MIN_SESSION_TIMEOUT_MS,
     ConsumerIdList,
+    GroupMember,
+    GroupMembers,
     HeartbeatData,
     LockBatchRequestBody,
     LockBatchResponseBody,
@@ -30,6 +41,7 @@ from ferrymq.wire.bodies import (
 )
 from ferrymq.wire.broker import (
     GetConsumerListByGroupRequestHeader,
+    GetGroupMembersRequestHeader,
     NotifyConsumerIdsChangedRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryConsumerOffsetResponseHeader,
@@ -41,7 +53,9 @@ from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields, to_ext_fields
 
 __all__ = [
+    "expire_clients",
     "get_consumer_list",
+    "get_group_members",
     "heartbeat",
     "lock_batch",
     "notify_group_changed",
@@ -78,11 +92,44 @@ async def _notify(conn: Connection, request: RemotingCommand) -> None:
         log.debug("could not notify %s: %s", conn.peer, exc)
 
 
+def expire_clients(state: BrokerState) -> None:
+    """Drop clients silent past their deadline and tell their groups."""
+    for group in state.clients.expire(state.clock()):
+        log.info("a client of group %s expired", group)
+        notify_group_changed(state, group)
+
+
+def _check_member_fields(data: HeartbeatData) -> None:
+    """Refuse bad ferrymq member fields before anything is registered.
+
+    Raises:
+        RequestError: INVALID_PARAMETER naming the group and the field.
+    """
+    for consumer in data.consumer_data_set:
+        timeout_ms = consumer.session_timeout_ms
+        if timeout_ms is not None and not (
+            MIN_SESSION_TIMEOUT_MS <= timeout_ms <= MAX_SESSION_TIMEOUT_MS
+        ):
+            raise RequestError(
+                ResponseCode.INVALID_PARAMETER,
+                f"group {consumer.group_name}: sessionTimeoutMs {timeout_ms} is outside "
+                f"{MIN_SESSION_TIMEOUT_MS}..{MAX_SESSION_TIMEOUT_MS}",
+            )
+        member_data = consumer.member_data
+        if member_data is not None and len(member_data.encode()) > MAX_MEMBER_DATA_BYTES:
+            raise RequestError(
+                ResponseCode.INVALID_PARAMETER,
+                f"group {consumer.group_name}: memberData is {len(member_data.encode())} bytes, "
+                f"over the limit of {MAX_MEMBER_DATA_BYTES}",
+            )
+
+
 async def heartbeat(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
     """HEART_BEAT (34): register the client's producer and consumer groups."""
     data = decode_body(request.body, HeartbeatData)
+    _check_member_fields(data)
     now = state.clock()
     for producer in data.producer_data_set:
         state.clients.register_producer(data.client_id, conn, producer.group_name, now)
@@ -99,7 +146,35 @@ async def heartbeat(
         if state.clients.register_consumer(data.client_id, conn, consumer, now):
             log.info("consumer %s joined group %s", data.client_id, consumer.group_name)
             notify_group_changed(state, consumer.group_name)
+        if consumer.session_timeout_ms is not None:
+            state.wake_clients()  # its deadline may come before the expiry loop's next scan
     return request.make_response(ResponseCode.SUCCESS)
+
+
+async def get_group_members(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_GROUP_MEMBERS (ferrymq's own): a consumer group's live members with their data.
+
+    Members past their deadline are dropped first. `masterSinceMs` says how long this broker has
+    served in its role: a master elected a moment ago has heard no heartbeat yet.
+    """
+    header = from_ext_fields(GetGroupMembersRequestHeader, request.ext_fields)
+    expire_clients(state)
+    now = state.clock()
+    group = state.clients.consumers.get(header.consumer_group)
+    members = [
+        GroupMember(
+            client_id=client_id,
+            member_data=member_data,
+            last_heartbeat_ago_ms=max(0, round(ago * 1000)),
+        )
+        for client_id, member_data, ago in (group.members(now) if group is not None else [])
+    ]
+    body = GroupMembers(
+        members=members, master_since_ms=max(0, round((now - state.serving_since) * 1000))
+    )
+    return request.make_response(ResponseCode.SUCCESS, body=encode_body(body))
 
 
 async def unregister_client(

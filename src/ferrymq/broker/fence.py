@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+from ferrymq.wire import properties as props
 from ferrymq.wire.bodies import TopicConfig
 
 __all__ = [
@@ -78,14 +79,14 @@ __all__ = [
 
 FENCED_ATTRIBUTE: Final = "ferry.fenced"
 """The TopicConfig attribute that makes a topic fenced (value `true`)."""
-OP: Final = "FERRY_FENCE_OP"
-EPOCH: Final = "FERRY_FENCE_EPOCH"
-WRITER: Final = "FERRY_FENCE_WRITER"
-URL: Final = "FERRY_FENCE_URL"
-COPY: Final = "FERRY_FENCE_COPY"
-TAIL: Final = "FERRY_FENCE_TAIL"
-MAX_WRITER_CHARS: Final = 255
-MAX_URL_CHARS: Final = 2048
+OP: Final = props.FENCE_OP
+EPOCH: Final = props.FENCE_EPOCH
+WRITER: Final = props.FENCE_WRITER
+URL: Final = props.FENCE_URL
+COPY: Final = props.FENCE_COPY
+TAIL: Final = props.FENCE_TAIL
+MAX_WRITER_CHARS: Final = props.FENCE_MAX_WRITER_CHARS
+MAX_URL_CHARS: Final = props.FENCE_MAX_URL_CHARS
 _MAX_EPOCH: Final = 2**63 - 1
 
 

@@ -18,9 +18,10 @@ from typing import Final
 from ferrymq.broker.metadata import SCHEDULE_TOPIC
 from ferrymq.broker.send import put_messages
 from ferrymq.broker.state import BrokerState
-from ferrymq.errors import FerryError
+from ferrymq.errors import FerryError, RequestError
 from ferrymq.store.store import GetStatus
 from ferrymq.wire import properties as props
+from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.properties import encode_properties
 from ferrymq.wire.records import BatchItem, MessageRecord, decode_record
 
@@ -96,14 +97,20 @@ class ScheduleService:
         if topic is None:
             log.error("delayed message at %d has no real topic; dropped", record.log_offset)
             return
-        await put_messages(
-            self._state,
-            topic,
-            int(queue_text) if queue_text.isdigit() else 0,
-            [BatchItem(record.body, encode_properties(properties), record.flag)],
-            born_host=record.born_host,
-            born_timestamp_ms=record.born_timestamp_ms,
-            sys_flag=record.sys_flag,
-            reconsume_times=record.reconsume_times,
-            wait_flush=False,
-        )
+        try:
+            await put_messages(
+                self._state,
+                topic,
+                int(queue_text) if queue_text.isdigit() else 0,
+                [BatchItem(record.body, encode_properties(properties), record.flag)],
+                born_host=record.born_host,
+                born_timestamp_ms=record.born_timestamp_ms,
+                sys_flag=record.sys_flag,
+                reconsume_times=record.reconsume_times,
+                wait_flush=False,
+            )
+        except RequestError as exc:
+            if exc.code != ResponseCode.FENCED:
+                raise
+            # the topic became fenced while the message waited: only fenced sends write it
+            log.error("delayed message at %d for fenced topic %s dropped", record.log_offset, topic)

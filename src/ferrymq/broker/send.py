@@ -28,6 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferrymq import testbugs
+from ferrymq.broker.fence import (
+    FENCED_ATTRIBUTE,
+    InvalidFenceRecordError,
+    decide,
+    is_fenced,
+    parse_record,
+)
 from ferrymq.broker.metadata import (
     DEFAULT_TOPIC,
     DLQ_GROUP_PREFIX,
@@ -57,7 +64,7 @@ from ferrymq.rpc.deadline import wait_future
 from ferrymq.store.config import FlushDiskType
 from ferrymq.store.store import PutResult
 from ferrymq.wire import properties as props
-from ferrymq.wire.bodies import Perm, TopicConfig
+from ferrymq.wire.bodies import FencedRemark, Perm, TopicConfig, encode_body
 from ferrymq.wire.broker import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
@@ -70,6 +77,7 @@ from ferrymq.wire.headers import from_ext_fields
 from ferrymq.wire.msgid import offset_msg_id
 from ferrymq.wire.properties import decode_properties, encode_properties, is_property_text
 from ferrymq.wire.records import (
+    SYSFLAG_TRANSACTION_NOT_TYPE,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
     BatchItem,
@@ -81,7 +89,9 @@ from ferrymq.wire.records import (
 __all__ = [
     "CommitWait",
     "append_messages",
+    "check_unfenced",
     "consumer_send_back",
+    "fenced_refusal",
     "put_messages",
     "send_message",
     "topic_for_send",
@@ -145,6 +155,28 @@ def topic_for_send(
     return config
 
 
+def fenced_refusal(state: BrokerState, topic: str, reason: str) -> RequestError:
+    """FENCED, with the topic's holder as this broker knows it (its remark is JSON)."""
+    fence = state.fences.current(topic).fence
+    remark = FencedRemark(
+        topic=topic, epoch=fence.epoch, writer=fence.writer, url=fence.url, reason=reason
+    )
+    return RequestError(ResponseCode.FENCED, encode_body(remark).decode())
+
+
+def check_unfenced(state: BrokerState, topic: str) -> None:
+    """Refuse, before anything is stored, a write the fence does not check (issue 18).
+
+    Raises:
+        RequestError: FENCED when `topic` is fenced.
+    """
+    config = state.topics.get(topic)
+    if config is not None and config.attributes and is_fenced(config):
+        raise fenced_refusal(
+            state, topic, "only single fenced sends (SEND_MESSAGE with fence properties) write it"
+        )
+
+
 async def put_messages(
     state: BrokerState,
     topic: str,
@@ -166,8 +198,10 @@ async def put_messages(
 
     Raises:
         RequestError: SYSTEM_ERROR "in-sync replicas not enough" before anything is stored when
-            the SyncStateSet is below `minInSyncReplicas`.
+            the SyncStateSet is below `minInSyncReplicas`; FENCED for a fenced topic (only
+            `send_message` writes those, after the fence's check).
     """
+    check_unfenced(state, topic)
     result, waiting = append_messages(
         state,
         topic,
@@ -360,6 +394,8 @@ async def send_message(
             f"request queueId[{queue_id}] is illegal, {config.topic_name} has "
             f"{config.write_queue_nums} write queues. Producer: {conn.peer}",
         )
+    if config.attributes and config.attributes.get(FENCED_ATTRIBUTE) == "true":
+        return await _send_fenced(state, conn, request, header, items, batch, queue_id)
     reconsume_times = header.reconsume_times or 0
     sys_flag = header.sys_flag
     stored_topic, stored_queue = topic, queue_id
@@ -384,6 +420,61 @@ async def send_message(
         return _send_response(state, request, header, items, queue_id, result, ResponseCode.SUCCESS)
     if isinstance(waiting, CommitWait):
         # a SYNC_MASTER's send: answered from the commit's callback, with no task kept waiting
+        answer = _CommitAnswer(state, request, header, items, queue_id, result, conn)
+        waiting.master.on_committed(waiting.end_log_offset, answer)
+        return answer.later
+    code = await waiting
+    return _send_response(state, request, header, items, queue_id, result, code)
+
+
+async def _send_fenced(
+    state: BrokerState,
+    conn: Connection,
+    request: RemotingCommand,
+    header: SendMessageRequestHeader,
+    items: list[BatchItem],
+    batch: bool,
+    queue_id: int,
+) -> RemotingCommand | EncodedFrame | LaterResponse:
+    """A send to a fenced topic: one plain record whose fence properties the fence accepts.
+
+    The decision and the append happen with no await in between (`fence.py` rules 1-4); the
+    master's view then includes the record, committed or not yet.
+    """
+    topic = header.topic
+    fences = state.fences
+    if not fences.is_master:  # a broker taking writes always is; never decide on a stale view
+        raise RequestError(ResponseCode.SYSTEM_BUSY, f"the fence of {topic} is not ready yet")
+    if batch:
+        raise fenced_refusal(state, topic, "a fenced topic takes one record per send, not a batch")
+    if transaction_type(header.sys_flag) != SYSFLAG_TRANSACTION_NOT_TYPE:
+        raise fenced_refusal(state, topic, "a fenced topic takes no transactional message")
+    item = items[0]
+    raw = item.properties
+    if b"DELAY\x01" in raw or _TIMER_MARK in raw:
+        raise fenced_refusal(state, topic, "a fenced topic takes no delayed or timer message")
+    try:
+        record = parse_record(decode_properties(raw), copy_allowed=False)
+    except (InvalidFenceRecordError, ProtocolError) as exc:
+        raise fenced_refusal(state, topic, str(exc)) from None
+    reason = decide(fences.current(topic).fence, record)
+    if reason is not None:
+        raise fenced_refusal(state, topic, reason)
+    result, waiting = append_messages(
+        state,
+        topic,
+        queue_id,
+        items,
+        born_host=state.born_host(conn),
+        born_timestamp_ms=header.born_timestamp,
+        sys_flag=header.sys_flag,
+        reconsume_times=header.reconsume_times or 0,
+        wait_flush=_wants_wait(item),
+    )
+    fences.appended(topic, result.first_queue_offset, record)
+    if waiting is None:
+        return _send_response(state, request, header, items, queue_id, result, ResponseCode.SUCCESS)
+    if isinstance(waiting, CommitWait):
         answer = _CommitAnswer(state, request, header, items, queue_id, result, conn)
         waiting.master.on_committed(waiting.end_log_offset, answer)
         return answer.later
@@ -614,6 +705,7 @@ async def consumer_send_back(
     else:
         topic = retry_topic(header.group)
         config = topic_for_send(state, topic, 1, retry_queue_nums=group_config.retry_queue_nums)
+        check_unfenced(state, topic)  # its delivery after the delay would be refused
         queue_id = random.randrange(config.write_queue_nums)
         if delay_level == 0:
             delay_level = 3 + reconsume_times - 1

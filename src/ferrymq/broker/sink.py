@@ -44,7 +44,7 @@ from typing import Final
 import msgspec
 
 from ferrymq.broker.metadata import SINK_TOPIC
-from ferrymq.broker.send import put_messages, topic_for_send
+from ferrymq.broker.send import check_unfenced, put_messages, topic_for_send
 from ferrymq.broker.sinkrows import (
     BATCH,
     OWN_PROPERTIES,
@@ -388,6 +388,7 @@ class SinkService:
         config = topic_for_send(state, topic, state.config.default_topic_queue_nums)
         if not config.perm & Perm.WRITE:
             raise RequestError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] is not writable")
+        check_unfenced(state, topic)  # its rows carry no fence
         if not 0 <= header.queue_id < config.write_queue_nums:
             raise RequestError(
                 ResponseCode.SYSTEM_ERROR,
@@ -550,6 +551,8 @@ class SinkService:
                 if batch.begun and _stored_already(state, topic, uniq_key(item.properties)):
                     continue  # an earlier commit wrote it before a crash or failover cut it short
                 rows.append((topic, queue_id, item, born_host, born_ms))
+        for topic in sorted({row[0] for row in rows}):
+            check_unfenced(state, topic)  # fenced after the rows were prepared: nothing written
         await self._append_op(Begin(sink, batch_id, sorted(wanted)), wait=False)
         for (topic, queue_id, born_host, born_ms), group in itertools.groupby(
             rows, key=lambda row: (row[0], row[1], row[3], row[4])

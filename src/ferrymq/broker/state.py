@@ -18,6 +18,7 @@ from typing import Final
 from ferrymq import clock as process_clock
 from ferrymq.broker.clients import ClientTable, QueueLocks
 from ferrymq.broker.config import BrokerConfig, BrokerRole
+from ferrymq.broker.fenced import FencedTopics
 from ferrymq.broker.longpoll import LongPoll
 from ferrymq.broker.metadata import (
     DelayOffsetTable,
@@ -82,6 +83,8 @@ class BrokerState:
     longpoll: LongPoll
     address: str
     """`host:port` clients use for this broker."""
+    fences: FencedTopics
+    """The fences of the fenced topics (`fenced.py`)."""
     clock: Callable[[], float] = process_clock.mono
     """Monotonic seconds for leases and expiry (the process clock, `ferrymq.clock`)."""
     wall_ms: Callable[[], int] = process_clock.wall_ms
@@ -99,6 +102,10 @@ class BrokerState:
     """Controller mode, on a master: its lease from the controller (writes stop when it no longer
     covers `clock()`; the controller elects no successor before it ends). None: writes need no
     lease (classic mode, or a slave)."""
+    serving_since: float = 0.0
+    """`clock()` when this broker took its role (became master, or started serving)."""
+    wake_clients: Callable[[], None] = lambda: None
+    """Called when a client's session timeout may bring the next expiry forward."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
     _dispatch_retry: asyncio.TimerHandle | None = field(default=None, repr=False)
 

@@ -30,9 +30,10 @@ from typing import Final
 from ferrymq.broker.metadata import TIMER_TOPIC, TimerProgress
 from ferrymq.broker.send import put_messages
 from ferrymq.broker.state import BrokerState
-from ferrymq.errors import CorruptRecordError, FerryError
+from ferrymq.errors import CorruptRecordError, FerryError, RequestError
 from ferrymq.store.store import GetStatus
 from ferrymq.wire import properties as props
+from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.properties import encode_properties
 from ferrymq.wire.records import BatchItem, decode_record
 
@@ -180,17 +181,23 @@ class TimerService:
         properties = {k: v for k, v in record.properties.items() if k not in _TIMER_PROPERTIES}
         # consumers may read when it was due (RocketMQ keeps TIMER_OUT_MS on delivered messages)
         properties[props.TIMER_OUT_MS] = record.properties.get(props.TIMER_OUT_MS, "0")
-        await put_messages(
-            state,
-            topic,
-            int(queue_text) if queue_text.isdigit() else 0,
-            [BatchItem(record.body, encode_properties(properties), record.flag)],
-            born_host=record.born_host,
-            born_timestamp_ms=record.born_timestamp_ms,
-            sys_flag=record.sys_flag,
-            reconsume_times=record.reconsume_times,
-            wait_flush=False,
-        )
+        try:
+            await put_messages(
+                state,
+                topic,
+                int(queue_text) if queue_text.isdigit() else 0,
+                [BatchItem(record.body, encode_properties(properties), record.flag)],
+                born_host=record.born_host,
+                born_timestamp_ms=record.born_timestamp_ms,
+                sys_flag=record.sys_flag,
+                reconsume_times=record.reconsume_times,
+                wait_flush=False,
+            )
+        except RequestError as exc:
+            if exc.code != ResponseCode.FENCED:
+                raise
+            # the topic became fenced while the message waited: only fenced sends write it
+            log.error("timer message at %d for fenced topic %s dropped", log_offset, topic)
 
     def _save_progress(self) -> None:
         self._saved_scan_offset = self._scan_offset

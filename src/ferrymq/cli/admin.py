@@ -61,27 +61,64 @@ def topic_group() -> None:
 
 @topic_group.command("create")
 @click.argument("name")
-@click.option("--queues", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--queues", type=click.IntRange(1, 1024), help="Queues (default 8; fenced: 1).")
 @click.option("--broker-name", help="Only on this broker group.")
 @click.option("--cluster", help="On every group of this cluster (default: every group).")
 @click.option("--order", is_flag=True, help="An ordered topic.")
+@click.option(
+    "--fenced",
+    is_flag=True,
+    help="A fenced topic: one queue on --broker-name, one writer at a time (claims and epochs).",
+)
 @click.pass_context
 def topic_create(
     ctx: click.Context,
     name: str,
-    queues: int,
+    queues: int | None,
     broker_name: str | None,
     cluster: str | None,
     order: bool,
+    fenced: bool,
 ) -> None:
     """Create (or change) a topic."""
+    if fenced:
+        if broker_name is None:
+            raise click.UsageError("--fenced needs --broker-name (a fenced topic is on one group)")
+        if queues not in (None, 1):
+            raise click.UsageError("a fenced topic has exactly one queue")
+    count = queues or (1 if fenced else 8)
     masters = _run(
         _namesrv(ctx),
         lambda a: a.create_topic(
-            name, queues, cluster=cluster, broker_name=broker_name, order=order
+            name, count, cluster=cluster, broker_name=broker_name, order=order, fenced=fenced
         ),
     )
-    click.echo(f"topic {name}: {queues} queues on {', '.join(masters)}")
+    kind = "fenced topic" if fenced else "topic"
+    click.echo(f"{kind} {name}: {count} queues on {', '.join(masters)}")
+
+
+@topic_group.command("fence")
+@click.argument("name")
+@json_option
+@click.pass_context
+def topic_fence(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show a fenced topic's holder (epoch, writer, URL) and where its live tail starts."""
+    holder = _run(_namesrv(ctx), lambda a: a.fence(name))
+    if as_json:
+        emit_json(
+            {
+                "epoch": holder.epoch,
+                "writer": holder.writer,
+                "url": holder.url,
+                "liveStartOffset": holder.live_start_offset,
+            }
+        )
+        return
+    emit_table(
+        f"fence of {name}",
+        ["epoch", "writer", "url", "live start offset"],
+        [(holder.epoch, holder.writer, holder.url, holder.live_start_offset)],
+    )
 
 
 @topic_group.command("delete")

@@ -8,7 +8,9 @@ from typing import Self
 
 from ferrymq import clock
 from ferrymq.client.consumer import decode_messages
+from ferrymq.client.fenced import FenceHolder, fence_holder, route_queue
 from ferrymq.client.message import Message
+from ferrymq.client.routing import TopicRoute
 from ferrymq.errors import FerryError, RemoteError, RpcError
 from ferrymq.model import format_address, validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
@@ -31,6 +33,7 @@ from ferrymq.wire.broker import (
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
+    format_attribute_changes,
 )
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
@@ -181,6 +184,8 @@ class AdminClient:
         broker_name: str | None = None,
         perm: int = 6,
         order: bool = False,
+        fenced: bool = False,
+        attributes: dict[str, str] | None = None,
     ) -> list[str]:
         """Create (or change) a topic on every master of a cluster or one broker group.
 
@@ -188,10 +193,29 @@ class AdminClient:
         took it (masters register a change at once), so the topic can be used right away; raises
         `FerryError` naming a NameServer that answers but has not caught up within the timeout,
         or the connection error when none answers. Returns the masters that took it.
+
+        `fenced`: a fenced topic (one queue on the one group `broker_name` names; only fenced
+        appends write it, `ferrymq.client.fenced`). `attributes`: RocketMQ 5 attribute changes,
+        `{"+key": "value", "-key": ""}`.
+
+        Raises:
+            ValueError: `fenced` without `broker_name`, or with more than one queue.
         """
         validate_topic(topic)
+        changes = dict(attributes or {})
+        if fenced:
+            if broker_name is None:
+                raise ValueError("a fenced topic is created on one broker group: name it")
+            if queues != 1:
+                raise ValueError(f"a fenced topic has exactly one queue, not {queues}")
+            changes["+ferry.fenced"] = "true"
         header = CreateTopicRequestHeader(
-            topic=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm, order=order
+            topic=topic,
+            read_queue_nums=queues,
+            write_queue_nums=queues,
+            perm=perm,
+            order=order,
+            attributes=format_attribute_changes(changes) or None,
         )
         masters = await self._masters(cluster, broker_name)
         for address in masters.values():
@@ -258,6 +282,45 @@ class AdminClient:
                 RemotingCommand(code=RequestCode.DELETE_TOPIC_IN_NAMESRV, ext_fields=dict(names)),
                 self._timeout,
             )
+
+    async def fence(self, topic: str) -> FenceHolder:
+        """A fenced topic's holder and live start, from its master (GET_FENCE).
+
+        Raises:
+            FencedTopicError: the topic's route is not one queue on one group.
+            RemoteError: the broker refused (not a fenced topic, say).
+        """
+        data = await self.route(topic)
+        if data is None:
+            raise FerryError(f"no route for topic {topic!r}")
+        route = TopicRoute.from_data(topic, data, clock.mono())
+        broker_name = route_queue(route)
+        address = route.any_replica(broker_name)
+        if address is None:
+            raise FerryError(f"broker group {broker_name} has no broker")
+        return await fence_holder(self._rpc, address, topic, self._timeout)
+
+    async def update_broker_config(self, broker_addr: str, values: dict[str, str]) -> None:
+        """Change hot settings of one running broker (UPDATE_BROKER_CONFIG: `key=value` lines).
+
+        Raises:
+            RemoteError: the broker refused (a key that needs a restart, a bad value).
+        """
+        body = "".join(f"{key}={value}\n" for key, value in values.items()).encode()
+        await self._broker_call(
+            broker_addr, RemotingCommand(code=RequestCode.UPDATE_BROKER_CONFIG, body=body)
+        )
+
+    async def delete_expired_commit_log(self, broker_addr: str) -> int:
+        """Run one broker's retention now (DELETE_EXPIRED_COMMITLOG); the segments deleted.
+
+        Expired by `fileReservedTime` as the broker has it now; fenced topics' live tails are
+        kept (copied forward first on a master).
+        """
+        response = await self._broker_call(
+            broker_addr, RemotingCommand(code=RequestCode.DELETE_EXPIRED_COMMITLOG)
+        )
+        return int(response.ext_fields.get("deleted", "0"))
 
     async def _topic_masters(self, topic: str) -> dict[str, str]:
         route = await self.route(topic)

@@ -236,6 +236,9 @@ class Store:
         self._checkpoint = Checkpoint()
         self.recovery: RecoveryReport | None = None
         self._flusher: Flusher | None = None
+        self.keep_log_offset: Callable[[], int | None] | None = None
+        """Retention's guard (`delete_expired`): no segment holding a byte at or after the
+        offset it names is deleted (a broker's fenced topics' committed live tails)."""
 
     # ------------------------------------------------------------------ open / close
 
@@ -712,6 +715,26 @@ class Store:
             if info.topic == topic and info.queue_id == queue_id
         ]
 
+    def log_offset_of(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        """The log offset of a queue's record, visible or held above the confirm offset.
+
+        None when the queue has no such record (never written, or expired).
+        """
+        self._check_open()
+        self.dispatch()
+        queue = self.queues.find(topic, queue_id)
+        if queue is not None and queue.min_queue_offset <= queue_offset < queue.max_queue_offset:
+            entry = queue.entry(queue_offset)
+            return entry.log_offset if entry is not None and entry.is_message else None
+        for info in self._held:
+            if (
+                info.topic == topic
+                and info.queue_id == queue_id
+                and info.queue_offset == queue_offset
+            ):
+                return info.log_offset
+        return None
+
     @property
     def confirm_offset(self) -> int:
         """The replication high watermark: records ending at or below it are committed."""
@@ -1095,33 +1118,92 @@ class Store:
 
     # ------------------------------------------------------------------ retention
 
-    def delete_expired(self, *, now_ms: int | None = None, force: bool = False) -> int:
-        """Delete commit-log segments past their retention, and what pointed into them.
+    def _expired_reason(
+        self,
+        segment_path: Path,
+        now_ms: int,
+        reserved_hours: float | None,
+        max_used_ratio: float | None,
+        force: bool,
+    ) -> str | None:
+        """Why the first segment may go now (None: it stays)."""
+        config = self.config
+        reserved_ms = (config.file_reserved_hours if reserved_hours is None else reserved_hours) * (
+            3_600_000
+        )
+        if now_ms - os.stat(segment_path).st_mtime * 1000 > reserved_ms:
+            return "expired"
+        usage = shutil.disk_usage(config.root_dir)
+        ratio = config.disk_max_used_ratio if max_used_ratio is None else max_used_ratio
+        if usage.used / usage.total > ratio:
+            return "disk full"
+        return "forced" if force else None
 
-        A segment goes when it is older than `file_reserved_hours`, or (oldest first) while the
-        disk is fuller than `disk_max_used_ratio`, or when `force`. The segment being written and
-        any segment not yet flushed are never deleted. Returns the number of segments deleted.
+    def expired_log_offset(
+        self,
+        *,
+        now_ms: int | None = None,
+        force: bool = False,
+        reserved_hours: float | None = None,
+        max_used_ratio: float | None = None,
+    ) -> int:
+        """Where the segments `delete_expired` would delete now end, ignoring `keep_log_offset`.
+
+        `min_log_offset` when none would go. For a master that must copy what a deletion would
+        take before it deletes (`broker/retention.py`).
         """
         self._check_open()
         self.dispatch()
         now_ms = self._clock_ms() if now_ms is None else now_ms
+        segments = self.commitlog.chain.segments
+        end = self.min_log_offset
+        for segment in segments[:-1]:
+            if segment.start_offset + segment.size > self.flushed_log_offset:
+                break
+            if self._expired_reason(segment.path, now_ms, reserved_hours, max_used_ratio, force):
+                end = segment.start_offset + segment.size
+                force = False
+                continue
+            break
+        return end
+
+    def delete_expired(
+        self,
+        *,
+        now_ms: int | None = None,
+        force: bool = False,
+        reserved_hours: float | None = None,
+        max_used_ratio: float | None = None,
+    ) -> int:
+        """Delete commit-log segments past their retention, and what pointed into them.
+
+        A segment goes when it is older than `file_reserved_hours` (or `reserved_hours`), or
+        (oldest first) while the disk is fuller than `disk_max_used_ratio` (or `max_used_ratio`),
+        or when `force`. The segment being written, any segment not yet flushed and any segment
+        holding a byte at or after `keep_log_offset()` are never deleted. Returns the number of
+        segments deleted.
+        """
+        self._check_open()
+        self.dispatch()
+        now_ms = self._clock_ms() if now_ms is None else now_ms
+        keep = self.keep_log_offset() if self.keep_log_offset is not None else None
         chain = self.commitlog.chain
-        reserved_ms = self.config.file_reserved_hours * 3_600_000
         deleted = 0
         while len(chain.segments) > 1:
             first = chain.segments[0]
             if first.start_offset + first.size > self.flushed_log_offset:
                 break
-            usage = shutil.disk_usage(self.config.root_dir)
-            full = usage.used / usage.total > self.config.disk_max_used_ratio
-            old = now_ms - os.stat(first.path).st_mtime * 1000 > reserved_ms
-            if not (old or full or force):
+            reason = self._expired_reason(first.path, now_ms, reserved_hours, max_used_ratio, force)
+            if reason is None:
                 break
-            log.info(
-                "deleting commit-log segment %s (%s)",
-                first.path.name,
-                "expired" if old else "disk full" if full else "forced",
-            )
+            if keep is not None and first.start_offset + first.size > keep:
+                log.info(
+                    "keeping commit-log segment %s (%s): it holds a fenced topic's live tail",
+                    first.path.name,
+                    reason,
+                )
+                break
+            log.info("deleting commit-log segment %s (%s)", first.path.name, reason)
             chain.delete_first()
             deleted += 1
             force = False

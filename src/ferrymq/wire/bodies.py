@@ -21,6 +21,9 @@ import msgspec
 from ferrymq.errors import ProtocolError
 
 __all__ = [
+    "MAX_MEMBER_DATA_BYTES",
+    "MAX_SESSION_TIMEOUT_MS",
+    "MIN_SESSION_TIMEOUT_MS",
     "BrokerData",
     "ClusterInfo",
     "ConsumeStats",
@@ -28,6 +31,10 @@ __all__ = [
     "ConsumerData",
     "ConsumerIdList",
     "DataVersion",
+    "FenceHolder",
+    "FencedRemark",
+    "GroupMember",
+    "GroupMembers",
     "HeartbeatData",
     "KVTable",
     "LockBatchRequestBody",
@@ -184,6 +191,12 @@ class ConsumerData(_Body, kw_only=True):
     consume_from_where: str | int = "CONSUME_FROM_LAST_OFFSET"
     subscription_data_set: list[SubscriptionData] = msgspec.field(default_factory=list)
     unit_mode: bool = False
+    member_data: str | None = None
+    """ferrymq's own (Java brokers ignore it): opaque text the group's members read back
+    (GET_GROUP_MEMBERS), at most `MAX_MEMBER_DATA_BYTES` of UTF-8."""
+    session_timeout_ms: int | None = None
+    """ferrymq's own: drop this member after this much silence (1000..120000) instead of the
+    broker's `channelExpiredTimeout`."""
 
     @property
     def consume_type_name(self) -> str:
@@ -199,6 +212,11 @@ class ConsumerData(_Body, kw_only=True):
     def consume_from_where_name(self) -> str:
         """Where a group without committed offsets starts."""
         return _enum_name(self.consume_from_where, _CONSUME_FROM)
+
+
+MAX_MEMBER_DATA_BYTES: Final = 8 * 1024
+MIN_SESSION_TIMEOUT_MS: Final = 1_000
+MAX_SESSION_TIMEOUT_MS: Final = 120_000
 
 
 class ProducerData(_Body):
@@ -283,6 +301,44 @@ class ConsumeStats(_Body):
 
     offset_table: list[ConsumeStatsEntry] = msgspec.field(default_factory=list)
     consume_tps: float = 0.0
+
+
+class FencedRemark(_Body, kw_only=True):
+    """The remark of a FENCED answer: the topic's current holder and why the record was refused."""
+
+    topic: str
+    epoch: int
+    writer: str
+    url: str
+    reason: str
+
+
+class FenceHolder(_Body, kw_only=True):
+    """Answer to GET_FENCE: a fenced topic's holder and where its live tail starts."""
+
+    epoch: int
+    writer: str
+    url: str
+    live_start_offset: int
+
+
+class GroupMember(_Body, kw_only=True):
+    """One member of a consumer group as GET_GROUP_MEMBERS lists it."""
+
+    client_id: str
+    member_data: str = ""
+    last_heartbeat_ago_ms: int = 0
+
+
+class GroupMembers(_Body, kw_only=True):
+    """Answer to GET_GROUP_MEMBERS.
+
+    `master_since_ms`: how long this broker has been master (or, not a master, serving in its
+    role), so a caller tells a fresh, still empty membership table from a real absence.
+    """
+
+    members: list[GroupMember] = msgspec.field(default_factory=list)
+    master_since_ms: int = 0
 
 
 class KVTable(_Body):

@@ -25,6 +25,8 @@ __all__ = [
     "GetConsumerListByGroupRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetEarliestMsgStoretimeResponseHeader",
+    "GetFenceRequestHeader",
+    "GetGroupMembersRequestHeader",
     "GetMaxOffsetRequestHeader",
     "GetMaxOffsetResponseHeader",
     "GetMinOffsetRequestHeader",
@@ -46,6 +48,8 @@ __all__ = [
     "UpdateConsumerOffsetRequestHeader",
     "ViewMessageRequestHeader",
     "encode_send_ok",
+    "format_attribute_changes",
+    "parse_attribute_changes",
 ]
 
 
@@ -331,10 +335,56 @@ class CreateTopicRequestHeader(CommandHeader):
     attributes: str | None = None
 
 
+def parse_attribute_changes(text: str | None) -> dict[str, str]:
+    """RocketMQ 5's topic attribute changes (`AttributeParser.parseToMap`).
+
+    `+key=value` adds or sets, `-key` deletes, comma-separated; the keys keep their sign.
+
+    Raises:
+        ValueError: an item is malformed or a key comes twice.
+    """
+    if not text:
+        return {}
+    changes: dict[str, str] = {}
+    for item in text.split(","):
+        key, equals, value = item.partition("=")
+        if key.startswith("+"):
+            if len(key) < 2 or not value or "=" in value:
+                raise ValueError(f"attribute {item!r}: an addition is written +key=value")
+        elif key.startswith("-"):
+            if len(key) < 2 or equals:
+                raise ValueError(f"attribute {item!r}: a deletion is written -key")
+        else:
+            raise ValueError(f"attribute {item!r}: a change starts with + (set) or - (delete)")
+        if any(sign in key[1:] for sign in "+-"):
+            raise ValueError(f"attribute {item!r}: a key holds no + or -")
+        if key in changes:
+            raise ValueError(f"attribute {key[1:]!r} is given twice")
+        changes[key] = value
+    return changes
+
+
+def format_attribute_changes(changes: dict[str, str]) -> str:
+    """RocketMQ 5's text of attribute changes (`AttributeParser.parseToString`)."""
+    return ",".join(f"{key}={value}" if value else key for key, value in changes.items())
+
+
 class DeleteTopicRequestHeader(CommandHeader):
     """DELETE_TOPIC_IN_BROKER (215)."""
 
     topic: str
+
+
+class GetFenceRequestHeader(CommandHeader):
+    """GET_FENCE (ferrymq's own): a fenced topic's holder and live start."""
+
+    topic: str
+
+
+class GetGroupMembersRequestHeader(CommandHeader):
+    """GET_GROUP_MEMBERS (ferrymq's own): a consumer group's members with their member data."""
+
+    consumer_group: str
 
 
 class GetTopicStatsInfoRequestHeader(CommandHeader):

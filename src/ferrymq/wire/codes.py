@@ -176,6 +176,10 @@ class RequestCode(IntEnum):
     SINK_PREPARE = 9201
     SINK_DECIDE = 9202
     SINK_COMMIT = 9203
+    # ferrymq's own: a fenced topic's holder (broker/fence.py) and a consumer group's members
+    # with their member data (Connect workers' membership)
+    GET_FENCE = 9211
+    GET_GROUP_MEMBERS = 9212
     # ferrymq's own, test-only: move this process's clock (wire/testclock.py, rpc/testclock.py);
     # refused unless the server started with FERRYMQ_TEST_CLOCK=1
     TEST_CLOCK = 9900
@@ -244,6 +248,10 @@ class ResponseCode(IntEnum):
     CONTROLLER_BROKER_ID_INVALID = 2014
     CONTROLLER_JRAFT_INTERNAL_ERROR = 2015
     CONTROLLER_BROKER_LIVE_INFO_NOT_EXISTS = 2016
+    # ferrymq's own (RocketMQ's ResponseCode.java uses no value in 9000-9999), beside its
+    # request codes 92xx: a fenced topic refused a record; the remark is JSON naming the holder
+    # (wire.bodies.FencedRemark)
+    FENCED = 9210
     RPC_UNKNOWN = -1000
     RPC_ADDR_IS_NULL = -1002
     RPC_SEND_TO_CHANNEL_FAILED = -1004

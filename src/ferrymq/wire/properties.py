@@ -61,6 +61,17 @@ TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
 TIMER_OUT_MS: Final = "TIMER_OUT_MS"
 """The delivery time (epoch ms) the broker computed for a timer message."""
 SHARDING_KEY: Final = "__SHARDINGKEY"
+FENCE_OP: Final = "FERRY_FENCE_OP"
+"""ferrymq's fenced topics (`broker/fence.py`): claim, snapshot or write."""
+FENCE_EPOCH: Final = "FERRY_FENCE_EPOCH"
+FENCE_WRITER: Final = "FERRY_FENCE_WRITER"
+FENCE_URL: Final = "FERRY_FENCE_URL"
+FENCE_COPY: Final = "FERRY_FENCE_COPY"
+"""On a copy the broker made of a fenced record: the original's logical offset."""
+FENCE_TAIL: Final = "FERRY_FENCE_TAIL"
+"""On the last copy of a copy block: the queue offset of the block's first copy."""
+FENCE_MAX_WRITER_CHARS: Final = 255
+FENCE_MAX_URL_CHARS: Final = 2048
 PROPERTY_CRC32: Final = "CRC32"
 """Whole-record CRC property that the store appends (`MessageConst.PROPERTY_CRC32`)."""
 CRC32_RESERVED_LEN: Final = len(PROPERTY_CRC32) + 1 + 10 + 1
