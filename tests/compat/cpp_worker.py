@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, RecvMessage
-from rocketmq.exceptions import ffi_check
+from rocketmq.exceptions import ProducerException, ffi_check
 from rocketmq.ffi import _CConsumeStatus, _CMessageQueue, dll
 
 
@@ -92,10 +92,14 @@ def produce(namesrv: str, group: str, spec: list[dict[str, Any]]) -> None:
                 producer.send_oneway(message)
                 results.append({"status": "ONEWAY"})
                 continue
-            if mode == "orderly":
-                result = producer.send_orderly(message, item["arg"])  # queue = arg % queues
-            else:
-                result = producer.send_sync(message)
+            try:
+                if mode == "orderly":
+                    result = producer.send_orderly(message, item["arg"])  # queue = arg % queues
+                else:
+                    result = producer.send_sync(message)
+            except ProducerException as exc:  # a refused send is a result the test checks
+                results.append({"status": "ERROR", "error": str(exc)})
+                continue
             results.append(
                 {"status": result.status.name, "msg_id": result.msg_id, "offset": result.offset}
             )

@@ -7,6 +7,7 @@ setting) so retries come back in a second instead of ten.
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.client.fenced import FencedTopicWriter
 
 from ..system.procs import Server, start
 
@@ -32,6 +34,7 @@ TOPICS = {
     "CompatRestart": 2,
     "CompatRetry": 2,
     "CompatPull": 2,
+    "CompatFencedControl": 1,
 }
 
 
@@ -72,11 +75,15 @@ def _cluster(workdir: Path) -> Iterator[str]:
         namesrv.stop()
 
 
+FENCED = "CompatFenced"
+
+
 async def _create_topics(namesrv: str) -> None:
     async with AdminClient(namesrv) as admin:
         for topic, queues in TOPICS.items():
             await admin.create_topic(topic, queues=queues)
-        for topic in TOPICS:
+        await admin.create_topic(FENCED, 1, broker_name="broker-a", fenced=True)
+        for topic in [*TOPICS, FENCED]:
             deadline = time.monotonic() + 30
             while await admin.route(topic) is None:
                 assert time.monotonic() < deadline, f"no route for {topic}"
@@ -353,3 +360,40 @@ def test_pull_consumer_fetches_from_a_queue_offset(namesrv: str) -> None:
     queue_one = [(r["queue_offset"], r["body"]) for r in rows if r["queue_id"] == 1]
     assert queue_zero == [(offset, f"p{offset * 2}") for offset in range(6, 10)]
     assert queue_one == [(offset, f"p{offset * 2 + 1}") for offset in range(10)]
+
+
+def test_a_send_to_a_fenced_topic_is_refused_and_nothing_is_stored(namesrv: str) -> None:
+    """Issue 18: only fenced appends (claim/snapshot/write under the holder's epoch) write it.
+
+    The C++ core reports any send that failed on every try as "No route info of this topic";
+    the answer it got (FENCED, 9210, with the holder) is in its log. A send to an unfenced topic
+    with one queue from the same process goes through, so the route is not what failed.
+    """
+
+    async def claim() -> None:
+        async with FencedTopicWriter(namesrv, FENCED) as log:
+            await log.append(b"claim", op="claim", epoch=1, writer="w1", url="http://w1")
+
+    asyncio.run(claim())
+    spec = [
+        _message("CompatFencedControl", "control"),
+        _message(FENCED, "plain"),
+        _message(
+            FENCED,
+            "forged",
+            properties={"FERRY_FENCE_OP": "write", "FERRY_FENCE_EPOCH": "1"},
+        ),
+    ]
+    results = _produce(namesrv, "PFenced", spec)
+    assert [r["status"] for r in results] == ["OK", "ERROR", "ERROR"], results
+    logs = Path(os.environ["HOME"]) / "logs" / "rocketmq-cpp"
+    refusals = [
+        line
+        for path in logs.iterdir()
+        for line in path.read_text(errors="replace").splitlines()
+        if "error code:9210" in line and f'"topic":"{FENCED}"' in line
+    ]
+    assert refusals, "the C++ client never got FENCED"
+    assert '"writer":"w1"' in refusals[-1]
+    stored = _pull(namesrv, "CFencedCheck", FENCED, {0: 0})
+    assert [row["body"] for row in stored] == ["claim"]
