@@ -8,12 +8,8 @@ checkpoints deleted (a new owner elsewhere), and the stored offsets alone say wh
 """
 
 import asyncio
-import json
-import os
 import random
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,58 +18,21 @@ import pytest
 
 from ferrymq.connectors.postgres_sink import CRASH_POINT, PostgresSink
 
-from ..spark.conftest import Ferry, kill_tree
-from .conftest import create_topic, end_offsets, produce_json, read_topic
+from ..spark.conftest import Ferry
+from .conftest import (
+    count_ids,
+    create_topic,
+    end_offsets,
+    produce_json,
+    read_topic,
+    start_driver,
+    stop_driver,
+    stored_offsets,
+    wait_until,
+)
 from .postgres import Database
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
-
-DRIVER = Path(__file__).with_name("driver.py")
-
-
-def start_driver(
-    log: Path, env: dict[str, str] | None = None, **args: Any
-) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, str(DRIVER), json.dumps(args)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
-
-
-def wait_until(
-    what: str, check: Any, driver: subprocess.Popen[bytes] | None, log: Path, timeout: float = 180
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if driver is not None and driver.poll() is not None:
-            raise AssertionError(
-                f"the driver exited ({driver.returncode}) before {what}: {log.read_text()[-4000:]}"
-            )
-        assert time.monotonic() < deadline, f"not {what} in {timeout} s: {log.read_text()[-3000:]}"
-        time.sleep(0.25)
-
-
-def stop(driver: subprocess.Popen[bytes]) -> None:
-    kill_tree(driver.pid)
-    driver.wait(30)
-
-
-def count(database: Database, table: str) -> tuple[int, int]:
-    [(rows, ids)] = database.query(f"SELECT count(*), count(DISTINCT id) FROM {table}")
-    return int(str(rows)), int(str(ids))
-
-
-def stored(database: Database, connector: str) -> dict[tuple[str, int], int]:
-    if database.query("SELECT to_regclass('ferry_connect_offsets')") == [(None,)]:
-        return {}
-    rows = database.query(
-        "SELECT broker, queue, next_offset FROM ferry_connect_offsets WHERE connector = %s",
-        connector,
-    )
-    return {(str(b), int(str(q))): int(str(n)) for b, q, n in rows}
 
 
 def uncommitted_batches(checkpoint: Path) -> set[int]:
@@ -126,10 +85,10 @@ def test_sink_is_exactly_once_across_kill_9_of_the_driver(
     try:
         driver.wait(240)
     finally:
-        stop(driver)
+        stop_driver(driver)
     assert driver.returncode == -9, f"seed {seed}: not killed: {log.read_text()[-4000:]}"
     assert any(2 in uncommitted_batches(cp) for cp in checkpoints), log.read_text()[-3000:]
-    written_at_crash = count(database, "crash_rows")
+    written_at_crash = count_ids(database, "crash_rows")
     assert written_at_crash[0] == written_at_crash[1] > 0
 
     # 2: the same checkpoints; more messages arrive; kill -9 at a random moment
@@ -143,14 +102,14 @@ def test_sink_is_exactly_once_across_kill_9_of_the_driver(
         )
         wait_until(
             "writing again",
-            lambda: count(database, "crash_rows")[0] > written_at_crash[0],
+            lambda: count_ids(database, "crash_rows")[0] > written_at_crash[0],
             driver,
             log,
         )
         time.sleep(rng.uniform(0, 3))
     finally:
-        stop(driver)
-    assert count(database, "crash_rows")[0] == count(database, "crash_rows")[1]
+        stop_driver(driver)
+    assert count_ids(database, "crash_rows")[0] == count_ids(database, "crash_rows")[1]
 
     # 3: a new owner without the checkpoints (generation 2) finishes from the stored offsets
     for checkpoint in checkpoints:
@@ -159,11 +118,11 @@ def test_sink_is_exactly_once_across_kill_9_of_the_driver(
     ends = asyncio.run(end_offsets(ferry.servers, topic))
     driver = start_driver(log, **args)
     try:
-        wait_until("caught up", lambda: stored(database, "crash") == ends, driver, log, 240)
+        wait_until("caught up", lambda: stored_offsets(database, "crash") == ends, driver, log, 240)
     finally:
-        stop(driver)
+        stop_driver(driver)
 
-    assert count(database, "crash_rows") == (total, total), f"seed {seed}"
+    assert count_ids(database, "crash_rows") == (total, total), f"seed {seed}"
     offsets = PostgresSink().offsets(args["config"], "inc-1")
     assert {
         (o["partition"]["broker"], o["partition"]["queue"]): o["offset"]["offset"] for o in offsets

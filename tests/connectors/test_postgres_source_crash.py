@@ -18,9 +18,15 @@ import psycopg
 import pytest
 
 from ..spark.conftest import Ferry
-from .conftest import create_topic, end_offsets, read_topic
+from .conftest import (
+    create_topic,
+    end_offsets,
+    read_topic,
+    start_driver,
+    stop_driver,
+    wait_until,
+)
 from .postgres import Database
-from .test_postgres_crash import start_driver, stop, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -117,7 +123,7 @@ def test_source_is_exactly_once_across_kill_9_with_out_of_order_commits(
             wait_until("streaming", lambda: topic_size(ferry.servers, topic) >= 2000, driver, log)
             time.sleep(rng.uniform(0, 2))
         finally:
-            stop(driver)
+            stop_driver(driver)
         at_kill = topic_size(ferry.servers, topic)
         driver = start_driver(log, **args)
         try:
@@ -134,7 +140,7 @@ def test_source_is_exactly_once_across_kill_9_with_out_of_order_commits(
             )
             time.sleep(1)  # anything more (a duplicate) would land now
         finally:
-            stop(driver)
+            stop_driver(driver)
     finally:
         writers.stop()
 

@@ -105,7 +105,10 @@ __all__ = [
     "PostgresStreamWriter",
     "SinkCommit",
     "SinkSpec",
+    "create_offsets_tables",
+    "sink_spec",
     "task_owner",
+    "write_task",
 ]
 
 log = logging.getLogger(__name__)
@@ -276,7 +279,8 @@ def sink_spec(config: Mapping[str, str], context: TaskContext) -> SinkSpec:
 # ------------------------------------------------------------------------ tables
 
 
-def _create_offsets_tables(conn: psycopg.Connection[Any]) -> None:
+def create_offsets_tables(conn: psycopg.Connection[Any]) -> None:
+    """Create `ferry_connect_offsets` and `ferry_connect_offsets_changes` if missing (`build`)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [_DDL_LOCK])
         for statement in _OFFSETS_DDL.split(";"):
@@ -918,7 +922,7 @@ class PostgresSink(ConnectorPlugin):
         target = spec.target.with_password(password)
         with target.connect("starting a PostgresSink task", autocommit=True) as conn:
             try:
-                _create_offsets_tables(conn)
+                create_offsets_tables(conn)
                 for topic in mine:
                     with conn.transaction():
                         _ensure_table(conn, spec, topic)
@@ -1032,7 +1036,7 @@ class PostgresSink(ConnectorPlugin):
         """
         target = parse_target(config)
         with target.connect("applying an offsets change", autocommit=True) as conn:
-            _create_offsets_tables(conn)
+            create_offsets_tables(conn)
             return _apply_change(conn, config.get("name", ""), change)
 
 
