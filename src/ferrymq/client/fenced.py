@@ -87,7 +87,8 @@ __all__ = [
 
 _OPS: Final = ("claim", "snapshot", "write")
 _GROUP: Final = "FERRY_FENCED_WRITER"
-_MAX_ATTEMPTS: Final = 50
+_MAX_ATTEMPTS: Final = 200
+"""A bound beside `timeout_s`: tries of one append (refusals that stored nothing)."""
 _RETRY_PAUSE_S: Final = 0.1
 _RETRY_CODES: Final = frozenset(
     {
