@@ -171,6 +171,27 @@ def test_produce_can_schedule_delivery(servers: tuple[Server, Server]) -> None:
     assert got == ["later"]
 
 
+def test_a_fenced_topic_is_created_shown_and_refuses_plain_produce(
+    servers: tuple[Server, Server],
+) -> None:
+    namesrv, _ = servers
+    missing = ferry("admin", "topic", "create", "CliFenced", "--fenced", namesrv=namesrv)
+    assert missing.returncode != 0
+    assert "--broker-name" in missing.stderr
+    created = ferry(
+        "admin", "topic", "create", "CliFenced", "--fenced", "--broker-name", "broker-a",
+        namesrv=namesrv,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    assert "fenced topic CliFenced: 1 queues" in created.stdout
+    shown = ferry("admin", "topic", "fence", "CliFenced", "--json", namesrv=namesrv)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == {"epoch": 0, "writer": "", "url": "", "liveStartOffset": 0}
+    produced = ferry("produce", "CliFenced", stdin="plain\n", namesrv=namesrv)
+    assert produced.returncode != 0
+    assert "fenced" in produced.stderr
+
+
 def test_bench_commands_print_a_json_summary_last(servers: tuple[Server, Server]) -> None:
     namesrv, _ = servers
     ferry("admin", "topic", "create", "BenchCli", "--queues", "2", namesrv=namesrv)
