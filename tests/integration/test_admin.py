@@ -9,7 +9,7 @@ import pytest
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
-from ferrymq.errors import ConnectError, FerryError
+from ferrymq.errors import ConnectError, FerryError, SendFailedError
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse
 from ferrymq.testing import LocalCluster
@@ -119,6 +119,11 @@ async def test_a_wiped_group_takes_no_sends_but_serves_reads_until_added_back(
                     for m in (await consumer.pull(q, 0, max_messages=32)).messages
                 ]
             assert [m.body for m in left] == [b"before"] * 4
+            await admin.wipe_write_perm("broker-b")  # no group takes writes: a typed refusal
+            async with Producer(namesrvs) as producer:
+                with pytest.raises(SendFailedError, match="no writable queue"):
+                    await producer.send("Drained", b"nowhere")
+            await admin.add_write_perm("broker-b")
             assert await admin.add_write_perm("broker-a") == counts
             async with Producer(namesrvs) as producer:
                 after = {(await producer.send("Drained", b"after")).queue for _ in range(8)}

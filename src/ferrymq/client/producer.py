@@ -166,7 +166,9 @@ class Producer:
         result.setdefault(props.WAIT_STORE_MSG_OK, "true")
         return result
 
-    def _choose(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
+    def _choose(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue | None:
+        if not queues:  # every group read-only (wipe-write-perm, a master turned read-only)
+            return None
         turn = next(self._turn)
         if avoid is None and queues and self.routes.all_healthy:
             return queues[turn % len(queues)]
@@ -325,7 +327,11 @@ class Producer:
             )
             target = queue if queue is not None else self._choose(route.write_queues, avoid)
             if target is None:
-                raise SendFailedError(f"topic {topic} has no writable queue")
+                # every group read-only in this route (drained, or a master in a switchover):
+                # the next attempt, and the next send, ask the NameServers again
+                last_failure = f"topic {topic} has no writable queue"
+                self.routes.invalidate(topic)
+                continue
             address = route.master(target.broker_name)
             if address is None and self.routes.refetch_soon(topic):
                 # the route may predate the election: ask again now, not at the next refresh
