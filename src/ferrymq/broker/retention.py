@@ -50,7 +50,9 @@ async def delete_expired(state: BrokerState, *, force: bool = False) -> int:
     store = state.store
     reserved_hours = state.config.file_reserved_time
     max_used_ratio = state.config.disk_max_used_space_ratio / 100
-    if state.fences.is_master and state.fences.names():
+    lease = state.lease
+    leased = lease is None or lease.covers(state.clock())  # a deposed master copies nothing
+    if state.fences.is_master and leased and state.fences.names():
         below = store.expired_log_offset(
             force=force, reserved_hours=reserved_hours, max_used_ratio=max_used_ratio
         )
