@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import logging
 import shutil
@@ -32,7 +33,7 @@ from typing import Any, Self
 import msgspec
 
 from ferrymq import clock as process_clock
-from ferrymq.broker import admin, consumer, pull, query, retention, send
+from ferrymq.broker import admin, consumer, pull, query, retention, send, switchover
 from ferrymq.broker.clients import ClientTable, QueueLocks
 from ferrymq.broker.config import BrokerConfig, BrokerRole
 from ferrymq.broker.fenced import FencedTopics
@@ -152,6 +153,7 @@ class Broker:
         for code in SINK_CODES:
             self.router.add(code, self._bind(self._sink_request))
         serve_test_clock(self.router)
+        self.router.add(RequestCode.SWITCH_BROKER_ROLE, switchover.switch_role_handler(self))
         self.busy_poll = (
             BusyPoll(config.busy_poll_micros / 1_000_000) if config.busy_poll_micros else None
         )
@@ -234,6 +236,9 @@ class Broker:
 
     async def start(self) -> None:
         """Bind, recover the store, load metadata, register, start background work."""
+        if not self.config.enable_controller_mode:  # a switchover's role outlives restarts
+            self.config = switchover.apply_role_file(self.config)
+            self.broker_id = self.config.broker_id
         config = self.config
         await self._server.start()
         longpoll = LongPoll()
@@ -451,9 +456,13 @@ class Broker:
         return self._master_epoch
 
     async def change_to_master(
-        self, master_epoch: int, sync_state_set: frozenset[int] = frozenset()
+        self,
+        master_epoch: int,
+        sync_state_set: frozenset[int] = frozenset(),
+        *,
+        role: BrokerRole = BrokerRole.SYNC_MASTER,
     ) -> bool:
-        """Become the group's master for `master_epoch` (a controller's election).
+        """Become the group's master for `master_epoch` (a controller's election; a switchover).
 
         The epoch is on disk before any write is taken; bytes this broker holds above the old
         confirm offset are kept and commit once the new SyncStateSet has them (Kafka leader-epoch
@@ -470,7 +479,7 @@ class Broker:
             else:
                 follower = self._follower
                 await self._stop_role()
-                await self._start_master(BrokerRole.SYNC_MASTER, master_epoch, members, follower)
+                await self._start_master(role, master_epoch, members, follower)
             self.fenced = False
             state.lease = NO_LEASE_YET if self.config.enable_controller_mode else None
             self.role_assigned.set()
@@ -519,6 +528,53 @@ class Broker:
             )
             self._register_now.set()
             return True
+
+    async def switch_classic_role(
+        self,
+        role: BrokerRole,
+        broker_id: int,
+        master_address: str | None = None,
+        master_epoch: int | None = None,
+    ) -> int:
+        """Classic mode: take the id and role a switchover assigns (`switchover.py`).
+
+        A slave becomes master under its log's next epoch; a master becomes the slave of
+        `master_address` from `master_epoch` on. The new id and role are on disk first, so a
+        crash midway restarts the broker in the role the switchover gave it. Asking for the role
+        the broker already has, with its id, changes nothing. Returns the master epoch the broker
+        now leads or follows.
+
+        Raises:
+            RequestError: controller mode, or a role change the broker cannot make.
+        """
+        state = self.state
+        if self.config.enable_controller_mode:
+            raise RequestError(ResponseCode.NO_PERMISSION, "controller mode: a controller decides")
+        if (role is BrokerRole.SLAVE) == (not state.is_master) and broker_id == self.broker_id:
+            if role is BrokerRole.SLAVE and master_address != self._master_address:
+                raise RequestError(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"already a slave, of {self._master_address}, not of {master_address}",
+                )
+            return self._master_epoch
+        if role is BrokerRole.SLAVE and (master_address is None or master_epoch is None):
+            raise RequestError(ResponseCode.INVALID_PARAMETER, "a slave needs its master")
+        await asyncio.to_thread(switchover.save_role_file, self.config, broker_id, role)
+        self.config = dataclasses.replace(self.config, broker_id=broker_id, broker_role=role)
+        state.config = dataclasses.replace(state.config, broker_id=broker_id, broker_role=role)
+        self.broker_id = broker_id
+        if role is BrokerRole.SLAVE:
+            assert master_address is not None  # checked above
+            assert master_epoch is not None
+            changed = await self.change_to_slave(master_address, master_epoch)
+        else:
+            epoch = max(self._master_epoch, self.log_epoch) + 1
+            changed = await self.change_to_master(epoch, role=role)
+        if not changed:
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR, f"epoch {master_epoch} is older than this broker's"
+            )
+        return self._master_epoch
 
     async def _master_ha(self) -> str | None:
         """Where a slave's master takes HA connections.

@@ -44,6 +44,8 @@ __all__ = [
     "SendMessageRequestHeader",
     "SendMessageRequestHeaderV2",
     "SendMessageResponseHeader",
+    "SwitchBrokerRoleRequestHeader",
+    "SwitchBrokerRoleResponseHeader",
     "UnregisterClientRequestHeader",
     "UpdateConsumerOffsetRequestHeader",
     "ViewMessageRequestHeader",
@@ -373,6 +375,24 @@ class DeleteTopicRequestHeader(CommandHeader):
     """DELETE_TOPIC_IN_BROKER (215)."""
 
     topic: str
+
+
+class SwitchBrokerRoleRequestHeader(CommandHeader):
+    """SWITCH_BROKER_ROLE (ferrymq's own): classic mode, the id and role a switchover assigns."""
+
+    broker_id: I64
+    broker_role: str
+    """SYNC_MASTER or ASYNC_MASTER (with broker id 0), or SLAVE."""
+    master_address: str | None = None
+    """A slave's new master."""
+    master_epoch: I32 | None = None
+    """A slave's new master's epoch."""
+
+
+class SwitchBrokerRoleResponseHeader(CommandHeader):
+    """The master epoch the broker now follows or leads."""
+
+    master_epoch: I32
 
 
 class GetFenceRequestHeader(CommandHeader):

@@ -180,6 +180,8 @@ class RequestCode(IntEnum):
     # with their member data (Connect workers' membership)
     GET_FENCE = 9211
     GET_GROUP_MEMBERS = 9212
+    # ferrymq's own: classic mode's planned switch of a master and a slave (broker/switchover.py)
+    SWITCH_BROKER_ROLE = 9230
     # ferrymq's own, test-only: move this process's clock (wire/testclock.py, rpc/testclock.py);
     # refused unless the server started with FERRYMQ_TEST_CLOCK=1
     TEST_CLOCK = 9900
