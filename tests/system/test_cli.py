@@ -192,6 +192,30 @@ def test_a_fenced_topic_is_created_shown_and_refuses_plain_produce(
     assert "fenced" in produced.stderr
 
 
+def test_a_group_is_drained_and_opened_again_through_the_nameserver(
+    servers: tuple[Server, Server],
+) -> None:
+    namesrv, _ = servers
+    created = ferry("admin", "topic", "create", "CliDrain", "--queues", "1", namesrv=namesrv)
+    assert created.returncode == 0, created.stderr
+    wiped = ferry("admin", "broker", "wipe-write-perm", "broker-a", "--json", namesrv=namesrv)
+    assert wiped.returncode == 0, wiped.stderr
+    assert json.loads(wiped.stdout)["topics"][namesrv.addr] >= 1
+    route = ferry("admin", "topic", "route", "CliDrain", "--json", namesrv=namesrv)
+    assert json.loads(route.stdout)["queueDatas"][0]["perm"] == 4
+    refused = ferry("produce", "CliDrain", stdin="nowhere\n", namesrv=namesrv)
+    assert refused.returncode != 0
+    assert "no writable queue" in refused.stderr
+    added = ferry("admin", "broker", "add-write-perm", "broker-a", namesrv=namesrv)
+    assert added.returncode == 0, added.stderr
+    assert "broker-a" in added.stdout
+    produced = ferry("produce", "CliDrain", stdin="again\n", namesrv=namesrv)
+    assert produced.returncode == 0, produced.stderr
+    classic = ferry("admin", "broker", "switchover", "broker-a", namesrv=namesrv)
+    assert classic.returncode == 1
+    assert "no slave" in classic.stderr
+
+
 def test_bench_commands_print_a_json_summary_last(servers: tuple[Server, Server]) -> None:
     namesrv, _ = servers
     ferry("admin", "topic", "create", "BenchCli", "--queues", "2", namesrv=namesrv)
