@@ -461,7 +461,11 @@ class _TaskWrite:
         self.spec = spec
         self.conn = conn
         self.next: dict[tuple[str, QueueKey], int] = {}
-        self.handled: dict[tuple[str, QueueKey], int] = {}
+        """The stored next offset of each locked queue."""
+        self.queues: dict[tuple[str, str, int], tuple[str, QueueKey]] = {}
+        self.floor: dict[tuple[str, str, int], int] = {}
+        self.top: dict[tuple[str, str, int], int] = {}
+        """By (topic, broker, queue id): the queue, its stored next offset, the highest handled."""
         self.tables: dict[str, sql.Identifier] = {}
         self.stages: dict[str, sql.Identifier] = {}
         self.pending: dict[str, list[tuple[Any, ...]]] = {}
@@ -505,26 +509,33 @@ class _TaskWrite:
         columns = batch.to_pydict()
         topics, brokers, queue_ids = columns["topic"], columns["brokerName"], columns["queueId"]
         offsets, keys, values = columns["offset"], columns["key"], columns["value"]
+        columns_spec, upsert, limit = self.spec.columns, self.spec.upsert, self.spec.batch_size
+        queues, floor, top = self.queues, self.floor, self.top
         for i in range(batch.num_rows):
-            key = (topics[i], QueueKey(brokers[i], queue_ids[i]))
-            if key not in self.next:
+            coordinates = (topics[i], brokers[i], queue_ids[i])  # plain tuples: cheap to hash
+            if coordinates not in queues:
+                key = queues[coordinates] = (topics[i], QueueKey(brokers[i], queue_ids[i]))
                 self.lock(key)
+                floor[coordinates] = self.next[key]
+                self.table(key[0])
             offset = offsets[i]
-            if offset < self.next[key]:
+            if offset < floor[coordinates]:
                 self.result.skipped += 1
                 continue
-            self.handled[key] = max(self.handled.get(key, -1), offset)
-            row = row_of(self.spec.columns, values[i])
+            if offset > top.get(coordinates, -1):
+                top[coordinates] = offset
+            row = row_of(columns_spec, values[i])
             if isinstance(row, str):
-                self.malformed(key, offset, keys[i], values[i], row)
+                self.malformed(queues[coordinates], offset, keys[i], values[i], row)
                 continue
-            self.table(key[0])
-            self.seq += 1
-            pending = self.pending[key[0]]
-            pending.append((self.seq, *row) if self.spec.upsert else row)
+            pending = self.pending[topics[i]]
+            if upsert:
+                self.seq += 1
+                row = (self.seq, *row)
+            pending.append(row)
             self.result.written += 1
-            if len(pending) >= self.spec.batch_size:
-                self.flush(key[0])
+            if len(pending) >= limit:
+                self.flush(topics[i])
 
     def malformed(
         self,
@@ -621,6 +632,7 @@ class _TaskWrite:
         self.conn.execute(sql.SQL("TRUNCATE {}").format(stage))
 
     def finish(self) -> None:
+        handled = {self.queues[c]: offset for c, offset in self.top.items()}
         for topic in self.pending:
             self.flush(topic)
         if self.dead and self.spec.dead_letter_topic is not None:
@@ -630,7 +642,7 @@ class _TaskWrite:
             f"generation = %s, updated_at = now() WHERE {_KEY}",
             [
                 (
-                    self.handled.get(key, -1) + 1,
+                    handled.get(key, -1) + 1,
                     self.spec.task,
                     self.spec.generation,
                     self.spec.connector,
@@ -643,7 +655,7 @@ class _TaskWrite:
             ],
         )
         for key, stored in self.next.items():
-            self.result.next_offsets[_queue_name(*key)] = max(stored, self.handled.get(key, -1) + 1)
+            self.result.next_offsets[_queue_name(*key)] = max(stored, handled.get(key, -1) + 1)
 
 
 async def _send_dead(
