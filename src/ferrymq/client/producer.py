@@ -166,9 +166,8 @@ class Producer:
         result.setdefault(props.WAIT_STORE_MSG_OK, "true")
         return result
 
-    def _choose(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue | None:
-        if not queues:  # every group read-only (wipe-write-perm, a master turned read-only)
-            return None
+    def _choose(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
+        """The next queue in turn, avoiding failed groups; `queues` must not be empty."""
         turn = next(self._turn)
         if avoid is None and queues and self.routes.all_healthy:
             return queues[turn % len(queues)]
@@ -256,9 +255,9 @@ class Producer:
         validate_topic(topic)
         message_properties = self._properties(tags, keys, properties, 0, None, None)
         route = await self.routes.get(topic)
-        target = queue if queue is not None else self._choose(route.write_queues, None)
-        if target is None:
+        if queue is None and not route.write_queues:
             raise SendFailedError(f"topic {topic} has no writable queue")
+        target = queue if queue is not None else self._choose(route.write_queues, None)
         address = route.master(target.broker_name)
         if address is None and self.routes.refetch_soon(topic):
             address = (await self.routes.get(topic)).master(target.broker_name)
@@ -325,13 +324,13 @@ class Producer:
             route = (attempt == 0 and self.routes.fresh(topic)) or await self.routes.get(
                 topic, refresh=attempt > 0
             )
-            target = queue if queue is not None else self._choose(route.write_queues, avoid)
-            if target is None:
+            if queue is None and not route.write_queues:
                 # every group read-only in this route (drained, or a master in a switchover):
                 # the next attempt, and the next send, ask the NameServers again
                 last_failure = f"topic {topic} has no writable queue"
                 self.routes.invalidate(topic)
                 continue
+            target = queue if queue is not None else self._choose(route.write_queues, avoid)
             address = route.master(target.broker_name)
             if address is None and self.routes.refetch_soon(topic):
                 # the route may predate the election: ask again now, not at the next refresh
