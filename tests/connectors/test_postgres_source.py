@@ -2,12 +2,14 @@
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ferrymq.connect.plugin import TaskContext
+from ferrymq.connect.records import OffsetsPut
 from ferrymq.connectors.postgres import PostgresConnectorError
 from ferrymq.connectors.postgres_source import PostgresSource
 
@@ -102,3 +104,52 @@ def test_a_source_that_cannot_read_its_table_fails_at_start_with_a_clear_error(
     with pytest.raises(PostgresConnectorError, match="password authentication failed") as failed:
         PostgresSource().build(None, wrong, context(ferry, tmp_path, "missing"))
     assert "wrong-secret" not in str(failed.value)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(180)
+def test_an_offsets_reset_sends_every_row_again_once_under_a_new_sink_id(
+    spark: Any, ferry: Ferry, database: Database, tmp_path: Path
+) -> None:
+    topic = "pg-reset-items"
+    asyncio.run(create_topic(ferry.servers, topic, 1))
+    database.query("CREATE TABLE items (id serial PRIMARY KEY, name text)")
+    database.query("INSERT INTO items (name) SELECT 'i' || g FROM generate_series(1, 100) g")
+    config = {
+        "name": "reset",
+        "connector.class": "PostgresSource",
+        **database.config,
+        "mode": "incrementing",
+        "incrementing.column.name": "id",
+        "table.whitelist": "items",
+        "topic.prefix": "pg-reset-",
+        "poll.interval.ms": "200",
+    }
+    first = context(ferry, tmp_path, "reset")
+    query = PostgresSource().build(spark, {**config, "batch.max.rows": "10"}, first)
+    try:
+        run_until(query, "sent", lambda: topic_size(ferry, topic) == 100)
+    finally:
+        query.stop()
+    assert (Path(first.checkpoint_dir) / "ferrymq-sink-id").read_text() == "reset:inc-1:0"
+
+    # DELETE /offsets: the runtime starts the task on a fresh checkpoint with the change
+    change = OffsetsPut("reset", "inc-1", "req-7", None)
+    fresh = replace(first, checkpoint_dir=str(tmp_path / "reset-after"), extra={"offsets": change})
+    query = PostgresSource().build(spark, config, fresh)
+    try:
+        run_until(query, "sent again", lambda: topic_size(ferry, topic) == 200)
+    finally:
+        query.stop()
+    # a restart on that checkpoint without the change keeps its sink id: its next batch (1) is
+    # not the first run's batch 1, whose decision under the old id would swallow it
+    database.query("INSERT INTO items (name) VALUES ('late')")
+    query = PostgresSource().build(spark, config, replace(fresh, extra={}))
+    try:
+        run_until(query, "the new row", lambda: topic_size(ferry, topic) == 201)
+    finally:
+        query.stop()
+    marker = Path(tmp_path / "reset-after" / "ferrymq-sink-id")
+    assert marker.read_text() == "reset:inc-1:0:oreq-7"
+    ids = sorted(json.loads(m.body)["id"] for m in asyncio.run(read_topic(ferry.servers, topic)))
+    assert ids == sorted([*range(1, 101), *range(1, 102)])

@@ -44,7 +44,8 @@ The technique here (rules):
    (`{"partition": {"table": t}, "offset": {"lo", "hi", "w", "c"}}`). The runtime starts such a
    task on a fresh checkpoint, whose batch ids start again at 0, so its sink id gains the
    change's request id (`...:<task>:o<request id>`): the first-winner decisions of the old
-   batch ids must not swallow the new ones.
+   batch ids must not swallow the new ones. The id is written into the checkpoint
+   (`ferrymq-sink-id`) and read back by every later start on it.
 """
 
 from __future__ import annotations
@@ -553,6 +554,31 @@ def _initial(change: OffsetsPut | None, spec_sources: Sequence[str]) -> dict[str
     return initial
 
 
+_SINK_ID_FILE: Final = "ferrymq-sink-id"
+"""A file in the task's checkpoint: the sink id its batches are committed under."""
+
+
+def _sink_id(context: TaskContext, change: OffsetsPut | None) -> str:
+    """The ferrymq sink id of the task's checkpoint (rule 6), kept in the checkpoint itself.
+
+    `<connector>:<incarnation>:<task>`, plus `:o<request id>` when the checkpoint was started for
+    an offsets change; characters a sink id cannot hold become `_`. A restart on the same
+    checkpoint reads it back, whether or not the change is passed again.
+    """
+    marker = Path(context.checkpoint_dir) / _SINK_ID_FILE
+    if marker.is_file():
+        return marker.read_text().strip()
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", context.connector)
+    sink_id = f"{name}:{context.incarnation}:{context.task}"
+    fresh = not (Path(context.checkpoint_dir) / "offsets").exists()
+    if change is not None and fresh:
+        sink_id += ":o" + re.sub(r"[^A-Za-z0-9_.-]", "_", change.request_id)
+    sink_id = sink_id[:128]
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(sink_id)
+    return sink_id
+
+
 # ------------------------------------------------------------------------ the plugin
 
 
@@ -675,9 +701,7 @@ class PostgresSource(ConnectorPlugin):
                         f"{'the query' if spec.query else source} in {spec.target.display}: "
                         f"{' '.join(str(exc).split())}"
                     ) from None
-        sink_id = f"{context.connector}:{context.incarnation}:{context.task}"
-        if change is not None:
-            sink_id += ":o" + re.sub(r"[^A-Za-z0-9_.-]", "", change.request_id)[:40]
+        sink_id = _sink_id(context, change)
         spark.dataSource.register(PostgresSourceDataSource)
         rows = (
             spark.readStream.format(FORMAT)
