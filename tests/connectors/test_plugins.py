@@ -9,7 +9,13 @@ from ferrymq.connect.records import OffsetEntry
 from ferrymq.connectors.postgres import parse_target
 from ferrymq.connectors.postgres_columns import parse_fields, row_of
 from ferrymq.connectors.postgres_sink import PostgresSink, task_owner
-from ferrymq.connectors.postgres_source import Candidate, PostgresSource, promote
+from ferrymq.connectors.postgres_source import (
+    Candidate,
+    PostgresSource,
+    offset_state,
+    promote,
+    shown_offset,
+)
 from ferrymq.spark.plan import QueueKey
 
 SINK = {
@@ -126,11 +132,11 @@ def test_sink_offsets_edits_are_checked() -> None:
     sink = PostgresSink()
     good = OffsetEntry({"topic": "orders", "broker": "broker-a", "queue": 3}, {"offset": 10})
     reset = OffsetEntry({"topic": "orders", "broker": "broker-a", "queue": "3"}, None)
-    assert sink.check_offsets([good, reset]) == []
-    assert sink.check_offsets([OffsetEntry({"topic": "orders", "queue": 1}, {"offset": 1})])
-    assert sink.check_offsets([OffsetEntry(good.partition, {"offset": "x"})])
-    assert sink.check_offsets([OffsetEntry(good.partition, {"kafka_offset": 1})])
-    assert sink.check_offsets([OffsetEntry({**good.partition, "queue": 5000}, {"offset": 1})])
+    assert sink.check_offsets(SINK, [good, reset]) == []
+    assert sink.check_offsets(SINK, [OffsetEntry({"topic": "orders", "queue": 1}, {"offset": 1})])
+    assert sink.check_offsets(SINK, [OffsetEntry(good.partition, {"offset": "x"})])
+    assert sink.check_offsets(SINK, [OffsetEntry(good.partition, {"kafka_offset": 1})])
+    assert sink.check_offsets(SINK, [OffsetEntry({**good.partition, "queue": 5000}, {"offset": 1})])
 
 
 def test_a_valid_source_config_and_its_task_split() -> None:
@@ -143,6 +149,25 @@ def test_a_valid_source_config_and_its_task_split() -> None:
     query = {**SOURCE, "table.whitelist": "", "query": "SELECT o.xmin, o.* FROM orders o"}
     assert PostgresSource().validate(query) == {}
     assert PostgresSource().task_configs(query, 4) == [query]
+    state: dict[str, str | int] = {"lo": "", "hi": "10:12:11", "w": "", "c": "[5]"}
+    assert PostgresSource().check_offsets(SOURCE, [OffsetEntry({"table": "orders"}, state)]) == []
+    assert PostgresSource().check_offsets(SOURCE, [OffsetEntry({"table": "orders"}, None)]) == []
+    assert PostgresSource().check_offsets(SOURCE, [OffsetEntry({"table": "nope"}, state)])
+    assert PostgresSource().check_offsets(SOURCE, [OffsetEntry({"table": "orders"}, {"id": 5})])
+    # what GET shows of a checkpoint's offset is what PATCH takes back
+    checkpointed = {
+        "c": ["2024-05-01T10:00:00+00:00", 7],
+        "hi": "90:95:91,93",
+        "lo": "80:80:",
+        "w": ["2024-05-01T09:00:00+00:00", 3],
+    }
+    shown = shown_offset(checkpointed)
+    assert all(isinstance(v, str) for v in shown.values())
+    assert PostgresSource().check_offsets(SOURCE, [OffsetEntry({"table": "orders"}, shown)]) == []
+    assert offset_state(shown) == checkpointed
+    for bad in ({"hi": "x"}, {"c": "5"}, {"c": ""}, {"w": 3}):
+        entry = OffsetEntry({"table": "orders"}, {**state, **bad})
+        assert PostgresSource().check_offsets(SOURCE, [entry]), bad
 
 
 @pytest.mark.parametrize(

@@ -113,10 +113,10 @@ def test_upsert_and_an_offsets_rewind_write_exactly_the_rewound_messages_again(
         {"partition": {"topic": topic, "broker": b, "queue": q}, "offset": {"offset": n}}
         for (b, q), n in sorted(ends.items())
     ]
-    assert sink.check_offsets([OffsetEntry({"topic": topic}, {"offset": 1})])
-    assert sink.check_offsets([OffsetEntry(shown[0]["partition"], {"offset": -1})])
+    assert sink.check_offsets(config, [OffsetEntry({"topic": topic}, {"offset": 1})])
+    assert sink.check_offsets(config, [OffsetEntry(shown[0]["partition"], {"offset": -1})])
     rewind = [OffsetEntry(e["partition"], {"offset": e["offset"]["offset"] - 500}) for e in shown]
-    assert sink.check_offsets(rewind) == []
+    assert sink.check_offsets(config, rewind) == []
     change = OffsetsPut("upsert", "inc-1", "request-1", rewind)
     rewound = context(ferry, tmp_path, "upsert", 2)
     query = PostgresSink().build(spark, config, replace(rewound, extra={"offsets": change}))

@@ -1025,7 +1025,7 @@ class PostgresSink(ConnectorPlugin):
             for topic, broker, queue, next_offset in rows
         ]
 
-    def check_offsets(self, entries: Sequence[OffsetEntry]) -> list[str]:
+    def check_offsets(self, config: Mapping[str, str], entries: Sequence[OffsetEntry]) -> list[str]:
         """What is wrong with a PATCH /offsets body's entries (none: it may be written)."""
         problems: list[str] = []
         for entry in entries:

@@ -31,7 +31,8 @@ The technique here (rules):
 3. Offsets (Spark's checkpoint) are `{table: {"lo", "hi", "w", "c"}}`: snapshots as text
    (`xmin:xmax:xip,...`), `w` and `c` as lists of the ordering columns' values; keys sorted,
    values ints and strings only (Spark compares the JSON text). No new visible rows: the same
-   offsets, so no empty micro-batches. Rows with NULL ordering columns are never read.
+   offsets, so no empty micro-batches. Rows with NULL ordering columns are never read. The REST
+   API shows every field as text (`shown_offset`: "" for none, `w` and `c` as JSON lists).
 4. Rows become JSON objects (column -> value; timestamps and dates ISO 8601, numeric as strings,
    bytea as base64), the key optionally from `message.key.column`; the topic is `topic.prefix`
    + the table name (`query` mode: `topic.prefix` itself). A `query` must return the source
@@ -41,11 +42,11 @@ The technique here (rules):
    executors (one connection per table range, a server-side cursor). Nothing open is pickled.
 6. An offsets change (PATCH/DELETE /connectors/{c}/offsets) gives the task's first micro-batch
    its start: reset re-reads everything; alter sets tables' states
-   (`{"partition": {"table": t}, "offset": {"lo", "hi", "w", "c"}}`). The runtime starts such a
-   task on a fresh checkpoint, whose batch ids start again at 0, so its sink id gains the
-   change's request id (`...:<task>:o<request id>`): the first-winner decisions of the old
-   batch ids must not swallow the new ones. The id is written into the checkpoint
-   (`ferrymq-sink-id`) and read back by every later start on it.
+   (`{"partition": {"table": t}, "offset": {"lo", "hi", "w", "c"}}`, as `shown_offset` shows).
+   The runtime starts such a task on a fresh checkpoint, whose batch ids start again at 0, so
+   its sink id gains the change's request id (`...:<task>:o<request id>`): the first-winner
+   decisions of the old batch ids must not swallow the new ones. The id is written into the
+   checkpoint (`ferrymq-sink-id`) and read back by every later start on it.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from ferrymq.connect.plugin import ConfigKey, ConfigType, ConnectorPlugin, TaskContext
-from ferrymq.connect.records import OffsetsPut
+from ferrymq.connect.records import OffsetEntry, OffsetsPut
 from ferrymq.connectors.postgres import (
     CONNECTION_KEYS,
     PgTarget,
@@ -90,7 +91,9 @@ __all__ = [
     "PostgresSourceDataSource",
     "PostgresStreamReader",
     "SourceSpec",
+    "offset_state",
     "promote",
+    "shown_offset",
 ]
 
 log = logging.getLogger(__name__)
@@ -538,6 +541,48 @@ def source_spec(
     )
 
 
+def shown_offset(state: Mapping[str, Any]) -> dict[str, str | int]:
+    """A table's offset as the REST API shows it: every field as text ("" for none).
+
+    Snapshots are their text; `w` and `c` are JSON lists of the ordering values.
+    """
+    return {
+        "lo": state.get("lo") or "",
+        "hi": state.get("hi") or "",
+        "w": "" if state.get("w") is None else json.dumps(state["w"]),
+        "c": "" if state.get("c") is None else json.dumps(state["c"]),
+    }
+
+
+def offset_state(shown: Mapping[str, str | int]) -> dict[str, Any]:
+    """The inverse of `shown_offset`.
+
+    Raises:
+        ValueError: not the four fields, a snapshot not `xmin:xmax:xip,...`, or a bound not a
+            JSON list.
+    """
+    if set(shown) != set(INITIAL) or not all(isinstance(v, str) for v in shown.values()):
+        raise ValueError('give "lo", "hi", "w" and "c" as text, as GET .../offsets shows them')
+    state: dict[str, Any] = {}
+    for name in ("lo", "hi"):
+        text = str(shown[name])
+        if text and not re.fullmatch(r"\d+:\d+:[\d,]*", text):
+            raise ValueError(f"{name}: {text!r} is not a snapshot (xmin:xmax:xip,...)")
+        state[name] = text or None
+    for name in ("w", "c"):
+        text = str(shown[name])
+        try:
+            value = json.loads(text) if text else None
+        except ValueError:
+            value = "bad"
+        if value is not None and not isinstance(value, list):
+            raise ValueError(f"{name}: {text!r} is not a JSON list of ordering values")
+        state[name] = value
+    if (state["hi"] is None) != (state["c"] is None):
+        raise ValueError("hi and c are given together (a diff read up to c) or not at all")
+    return {k: state[k] for k in sorted(state)}
+
+
 def _initial(change: OffsetsPut | None, spec_sources: Sequence[str]) -> dict[str, Any] | None:
     if change is None or change.offsets is None:
         return None
@@ -548,9 +593,10 @@ def _initial(change: OffsetsPut | None, spec_sources: Sequence[str]) -> dict[str
             raise ValueError(f"partition {entry.partition}: name a table of the connector")
         if entry.offset is None:
             continue
-        if set(entry.offset) != set(INITIAL):
-            raise ValueError(f"offset of {source}: give lo, hi, w and c (GET .../offsets shows)")
-        initial[source] = dict(entry.offset)
+        try:
+            initial[source] = offset_state(entry.offset)
+        except ValueError as exc:
+            raise ValueError(f"offset of {source}: {exc}") from None
     return initial
 
 
@@ -728,6 +774,16 @@ class PostgresSource(ConnectorPlugin):
             .start()
         )
 
+    def check_offsets(self, config: Mapping[str, str], entries: Sequence[OffsetEntry]) -> list[str]:
+        """What is wrong with a PATCH /offsets body's entries (none: it may be written)."""
+        tables = _list(config, "table.whitelist")
+        sources = ("query",) if not tables else tuple(tables)
+        try:
+            _initial(OffsetsPut("", "", "", list(entries)), sources)
+        except ValueError as exc:
+            return [str(exc)]
+        return []
+
     def offsets_in_checkpoint(self, checkpoint_dir: str) -> list[dict[str, Any]]:
         """GET /connectors/{c}/offsets for one task: its last committed offsets (KIP-875 shape).
 
@@ -746,6 +802,6 @@ class PostgresSource(ConnectorPlugin):
         lines = (root / "offsets" / str(done[-1])).read_text().splitlines()
         offsets = json.loads(lines[2])
         return [
-            {"partition": {"table": source}, "offset": state}
+            {"partition": {"table": source}, "offset": shown_offset(state)}
             for source, state in sorted(offsets.items())
         ]
