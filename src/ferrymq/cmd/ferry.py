@@ -32,6 +32,7 @@ from ferrymq.cmd.bench_failover import FailoverBenchConfig, run_failover_bench
 from ferrymq.cmd.bench_replication import ReplicationBenchConfig, run_replication_bench
 from ferrymq.cmd.bench_replication import ratios as replication_ratios
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
+from ferrymq.cmd.connect import worker_command
 from ferrymq.cmd.controller import controller_command
 from ferrymq.cmd.demo import run_demo
 from ferrymq.cmd.local import Child
@@ -57,6 +58,7 @@ cli.add_command(controller_command)
 cli.add_command(admin_group)
 cli.add_command(produce_command)
 cli.add_command(consume_command)
+connect_group.add_command(worker_command)
 cli.add_command(connect_group)
 
 
@@ -130,7 +132,7 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
     "--connect",
     "connect_workers",
     type=click.IntRange(min=0, max=16),
-    default=0,
+    default=2,
     show_default=True,
     help="Connect workers (REST on free ports; listed in the ready file).",
 )

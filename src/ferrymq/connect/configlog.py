@@ -7,6 +7,11 @@ to its end. The reader long-polls the topic's single queue, applies records in q
 offset: a leader for its own write (a 2xx means committed *and* applied), a read with
 `?minOffset=` (read-your-writes on any worker), `/health` for the end of the first replay.
 
+A reader starts at the topic's live start (`GET_FENCE`: the latest snapshot, the first copy of
+a whole copied-forward block, or offset 0), not at the first stored record: records between the
+two would be applied to an empty state and hide the copies behind them (logical-offset rule).
+A reader whose next record was deleted by retention starts again there, with an empty state.
+
 `config_offset` is the queue offset after the last record read: what `X-Ferry-Config-Offset`
 reports and `?minOffset=` compares with.
 """
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -82,9 +87,11 @@ class ConfigLog:
         topic: str,
         state: ConfigState,
         *,
+        live_start: Callable[[], Awaitable[int]],
         on_applied: Callable[[Record, int], None] | None = None,
     ) -> None:
         self._consumer = consumer
+        self._live_start = live_start
         self.topic = topic
         self.state = state
         self.config_offset = 0
@@ -128,6 +135,7 @@ class ConfigLog:
         queue = await self.queue()
         if self.end_at_start is None:
             self.end_at_start = await self._consumer.max_offset(queue)
+            self.config_offset = await self._live_start()
         while True:
             wait = 0.0 if not self.replayed else _LONG_POLL_S
             result = await self._consumer.pull(
@@ -140,13 +148,18 @@ class ConfigLog:
                 self.config_offset = max(self.config_offset, result.next_offset)
                 self._wake()
             elif result.next_offset > self.config_offset:
-                # below the first stored record (retention): its live tail was copied forward
-                log.info(
-                    "config log %s: records below offset %d are gone; reading on from there",
+                # retention deleted records this worker had not read: their live tail was
+                # copied forward; read it from its start into an empty state
+                start = await self._live_start()
+                log.warning(
+                    "config log %s: records from offset %d are gone; replaying the live tail "
+                    "from offset %d",
                     self.topic,
-                    result.next_offset,
+                    self.config_offset,
+                    start,
                 )
-                self.config_offset = result.next_offset
+                self.state.reset()
+                self.config_offset = start
                 self._wake()
             elif result.status is not PullStatus.NO_NEW_MSG:
                 await asyncio.sleep(_RETRY_S)  # a replica catching up (PULL_RETRY_IMMEDIATELY)

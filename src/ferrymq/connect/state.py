@@ -194,6 +194,15 @@ class ConfigState:
         else:
             current.offsets = record
 
+    def reset(self) -> None:
+        """Forget everything (a replay starts again from the live tail)."""
+        self._restore(
+            StateImage(
+                epoch=0, leader_id="", leader_url="", connectors=[], assignment=_NO_ASSIGNMENT
+            )
+        )
+        self.last_logical = -1
+
     # ------------------------------------------------------------------ snapshots
 
     def image(self) -> StateImage:

@@ -58,6 +58,9 @@ class TaskRunner(Protocol):
     async def stop(self, key: TaskKey) -> None:
         """Stop a task (its checkpoint stays)."""
 
+    async def refresh(self) -> None:
+        """Read every run's state and progress now (what `failure` and `metrics` return)."""
+
     def failure(self, key: TaskKey) -> str | None:
         """The trace of a task whose run ended by itself; None while it runs."""
 
@@ -193,8 +196,11 @@ class TaskManager:
         except Exception:
             log.exception("task %s/%d did not stop cleanly", key[0], key[2])
 
-    def poll(self) -> None:
+    async def poll(self) -> None:
         """Report runs that ended by themselves (a query that failed) as FAILED."""
+        if not self.runs:
+            return
+        await self.runner.refresh()
         for key, run in self.runs.items():
             if run.state is TaskState.RUNNING:
                 trace = self.runner.failure(key)

@@ -80,7 +80,7 @@ class FerrymqReplicator(ConnectorPlugin):
         if same_cluster and form == "${topic}" and topics:
             errors.setdefault("target.topic.format", []).append(
                 "the target is the source on the same cluster: set target.servers or a "
-                "target.topic.format such as ${topic}.replica"
+                "target.topic.format such as ${topic}-replica"
             )
         return errors
 

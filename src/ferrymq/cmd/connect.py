@@ -1,0 +1,126 @@
+"""`ferry connect worker`: run a Connect worker until SIGINT or SIGTERM.
+
+Takes a RocketMQ Connect `connect.properties` (`--config`) and a `--kebab-case` flag for every
+key (`--namesrv-addr`, `--http-port`, `--worker-id`, ...; flags win over the file). A bad value,
+an unusable config topic, or an advertised URL that does not reach the worker stops it at start
+with one line and exit status 2. The task runtime is Spark (`connectors.runtime`), started on
+the worker's first task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
+from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
+from ferrymq.connect.config import WorkerConfig
+from ferrymq.connect.plugin import Plugins
+from ferrymq.connect.worker import Worker, WorkerStartError
+from ferrymq.connectors.runtime import SparkTaskRunner
+from ferrymq.errors import FerryError
+
+__all__ = ["worker_command"]
+
+log = logging.getLogger("ferrymq")
+
+
+def _key_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add a `--kebab-case` option for every worker config key."""
+    for key in sorted(config_keys(WorkerConfig), reverse=True):
+        command = click.option(
+            f"--{kebab(key)}", f"key__{key}", default=None, metavar="VALUE", help=f"{key}."
+        )(command)
+    return command
+
+
+def load_worker_config(config_file: Path | None, keys: dict[str, str | None]) -> WorkerConfig:
+    """The worker config from a file and flags (flags win).
+
+    Raises:
+        ConfigError: a bad value (the message names the key).
+    """
+    values: dict[str, str] = {}
+    if config_file is not None:
+        try:
+            values.update(parse_properties(config_file.read_text(), str(config_file)))
+        except OSError as exc:
+            raise ConfigError("--config", f"{config_file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError("--config", f"{config_file}: {exc}") from None
+    values.update({name.removeprefix("key__"): v for name, v in keys.items() if v is not None})
+    config, ignored = build_config(WorkerConfig, values)
+    for key in ignored:
+        log.warning("config key %s is not used by ferrymq Connect; ignored", key)
+    return config.check()
+
+
+@click.command("worker", context_settings={"max_content_width": 100})
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A connect.properties file (key=value, RocketMQ Connect's keys).",
+)
+@click.option(
+    "--spark-master",
+    default="local[*]",
+    show_default=True,
+    help="Where tasks' Spark queries run (any Spark master URL).",
+)
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help='Write {"id", "url", "pid"} as JSON here once serving.',
+)
+@_key_options
+def worker_command(
+    config_file: Path | None,
+    spark_master: str,
+    log_level: str,
+    ready_file: Path | None,
+    **keys: str | None,
+) -> None:
+    """Run a Connect worker (REST API, config log follower, tasks on Spark)."""
+    setup_logging(log_level)
+    try:
+        config = load_worker_config(config_file, keys)
+    except ConfigError as exc:
+        fail(str(exc))
+    plugins = Plugins()
+
+    async def main(stop: asyncio.Event) -> None:
+        runner = SparkTaskRunner(
+            plugins,
+            cluster_id=config.connect_cluster_id,
+            namesrv_addr=config.namesrv_addr,
+            state_dir=config.store_path_root_dir,
+            spark_master=spark_master,
+        )
+        try:
+            async with Worker(config, runner=runner, plugins=plugins) as worker:
+                write_ready(
+                    ready_file, {"id": worker.worker_id, "url": worker.url, "addr": worker.url}
+                )
+                serving = asyncio.ensure_future(worker.serve_forever())
+                stopped = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({serving, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                stopped.cancel()
+                if serving.done():
+                    serving.result()
+                serving.cancel()
+        finally:
+            await runner.close()
+
+    try:
+        run_until_signal(main)
+    except WorkerStartError as exc:
+        fail(str(exc))
+    except FerryError as exc:
+        fail(str(exc))
