@@ -91,6 +91,8 @@ class UpConfig:
     ready_file: Path | None = None
     connect: int = 0
     """Connect workers (`ferry connect worker`, REST on free ports); `ferry up` asks for 2."""
+    broker_flags: tuple[str, ...] = ()
+    """Extra flags for every broker (e.g. `--mapped-file-size-commit-log N` in tests)."""
 
     @property
     def controller_mode(self) -> bool:
@@ -257,6 +259,7 @@ class ProcessCluster:
             str(config.data_dir / name),
             "--flush-disk-type",
             config.flush_disk_type,
+            *config.broker_flags,
         ]
         if config.controller_mode:
             return [*args, "--controller-mode", "--controller", ";".join(self._controller_api())]

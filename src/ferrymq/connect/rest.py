@@ -224,8 +224,6 @@ def build_app(worker: WorkerHandle) -> FastAPI:
             )
         elif report is not None and owner is None:
             worker_id = report.worker_id
-        if connector.target is TargetState.PAUSED and owner is not None and state == "UNASSIGNED":
-            state = "PAUSED" if report is None else state
         entry: dict[str, Any] = {"id": index, "state": state, "worker_id": worker_id}
         if trace:
             entry["trace"] = trace
