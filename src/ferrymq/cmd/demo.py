@@ -280,7 +280,7 @@ async def _spark_pipeline(
         report.spark_skipped = f"pyspark is not installed ({exc}); pip install 'ferrymq[spark]'"
         return
     out = workdir / "spark-aggregate.parquet"
-    console.print(f"\n[bold]Spark[/bold]: {TOPIC} -> aggregate per tag and partition -> {out}")
+    console.print(f"\n[bold]Spark[/bold]: {TOPIC} -> aggregate per tag and queue -> {out}")
     with console.status("starting Spark (local[2]) and running the pipeline"):
         report.spark_rows = await asyncio.to_thread(demo_aggregate, servers, TOPIC, out)
 
@@ -289,12 +289,15 @@ def _print_spark(report: DemoReport, console: Console) -> None:
     if report.spark_rows is None:
         console.print(f"Spark pipeline skipped: {report.spark_skipped}")
         return
-    table = Table(title="Spark: orders per tag and partition (read back from Parquet)")
-    for name in ("tags", "partition", "orders", "amount"):
-        table.add_column(name, justify="left" if name == "tags" else "right")
+    table = Table(title="Spark: orders per tag and queue (read back from Parquet)")
+    for name in ("tags", "queue", "orders", "amount"):
+        table.add_column(name, justify="left" if name in ("tags", "queue") else "right")
     for row in report.spark_rows:
         table.add_row(
-            str(row["tags"]), str(row["partition"]), f"{row['orders']:,}", f"{row['amount']:,}"
+            str(row["tags"]),
+            f"{row['brokerName']}/{row['queueId']}",
+            f"{row['orders']:,}",
+            f"{row['amount']:,}",
         )
     console.print(table)
     orders = sum(row["orders"] for row in report.spark_rows)

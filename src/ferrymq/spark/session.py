@@ -51,10 +51,10 @@ def local_session(app: str, master: str = "local[2]") -> Any:
 
 
 def demo_aggregate(servers: str, topic: str, out: Path) -> list[dict[str, Any]]:
-    """Read the demo topic, write orders and amounts per tag and partition to Parquet, read back.
+    """Read the demo topic, write orders and amounts per tag and queue to Parquet, read back.
 
-    The demo's bodies are `order-NNNNNN amount=A`; the result has one row per (tags, partition)
-    with the orders, the sum of their amounts and the offsets read.
+    The demo's bodies are `order-NNNNNN amount=A`; the result has one row per (tags, brokerName,
+    queueId) with the orders, the sum of their amounts and the offsets read.
     """
     spark = local_session("ferrymq-demo")
     try:
@@ -67,14 +67,15 @@ def demo_aggregate(servers: str, topic: str, out: Path) -> list[dict[str, Any]]:
         )
         aggregate = orders.selectExpr(
             "tags",
-            "partition",
+            "brokerName",
+            "queueId",
             "offset",
             "cast(regexp_extract(cast(value as string), 'amount=(\\\\d+)', 1) as int) as amount",
-        ).groupBy("tags", "partition")
+        ).groupBy("tags", "brokerName", "queueId")
         aggregate.agg({"offset": "count", "amount": "sum"}).withColumnsRenamed(
             {"count(offset)": "orders", "sum(amount)": "amount"}
         ).write.mode("overwrite").parquet(str(out))
-        rows = spark.read.parquet(str(out)).orderBy("tags", "partition").collect()
+        rows = spark.read.parquet(str(out)).orderBy("tags", "brokerName", "queueId").collect()
         return [row.asDict() for row in rows]
     finally:
         spark.stop()
