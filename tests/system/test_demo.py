@@ -31,6 +31,9 @@ def test_the_demo_fails_over_loses_nothing_and_stops_cleanly(tmp_path: Path) -> 
     assert "every acknowledged message was consumed; the master failed over" in done.stdout
     assert "old master rejoined as slave" in done.stdout
     assert "Spark read" in done.stdout  # the pipeline ran; `ok` checks it read every message
+    # the connector created over REST on a follower ran; `ok` checks it mirrored every message
+    assert "Connect mirror (a Spark query on a" in done.stdout
+    assert "201 from connect-" in done.stdout
     assert (tmp_path / "spark-aggregate.parquet" / "_SUCCESS").exists()
     for replica in (1, 2, 3):  # every broker, the restarted one too, shut down cleanly
         assert not (tmp_path / f"broker-a-{replica}" / "abort").exists()

@@ -14,6 +14,7 @@ Errors print the worker's message with its HTTP status and exit 1; bad usage exi
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -134,6 +135,23 @@ def connect_group(ctx: click.Context, url: str, as_json: bool) -> None:
     ctx.obj["json"] = as_json
 
 
+_EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception)(: |$)")
+
+
+def _cause(trace: str | None) -> str:
+    """The line of a trace that names the root error, else its last line.
+
+    The root error is the last exception line other than Spark's StreamingQueryException wrapper.
+    """
+    lines = [line.strip() for line in (trace or "").strip().splitlines() if line.strip()]
+    causes = [
+        line
+        for line in lines
+        if _EXCEPTION_LINE.match(line) and not line.startswith(("pyspark.errors", "py4j"))
+    ]
+    return causes[-1] if causes else (lines[-1] if lines else "")
+
+
 def _print_status(ctx: click.Context, status: dict[str, Any]) -> None:
     if _json(ctx):
         emit_json(status)
@@ -147,11 +165,10 @@ def _print_status(ctx: click.Context, status: dict[str, Any]) -> None:
             connector.get("trace", ""),
         ]
     ]
-    for task in status["tasks"]:
-        trace = (task.get("trace") or "").strip().splitlines()
-        rows.append(
-            [f"task {task['id']}", task["state"], task["worker_id"], trace[-1] if trace else ""]
-        )
+    rows += [
+        [f"task {task['id']}", task["state"], task["worker_id"], _cause(task.get("trace"))]
+        for task in status["tasks"]
+    ]
     emit_table(
         f"{status['name']} ({status.get('type', '')})", ["", "state", "worker", "error"], rows
     )

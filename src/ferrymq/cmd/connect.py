@@ -20,9 +20,6 @@ import click
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.connect.config import WorkerConfig
-from ferrymq.connect.plugin import Plugins
-from ferrymq.connect.worker import Worker, WorkerStartError
-from ferrymq.connectors.runtime import SparkTaskRunner
 from ferrymq.errors import FerryError
 
 __all__ = ["worker_command"]
@@ -93,6 +90,12 @@ def worker_command(
         config = load_worker_config(config_file, keys)
     except ConfigError as exc:
         fail(str(exc))
+    try:  # the REST server and the plugins come with the `connect` extra
+        from ferrymq.connect.plugin import Plugins
+        from ferrymq.connect.worker import Worker, WorkerStartError
+        from ferrymq.connectors.runtime import SparkTaskRunner
+    except ImportError as exc:
+        fail(f"a Connect worker needs the connect extra: pip install 'ferrymq[connect]' ({exc})")
     plugins = Plugins()
 
     async def main(stop: asyncio.Event) -> None:

@@ -7,14 +7,17 @@ killed with SIGKILL mid-stream; the controllers elect a new master from the Sync
 producer and the consumer carry on through the new master; the old master restarts, rejoins as a
 slave and truncates what only it had; finally every acknowledged message is checked to have been
 consumed, and the report shows the failover gap, rates, latencies and what was redelivered. It
-ends with the data pipeline: Spark reads the topic (`format("ferrymq")`) and writes an aggregate
-to Parquet, printed (skipped, saying so, when pyspark is not installed).
+ends with the data pipelines: Spark reads the topic (`format("ferrymq")`) and writes an aggregate
+to Parquet, printed; and a connector created over REST on a Connect worker that is not the leader
+(the write is forwarded to it) mirrors the topic into another one with a Spark streaming query,
+exactly once (both skipped, saying so, when pyspark is not installed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import statistics
 import tempfile
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -42,6 +46,7 @@ __all__ = ["DemoReport", "run_demo"]
 
 TOPIC = "DemoTopic"
 GROUP = "demo-consumer"
+MIRROR = "demo-mirror"
 
 
 @dataclass
@@ -73,6 +78,9 @@ class DemoReport:
     spark_rows: list[dict[str, Any]] | None = None
     """The Spark pipeline's aggregate (None: skipped)."""
     spark_skipped: str = ""
+    mirrored: int | None = None
+    """Messages the Connect mirror copied (None: skipped)."""
+    connect_note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -88,6 +96,7 @@ class DemoReport:
                 self.spark_rows is None
                 or sum(row["orders"] for row in self.spark_rows) == self.stored
             )
+            and (self.mirrored is None or self.mirrored == self.stored)
         )
 
 
@@ -121,7 +130,7 @@ async def run_demo(messages: int, data_dir: Path | None, console: Console) -> De
     """Run the whole demo; returns its report."""
     workdir = data_dir or Path(tempfile.mkdtemp(prefix="ferrymq-demo-"))
     report = DemoReport()
-    cluster = ProcessCluster(UpConfig(data_dir=workdir, replicas=3, controllers=3))
+    cluster = ProcessCluster(UpConfig(data_dir=workdir, replicas=3, controllers=3, connect=2))
     console.print(f"[bold]ferrymq demo[/bold] in {workdir}")
     try:
         await cluster.start()
@@ -139,6 +148,7 @@ async def run_demo(messages: int, data_dir: Path | None, console: Console) -> De
             await _story(cluster, admin, rpc, messages, report, console)
             report.stored = await _stored(cluster.namesrv_addr)
             await _spark_pipeline(cluster.namesrv_addr, workdir, report, console)
+            await _connect_pipeline(cluster, report, console)
     finally:
         for child in reversed(cluster.children):
             report.clean_exits[child.name] = await child.stop()
@@ -264,10 +274,68 @@ async def _send_until_acked(
         await asyncio.sleep(0.05)
 
 
-async def _stored(namesrv: str) -> int:
-    """How many messages the topic holds (every queue's max offset; nothing expired here)."""
+async def _stored(namesrv: str, topic: str = TOPIC) -> int:
+    """How many messages a topic holds (every queue's max offset; nothing expired here)."""
     async with PullConsumer(namesrv, "demo-count") as consumer:
-        return sum([await consumer.max_offset(q) for q in await consumer.queues(TOPIC)])
+        return sum([await consumer.max_offset(q) for q in await consumer.queues(topic)])
+
+
+async def _connect_pipeline(cluster: ProcessCluster, report: DemoReport, console: Console) -> None:
+    """A connector created over REST on a follower worker mirrors the topic, exactly once."""
+    try:
+        import pyspark  # noqa: F401 - the workers run their tasks on Spark
+    except ImportError as exc:
+        report.connect_note = f"pyspark is not installed ({exc})"
+        return
+    urls = {name: str(child.info["url"]) for name, child in cluster.workers.items()}
+    async with httpx.AsyncClient(timeout=60) as http:
+        deadline = time.monotonic() + 60
+        while True:
+            leader = (await http.get(next(iter(urls.values())) + "/cluster")).json()["leader"]
+            if leader["worker_id"]:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the Connect workers elected no leader")
+            await asyncio.sleep(0.2)
+        follower = next(name for name in urls if name != leader["worker_id"])
+        body = {
+            "name": MIRROR,
+            "config": {
+                "connector.class": "FerrymqReplicator",
+                "topics": TOPIC,
+                "target.topic.format": "${topic}-mirror",
+            },
+        }
+        console.print(
+            f"\n[bold]Connect[/bold]: curl -X POST {urls[follower]}/connectors "
+            f"-H 'Content-Type: application/json' -d '{json.dumps(body)}'"
+        )
+        created = await http.post(urls[follower] + "/connectors", json=body)
+        if created.status_code != 201:
+            raise RuntimeError(
+                f"creating the connector failed: {created.status_code} {created.text}"
+            )
+        console.print(
+            f"  201 from {follower}, a follower: it forwarded the write to the leader "
+            f"{leader['worker_id']} (epoch {created.headers.get('X-Ferry-Epoch')}, config "
+            f"offset {created.headers.get('X-Ferry-Config-Offset')})"
+        )
+        target = f"{TOPIC}-mirror"
+        with console.status("the connector's task (a Spark streaming query) copies the topic"):
+            deadline = time.monotonic() + 240
+            report.mirrored = 0
+            while time.monotonic() < deadline:
+                with contextlib.suppress(FerryError):
+                    report.mirrored = await _stored(cluster.namesrv_addr, target)
+                if report.mirrored >= report.stored:
+                    break
+                await asyncio.sleep(1.0)
+        status = (await http.get(urls[follower] + f"/connectors/{MIRROR}/status")).json()
+        task = status["tasks"][0]
+        console.print(
+            f"  {MIRROR}: task 0 {task['state']} on {task['worker_id']}; {target} holds "
+            f"{report.mirrored:,} of the {report.stored:,} messages"
+        )
 
 
 async def _spark_pipeline(
@@ -331,6 +399,10 @@ def _print(report: DemoReport, console: Console) -> None:
         "servers stopped cleanly",
         ", ".join(f"{n}: exit {c}" for n, c in report.clean_exits.items()),
     )
+    if report.mirrored is not None:
+        table.add_row("Connect mirror (a Spark query on a worker)", f"{report.mirrored:,} messages")
+    elif report.connect_note:
+        table.add_row("Connect mirror", f"skipped: {report.connect_note}")
     console.print(table)
     _print_spark(report, console)
     console.print(

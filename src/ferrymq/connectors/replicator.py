@@ -11,19 +11,26 @@ Config (besides `name`, `connector.class`, `tasks.max`):
 - `source.servers` / `target.servers`: NameServer addresses (default: the worker's cluster);
 - `target.topic.format`: the target topic, `${topic}` standing for the source topic
   (default `${topic}`; copying a topic into itself on one cluster is refused);
+- `target.topic.create`: create a missing target topic with the source topic's queue count
+  (default true, as MirrorMaker creates remote topics);
 - `startingOffsets`: `earliest` (default) or `latest`, for a task's first start;
 - `trigger.interval.ms`: the micro-batch interval (default 1000).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ferrymq.client.admin import AdminClient
 from ferrymq.connect.plugin import ConfigKey, ConfigType, ConnectorPlugin, TaskContext
 from ferrymq.model import validate_topic
 
 __all__ = ["FerrymqReplicator"]
+
+log = logging.getLogger(__name__)
 
 
 class FerrymqReplicator(ConnectorPlugin):
@@ -48,6 +55,12 @@ class FerrymqReplicator(ConnectorPlugin):
             ConfigType.STRING,
             "The target topic; ${topic} is the source topic.",
             default="${topic}",
+        ),
+        ConfigKey(
+            "target.topic.create",
+            ConfigType.BOOLEAN,
+            "Create a missing target topic with the source's queue count.",
+            default="true",
         ),
         ConfigKey(
             "startingOffsets",
@@ -98,6 +111,9 @@ class FerrymqReplicator(ConnectorPlugin):
         target = config.get("target.servers") or context.namesrv_addr
         form = config.get("target.topic.format", "${topic}")
         prefix, _, suffix = form.partition("${topic}")
+        if config.get("target.topic.create", "true").lower() == "true":
+            topics = [t.strip() for t in config["topics"].split(",") if t.strip()]
+            asyncio.run(_create_targets(source, target, {t: _target(form, t) for t in topics}))
         rows = (
             spark.readStream.format("ferrymq")
             .option("servers", source)
@@ -126,3 +142,15 @@ class FerrymqReplicator(ConnectorPlugin):
 
 def _target(form: str, topic: str) -> str:
     return form.replace("${topic}", topic)
+
+
+async def _create_targets(source: str, target: str, names: dict[str, str]) -> None:
+    """Create each missing target topic with its source topic's queue count (per group)."""
+    async with AdminClient(source) as source_admin, AdminClient(target) as target_admin:
+        for topic, name in sorted(names.items()):
+            if await target_admin.route(name) is not None:
+                continue
+            route = await source_admin.route(topic)
+            queues = max((q.write_queue_nums for q in route.queue_datas), default=8) if route else 8
+            log.info("creating the replica topic %s (%d queues per group)", name, queues)
+            await target_admin.create_topic(name, queues=queues)
