@@ -71,7 +71,7 @@ class ConfigKey:
     display_name: str = ""
 
     def info(self, order: int) -> dict[str, Any]:
-        """Kafka's ConfigKeyInfo JSON."""
+        """Kafka's ConfigKeyInfo JSON (Kafka serializes the order in the group as `order`)."""
         return {
             "name": self.name,
             "type": self.type.value,
@@ -80,7 +80,7 @@ class ConfigKey:
             "importance": self.importance,
             "documentation": self.documentation,
             "group": self.group,
-            "order_in_group": order,
+            "order": order,
             "width": "MEDIUM",
             "display_name": self.display_name or self.name,
             "dependents": [],

@@ -279,7 +279,7 @@ def build_app(worker: WorkerHandle) -> FastAPI:
         passed = {
             k: v
             for k, v in answer.headers.items()
-            if k.lower() in ("content-type", "location", "retry-after")
+            if k.lower() in ("content-type", "location", "retry-after", "deprecation")
             or k.lower().startswith("x-ferry-")
         }
         return Response(answer.content, answer.status_code, headers=passed)
