@@ -1,5 +1,8 @@
 """The chaos harness end to end: a short faulty run is clean, and each test-only bug is caught.
 
+The controller smoke run also runs the Connect workload (3 workers, config writes checked like
+sends) and kills and pauses the workers' leader; the other runs have no Connect workers.
+
 Each run is `ferry chaos` in private network, PID and mount namespaces (root, `unshare`, `nft`,
 loop devices); without them the tests skip and say why.
 """
@@ -32,15 +35,25 @@ def test_a_smoke_run_on_controllers_hits_every_fault_and_finds_no_anomaly(tmp_pa
     results = run_isolated(RunConfig(out_dir=tmp_path, seed=7, schedule="smoke"))
     assert results.valid, results.examples
     assert set(results.anomalies) == set(ANOMALIES)
-    expected = {step.nemesis for step in build_schedule("smoke", 7).steps}
-    assert set(results.faults) == expected
+    schedule = build_schedule("smoke", 7, connect=True)
+    assert set(results.faults) == {step.nemesis for step in schedule.steps}
     assert results.stats["acked"] > 100
     assert results.stats["drain_complete"] == 1
+    # the Connect workload: writes acknowledged, the workers converged, the leader moved
+    assert results.stats["connect_acked"] > 10
+    assert results.stats["connect_converged"] == 1
+    assert results.stats["connect_claims"] >= 2
     history = read_history(tmp_path / "history.jsonl")
+    hit = {e.targets[0] for e in history if e.proc == "nemesis" and e.type == "info" and e.targets}
+    assert {"n15-worker1", "n16-worker2", "n17-worker3"} & hit
+    assert sum(1 for e in history if e.f == "cview" and e.type == "ok") == 3
     assert sum(1 for e in history if e.f == "dump" and e.type == "ok") == 3
     logs = sorted(p.name for p in (tmp_path / "logs").glob("*.log"))
     assert logs == [
         "n1-namesrv.log",
+        "n15-worker1.log",
+        "n16-worker2.log",
+        "n17-worker3.log",
         "n2-broker1.log",
         "n3-broker2.log",
         "n4-broker3.log",
@@ -56,7 +69,13 @@ def test_a_smoke_run_on_controllers_hits_every_fault_and_finds_no_anomaly(tmp_pa
 
 def test_a_smoke_run_on_two_groups_fails_over_both_and_finds_no_anomaly(tmp_path: Path) -> None:
     results = run_isolated(
-        RunConfig(out_dir=tmp_path, seed=7, schedule="smoke", topology="controller-2groups")
+        RunConfig(
+            out_dir=tmp_path,
+            seed=7,
+            schedule="smoke",
+            topology="controller-2groups",
+            connect_workers=0,
+        )
     )
     assert results.valid, results.examples
     assert results.stats["drain_complete"] == 1
@@ -96,6 +115,7 @@ def test_each_test_only_bug_is_caught(
         converge_timeout_s=15.0,
         drain_timeout_s=20.0,
         topology=topology,
+        connect_workers=0,
     )
     results = run_isolated(config)
     assert not results.valid, f"{bug} went unnoticed: {results.stats}"

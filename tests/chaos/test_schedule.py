@@ -107,3 +107,34 @@ def test_unknown_names_are_refused() -> None:
         build_schedule("standard", 1, "mesh")
     with pytest.raises(ValueError, match="schedule"):
         build_schedule("forever", 1)
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("name", ["standard", "smoke"])
+def test_with_connect_workers_the_runs_also_hit_the_workers(name: str, topology: str) -> None:
+    plain = build_schedule(name, 1, topology)
+    steps = build_schedule(name, 1, topology, connect=True).steps
+    worker_faults = [(s.nemesis, s.target) for s in steps if s.target.startswith("connect-")]
+    assert ("kill", "connect-leader") in worker_faults
+    assert ("pause", "connect-leader") in worker_faults
+    if name == "standard":
+        assert ("partition-isolate", "connect-leader") in worker_faults
+        assert ("pause", "connect-follower") in worker_faults
+    # the broker faults are the same, in the same order, spread among the worker faults
+    others = [(s.nemesis, s.target) for s in steps if not s.target.startswith("connect-")]
+    assert others == [(s.nemesis, s.target) for s in plain.steps]
+    positions = [i for i, s in enumerate(steps) if s.target.startswith("connect-")]
+    assert positions[0] > 0
+    assert positions[-1] < len(steps) - 1
+    ends = [s.at_s + s.duration_s for s in steps]
+    assert all(end <= s.at_s for end, s in zip(ends, steps[1:], strict=False)), "overlap"
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_a_soak_with_connect_workers_hits_them_too(topology: str) -> None:
+    steps = build_schedule("soak", 2, topology, duration_s=1800.0, connect=True).steps
+    targets = {s.target for s in steps}
+    assert {"connect-leader", "connect-follower"} <= targets
+    assert not any(
+        t.startswith("connect-") for t in (s.target for s in build_schedule("soak", 2).steps)
+    )

@@ -21,6 +21,12 @@ replicas are compared only within their group, masters and epochs are per group,
 different groups never count as two masters. `stats` then also counts the acks of each group
 (`acked@broker-a`, ...).
 
+With a Connect workload (`connect_check`), the Connect workers' config writes are checked like
+sends: every worker's final state must be one the acknowledged and unknown writes allow, the
+workers must end on one config offset and state, and the raw config log must hold one claim per
+epoch with every other record written under the latest claim. `stats` then counts the Connect
+writes too (`connect_acked`, ...).
+
 Anomaly names (results list every one, 0 when absent): see `ANOMALIES`.
 """
 
@@ -34,6 +40,7 @@ from typing import Final
 
 import msgspec
 
+from ferrymq.chaos.connect_check import CONNECT_ANOMALIES, check_connect
 from ferrymq.chaos.history import CORRUPT_VALUE, NEMESIS, Event
 
 __all__ = ["ANOMALIES", "Results", "check"]
@@ -54,6 +61,7 @@ ANOMALIES: Final = (
     "epoch-regression",
     "dual-master",
     "commit-regression",
+    *CONNECT_ANOMALIES,
 )
 """Every anomaly the checker knows; each is a hard failure."""
 
@@ -77,7 +85,9 @@ class Results(msgspec.Struct):
     stats: dict[str, int]
     """acked, failed, unknown, recovered (unknown sends later read), read, redelivered,
     drain_complete (1 when the final drain reached every queue's acked high water mark); with
-    several groups also acked@<group> for each."""
+    several groups also acked@<group> for each; with a Connect workload connect_acked,
+    connect_failed, connect_unknown (its writes), connect_connectors, connect_claims,
+    connect_log_records and connect_converged."""
 
 
 @dataclass(slots=True)
@@ -422,11 +432,13 @@ def _check_ack_interleaving(index: _Index, report: _Report) -> None:
 def check(events: Iterable[Event]) -> Results:
     """Check a whole history; `valid` is False when any anomaly was found."""
     report = _Report()
+    events = list(events)
     index = _index(events, report)
     _check_version_order(index, report)
     recovered = _check_reads(index, report)
     _check_replicas(index, report)
     _check_masters(index, report)
+    connect_stats = check_connect(events, report.add)
     anomalies = {name: report.counts.get(name, 0) for name in ANOMALIES}
     reads_total = sum(index.read_positions.values())
     by_group = Counter(send.q.split("/", 1)[0] for send in index.acked.values())
@@ -446,5 +458,6 @@ def check(events: Iterable[Event]) -> Results:
             "redelivered": reads_total - len(index.read_positions),
             "drain_complete": int(index.drain_complete),
             **per_group,
+            **connect_stats,
         },
     )

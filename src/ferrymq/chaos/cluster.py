@@ -16,6 +16,13 @@ harness) takes every one of them down when it exits.
 Roles are looked up, not assumed: `master(group)` asks the controllers (GET_REPLICA_INFO), or the
 group's brokers (GET_BROKER_RUNTIME_INFO) when no controller answers or there is none, so nemeses
 aimed at "the master" hit whoever holds the role when the fault begins.
+
+With `connect_workers`, Connect workers (`ferry connect worker`, ids w1, w2, ...) run on nodes
+15, 16, ... (REST on port 8083), started once the brokers serve (`start_workers`). They keep their
+config log on the first group (a fenced topic), so the broker faults aimed at that group hit it
+too. A worker runs under `ferrymq.chaos.bindsource`, which binds its outgoing connections to its
+own address, so a partition cuts it off like any node. `connect_leader` asks the workers who
+leads.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+import httpx
+
+from ferrymq.chaos.bindsource import SOURCE_IP_ENV
 from ferrymq.client.controller_admin import ControllerAdmin, ReplicaInfo
 from ferrymq.clock import TEST_CLOCK_ENV
 from ferrymq.errors import FerryError
@@ -43,6 +53,7 @@ from ferrymq.wire.frame import RemotingCommand
 
 __all__ = [
     "BROKER_PORT",
+    "CONNECT_PORT",
     "CONTROLLER_PORT",
     "NAMESRV_PORT",
     "Cluster",
@@ -56,6 +67,23 @@ log = logging.getLogger(__name__)
 NAMESRV_PORT: Final = 9876
 BROKER_PORT: Final = 10911
 CONTROLLER_PORT: Final = 9878
+CONNECT_PORT: Final = 8083
+_WORKER_FIRST_IP: Final = 15
+_WORKER_TIMINGS: Final = (
+    "--heartbeat-interval-ms",
+    "250",
+    "--session-timeout-ms",
+    "2000",
+    "--leader-failover-grace-ms",
+    "500",
+    "--task-reassign-grace-ms",
+    "1000",
+    "--rest-request-timeout-ms",
+    "10000",
+)
+"""A worker gone 2 s leaves the group, a leader gone 0.5 s more is replaced (the Connect system
+tests' timings); a write not committed in 10 s is answered 504."""
+_BIND_SOURCE: Final = [sys.executable, "-m", "ferrymq.chaos.bindsource"]
 _CONTROLLER_FIRST_IP: Final = 5
 _GROUP_IP_STRIDE: Final = 20
 """Group g > 0 puts its brokers on 127.0.0.(20 g + 1), ... (clear of controllers and clients)."""
@@ -83,6 +111,8 @@ class ClusterConfig:
     use_disk_images: bool = True
     controllers: int = 3
     """Controller nodes (a Raft group) choosing the master; 0 = classic static roles."""
+    connect_workers: int = 0
+    """Connect workers (w1, w2, ...); 0: none."""
 
     @property
     def controller_mode(self) -> bool:
@@ -108,7 +138,7 @@ class Node:
     env: dict[str, str]
     port: int
     kind: str = "broker"
-    """namesrv, controller or broker."""
+    """namesrv, controller, broker or worker (Connect)."""
     broker_id: int | None = None
     """Classic topology: the static broker id (controller mode: the controller assigns it)."""
     store_dir: Path | None = None
@@ -117,11 +147,20 @@ class Node:
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
     starts: int = 0
+    launcher: tuple[str, ...] = ()
+    """The command before `args` (default: `python -m ferrymq.cmd.ferry`)."""
+    worker_id: str | None = None
+    """A Connect worker's id."""
 
     @property
     def addr(self) -> str:
         """HOST:PORT of its remoting listener."""
         return f"{self.ip}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """A Connect worker's REST address."""
+        return f"http://{self.addr}"
 
     @property
     def running(self) -> bool:
@@ -138,7 +177,7 @@ class Node:
             log_file.write(f"--- start {self.starts} at {time.time():.3f}\n".encode())
             log_file.flush()
             self.process = subprocess.Popen(
-                [*_FERRY, *self.args, "--ready-file", str(ready)],
+                [*(self.launcher or _FERRY), *self.args, "--ready-file", str(ready)],
                 stdout=subprocess.DEVNULL,
                 stderr=log_file,
                 env={**os.environ, **self.env},
@@ -220,6 +259,7 @@ class Cluster:
     namesrv: Node = field(init=False)
     controllers: list[Node] = field(init=False)
     brokers: list[Node] = field(init=False)
+    workers: list[Node] = field(init=False)
     ledger_path: Path = field(init=False)
     rpc: RpcClient = field(init=False)
 
@@ -262,6 +302,7 @@ class Cluster:
             for g in range(len(config.group_names))
             for i in range(config.replicas)
         ]
+        self.workers = [self._worker(i) for i in range(config.connect_workers)]
         self.rpc = RpcClient(local_host=_HARNESS_IP, connect_timeout=1.0)
 
     @property
@@ -341,10 +382,41 @@ class Cluster:
             group,
         )
 
+    def _worker(self, index: int) -> Node:
+        octet = _WORKER_FIRST_IP + index
+        ip = f"127.0.0.{octet}"
+        name = f"n{octet}-worker{index + 1}"
+        args = [
+            "connect",
+            "worker",
+            "--namesrv-addr",
+            self.namesrv.addr,
+            "--worker-id",
+            f"w{index + 1}",
+            "--http-host",
+            ip,
+            "--http-port",
+            str(CONNECT_PORT),
+            "--store-path-root-dir",
+            str(self.config.out_dir / "data" / name),
+            *_WORKER_TIMINGS,
+        ]
+        return Node(
+            name,
+            ip,
+            args,
+            logs_path(self.config, name),
+            {SOURCE_IP_ENV: ip},
+            CONNECT_PORT,
+            kind="worker",
+            launcher=tuple(_BIND_SOURCE),
+            worker_id=f"w{index + 1}",
+        )
+
     @property
     def nodes(self) -> list[Node]:
-        """Every node: NameServer, controllers, brokers."""
-        return [self.namesrv, *self.controllers, *self.brokers]
+        """Every node: NameServer, controllers, brokers, Connect workers."""
+        return [self.namesrv, *self.controllers, *self.brokers, *self.workers]
 
     def node(self, name: str) -> Node:
         """The node called `name`."""
@@ -397,6 +469,43 @@ class Cluster:
             broker.start()
         for broker in self.brokers:
             await broker.wait_ready(timeout=60.0)
+
+    async def start_workers(self) -> None:
+        """Start the Connect workers (once the brokers serve); wait until each serves.
+
+        The first one alone, so it creates the config log and claims before the others join.
+        """
+        for i, worker in enumerate(self.workers):
+            worker.start()
+            if i == 0:
+                await worker.wait_ready(timeout=60.0)
+        for worker in self.workers:
+            await worker.wait_ready(timeout=60.0)
+
+    def worker(self, worker_id: str) -> Node | None:
+        """The Connect worker with this id."""
+        return next((w for w in self.workers if w.worker_id == worker_id), None)
+
+    async def connect_leader(self, timeout: float = 2.0) -> Node | None:
+        """The Connect worker that the running workers name as leader.
+
+        The highest epoch any of them reports wins; None when none answers or none knows one.
+        """
+        best: tuple[int, str] | None = None
+        transport = httpx.AsyncHTTPTransport(local_address=_HARNESS_IP)
+        async with httpx.AsyncClient(transport=transport, timeout=timeout) as http:
+            for worker in self.workers:
+                if not worker.running or worker.paused:
+                    continue
+                try:
+                    root = (await http.get(worker.url + "/")).json()
+                    leader = root["leader"]
+                    epoch, leader_id = int(leader["epoch"]), str(leader["worker_id"])
+                except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                    continue
+                if leader_id and (best is None or epoch > best[0]):
+                    best = (epoch, leader_id)
+        return self.worker(best[1]) if best is not None else None
 
     async def restart(self, node: Node) -> None:
         """Start a stopped node and wait until it serves (or its start fails, logged)."""
@@ -481,6 +590,6 @@ class Cluster:
         return [c for c in self.controllers if c is not leader and c.running]
 
     def stop(self) -> None:
-        """Stop every node cleanly (brokers first)."""
+        """Stop every node cleanly (Connect workers first, then brokers)."""
         for node in reversed(self.nodes):
             node.terminate()

@@ -21,6 +21,20 @@ Event kinds (`f`):
   log_offset], ...]; an unreadable record has the value `"!corrupt"`.
 - anything from `proc == "nemesis"`: a fault (`f` names it, `targets` says where).
 
+Connect (the config-write workload; `proc` "k<i>" for its clients):
+- `cwrite`: one REST write; `conn` (the connector), `op` (create, create-stopped, patch, pause,
+  stop, delete), `v` (the value a create or patch sets as the config key `x`), `node` (the
+  worker it was sent to); the completion carries `status` (HTTP status, absent when no answer
+  came) and `error` (the answer's message or the client's error). `ok` = 2xx (committed and
+  applied), `fail` = nothing written (400, 404, 409, or the request never left the client),
+  `info` = unknown (504, no answer, anything else).
+- `cleader`: the Connect leader changed: `node` (the leader), `epoch` (its claim) as a worker
+  reported it (`proc` "connect-observer").
+- `cview`: one worker's final state: `node`, `off` (its config offset), `view` = connector ->
+  `ConnectorView` (`fail`: the worker did not answer).
+- `cconverged`: whether every worker reached the same config offset and state (`fail` with why).
+- `clog`: the raw config log as stored: `records`, one `LogEntry` each.
+
 Pure: no asyncio, no sockets; the writer appends to a file.
 """
 
@@ -35,9 +49,11 @@ import msgspec
 __all__ = [
     "CORRUPT_VALUE",
     "NEMESIS",
+    "ConnectorView",
     "Event",
     "EventType",
     "HistoryWriter",
+    "LogEntry",
     "decode_event",
     "read_history",
 ]
@@ -49,6 +65,31 @@ NEMESIS: Final = "nemesis"
 
 CORRUPT_VALUE: Final = "!corrupt"
 """The value a dump records for a record that fails its checks."""
+
+
+class ConnectorView(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One connector as a worker shows it (`GET /connectors?expand=info&expand=status`)."""
+
+    state: str
+    """The connector's state (its target: PAUSED, STOPPED, RUNNING)."""
+    config: dict[str, str]
+    tasks: int = 0
+
+
+class LogEntry(msgspec.Struct, frozen=True, array_like=True):
+    """One config-log record as stored (`GET /log`)."""
+
+    offset: int
+    logical_offset: int
+    """Its original's offset (differs for a broker's copy-forward of an older record)."""
+    kind: str
+    """The record's type (Claim, ConnectorPut, ...; `unreadable` when its body is not one)."""
+    epoch: int | None
+    """The fence epoch the record carries."""
+    writer: str
+    """The fence writer the record carries."""
+    claimed: int | None = None
+    """A claim's own epoch field (the body's, next to the property)."""
 
 
 class Event(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
@@ -74,6 +115,11 @@ class Event(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     entries: dict[str, list[tuple[int, str, int]]] | None = None
     targets: list[str] | None = None
     error: str | None = None
+    conn: str | None = None
+    op: str | None = None
+    status: int | None = None
+    view: dict[str, ConnectorView] | None = None
+    records: list[LogEntry] | None = None
 
 
 _ENCODER: Final = msgspec.json.Encoder()

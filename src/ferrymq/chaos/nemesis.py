@@ -3,7 +3,9 @@
 A nemesis is a pair of steps, `begin(target)` and `end(target)`, in one table (`NEMESES`), aimed
 at a role that is resolved when the fault begins (the master moves): `master` (the controllers'
 choice now, else whoever says it is master), `slave` (a seeded choice among the others),
-`controller-leader`, `controller-follower` (a seeded choice), `namesrv`, or a node name. With
+`controller-leader`, `controller-follower` (a seeded choice), `connect-leader` (the Connect
+workers' leader, as they report it), `connect-follower` (a seeded choice among the other running
+workers), `namesrv`, or a node name. With
 several broker groups `master@broker-b` and `slave@broker-b` name another group's roles (plain
 `master` and `slave`: the first group's). Faults that involve a broker's peers (strand, split,
 partition-cluster) take them from its own group. Adding a fault is one table entry. In controller
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 _FREEZE_TRIES: Final = 200
 _STRAND_WAIT_S: Final = 10.0
+_LEADER_WAIT_S: Final = 5.0
 
 
 @dataclass
@@ -77,10 +80,29 @@ class Faults:
         if target == "controller-follower":
             followers = await self.cluster.controller_followers()
             return self.rng.choice(followers) if followers else None
+        if target == "connect-leader":
+            return await self._connect_leader()
+        if target == "connect-follower":
+            leader = await self._connect_leader()
+            workers = [
+                w for w in self.cluster.workers if w is not leader and w.running and not w.paused
+            ]
+            return self.rng.choice(workers) if workers else None
         try:
             return self.cluster.node(target)
         except KeyError:
             return None
+
+    async def _connect_leader(self) -> Node | None:
+        """The Connect leader; waits up to `_LEADER_WAIT_S` while an election runs."""
+        if not self.cluster.workers:
+            return None
+        deadline = asyncio.get_running_loop().time() + _LEADER_WAIT_S
+        while True:
+            leader = await self.cluster.connect_leader()
+            if leader is not None or asyncio.get_running_loop().time() > deadline:
+                return leader
+            await asyncio.sleep(0.5)
 
     def others(self, node: Node) -> list[str]:
         """Every other address: the other nodes and the clients."""

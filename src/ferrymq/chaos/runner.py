@@ -3,9 +3,10 @@
 `run_isolated` re-runs `ferry chaos` inside `unshare --net --pid --mount-proc --fork --kill-child`
 (root needed): the run gets its own loopback, firewall and mount table, and when it exits the
 kernel ends every process it started, so nothing leaks to the host. Inside, `run_inside` brings up
-`lo`, loop-mounts a small ext4 image per broker store, starts the cluster, runs the workload and
-the schedule, heals everything, waits for the replicas to converge, drains, stops the cluster
-cleanly, dumps every replica, and checks the history.
+`lo`, loop-mounts a small ext4 image per broker store, starts the cluster (and its Connect
+workers), runs the workloads and the schedule, heals everything, waits for the replicas to
+converge, reads every Connect worker's final state and the raw config log, drains, stops the
+cluster cleanly, dumps every replica, and checks the history.
 
 The output directory holds `history.jsonl`, `results.json`, `schedule.json`, `logs/` (one per node,
 appended across restarts) and, when anomalies were found, `disks/` (each broker's store as an ext4
@@ -32,6 +33,7 @@ import msgspec
 
 from ferrymq.chaos.checker import Results, check
 from ferrymq.chaos.cluster import Cluster, ClusterConfig
+from ferrymq.chaos.connect_workload import CONNECT_OBSERVER, ConnectConfig, ConnectWorkload
 from ferrymq.chaos.dump import dump_store
 from ferrymq.chaos.history import NEMESIS, Event
 from ferrymq.chaos.nemesis import NEMESES, Faults
@@ -42,7 +44,15 @@ from ferrymq.chaos.workload import CONTROLLER_VIEW, TOPIC, Workload, WorkloadCon
 from ferrymq.errors import FerryError
 from ferrymq.testbugs import BUGS
 
-__all__ = ["RunConfig", "ack_gaps", "failovers", "run_inside", "run_isolated"]
+__all__ = [
+    "RunConfig",
+    "ack_gaps",
+    "connect_failovers",
+    "connect_gaps",
+    "failovers",
+    "run_inside",
+    "run_isolated",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +75,9 @@ class RunConfig:
     groups, broker-a and broker-b) or classic (static master/slave roles)."""
     duration_s: float = 900.0
     """The soak schedule's length."""
+    connect_workers: int = 3
+    """Connect workers running the Connect workload (config writes; 0: none). The standard,
+    smoke and soak schedules then hit the workers too."""
 
     def argv(self) -> list[str]:
         """The `ferry chaos` arguments that repeat this run."""
@@ -86,6 +99,8 @@ class RunConfig:
             self.topology,
             "--duration",
             str(self.duration_s),
+            "--connect-workers",
+            str(self.connect_workers),
         ]
         for bug in self.bugs:
             args += ["--bug", bug]
@@ -235,6 +250,68 @@ def ack_gaps(events: list[Event], *, min_gap_s: float = 1.0) -> list[dict[str, o
     return gaps
 
 
+def connect_gaps(events: list[Event], *, min_gap_s: float = 2.0) -> list[dict[str, object]]:
+    """Every stretch longer than `min_gap_s` without an acknowledged Connect write.
+
+    Longest first, each with the faults that began during or just before it.
+    """
+    acks = sorted(e.t_ns for e in events if e.f == "cwrite" and e.type == "ok")
+    starts = [
+        (e.t_ns, e.f, e.targets or []) for e in events if e.proc == NEMESIS and e.type == "info"
+    ]
+    gaps: list[dict[str, object]] = []
+    for before, after in itertools.pairwise(acks):
+        gap_s = (after - before) / 1e9
+        if gap_s < min_gap_s:
+            continue
+        faults = [
+            f"{f} {','.join(targets)}"
+            for t, f, targets in starts
+            if before - int(min_gap_s * 1e9) <= t <= after
+        ]
+        gaps.append({"at_s": round(before / 1e9, 2), "gap_s": round(gap_s, 2), "faults": faults})
+    gaps.sort(key=lambda g: -float(str(g["gap_s"])))
+    return gaps
+
+
+def connect_failovers(events: list[Event]) -> list[dict[str, object]]:
+    """Each fault aimed at the Connect leader that moved the leadership, and how long it took.
+
+    `claimed_after_s`: until the observer (polling each second) saw a newer claim by another
+    worker; `acked_after_s`: until the next acknowledged Connect write.
+    """
+    out: list[dict[str, object]] = []
+    claims = [e for e in events if e.proc == CONNECT_OBSERVER and e.f == "cleader"]
+    acks = [e for e in events if e.f == "cwrite" and e.type == "ok"]
+    hits = [
+        e
+        for e in events
+        if e.proc == NEMESIS
+        and e.type == "info"
+        and (e.error or "").split(":", 1)[0] == "connect-leader"
+    ]
+    for hit in hits:
+        old = hit.targets[0] if hit.targets else None
+        claim = next((c for c in claims if c.t_ns > hit.t_ns and c.node != old), None)
+        if claim is None:
+            continue
+        acked = next((a for a in acks if a.t_ns > claim.t_ns), None)
+        out.append(
+            {
+                "fault": hit.f,
+                "at_s": round(hit.t_ns / 1e9, 2),
+                "old_leader": old,
+                "new_leader": claim.node,
+                "epoch": claim.epoch,
+                "claimed_after_s": round((claim.t_ns - hit.t_ns) / 1e9, 2),
+                "acked_after_s": (
+                    round((acked.t_ns - hit.t_ns) / 1e9, 2) if acked is not None else None
+                ),
+            }
+        )
+    return out
+
+
 def failovers(events: list[Event]) -> list[dict[str, object]]:
     """Each fault aimed at the master that moved it, and how long the move took.
 
@@ -305,13 +382,20 @@ async def run_inside(config: RunConfig) -> Results:
         raise FerryError("run_inside must run inside the chaos namespaces (use run_isolated)")
     started = time.monotonic()
     await asyncio.to_thread(subprocess.run, ["ip", "link", "set", "lo", "up"], check=True)
-    schedule = build_schedule(config.schedule, config.seed, config.topology, config.duration_s)
+    schedule = build_schedule(
+        config.schedule,
+        config.seed,
+        config.topology,
+        config.duration_s,
+        connect=config.connect_workers > 0,
+    )
     (config.out_dir / "schedule.json").write_text(
         json.dumps(
             {
                 "name": schedule.name,
                 "seed": config.seed,
                 "topology": config.topology,
+                "connect_workers": config.connect_workers,
                 "steps": [asdict(s) for s in schedule.steps],
             },
             indent=2,
@@ -327,6 +411,7 @@ async def run_inside(config: RunConfig) -> Results:
             bugs=config.bugs,
             controllers=0 if config.topology == "classic" else 3,
             groups=2 if config.topology == "controller-2groups" else 1,
+            connect_workers=config.connect_workers,
         )
     )
     cluster.mount_stores()
@@ -335,24 +420,30 @@ async def run_inside(config: RunConfig) -> Results:
     workload = Workload(
         cluster, recorder, WorkloadConfig(sends_per_second=config.sends_per_second), rng
     )
+    connect = ConnectWorkload(cluster, recorder, ConnectConfig(), random.Random(config.seed + 1))
     converged = drained = False
+    connect_converged: bool | None = None
     try:
         await cluster.start()
         await workload.create_topic()
+        await cluster.start_workers()
         await _converge(cluster, recorder, 30.0)
         loop = asyncio.get_running_loop()
         start = loop.time()
         workload.start()
+        connect.start()
         await _run_schedule(schedule, faults, start)
         await asyncio.sleep(
             max(0.0, start + schedule.faults_end_s + schedule.quiet_s - loop.time())
         )
-        await workload.finish()
+        await asyncio.gather(workload.finish(), connect.finish())
         await faults.heal_all()
         converged = await _converge(cluster, recorder, config.converge_timeout_s)
+        if cluster.workers:
+            connect_converged = await connect.final(config.converge_timeout_s)
         drained = await workload.drain(config.drain_timeout_s)
     finally:
-        await workload.finish()
+        await asyncio.gather(workload.finish(), connect.finish())
         await faults.heal_all()
         await cluster.rpc.close()
         cluster.stop()
@@ -382,9 +473,13 @@ async def run_inside(config: RunConfig) -> Results:
         {
             "converged": converged,
             "drained": drained,
+            "connect_workers": config.connect_workers,
+            "connect_converged": connect_converged,
             "duration_s": round(time.monotonic() - started, 1),
             "ack_gaps": ack_gaps(recorder.events),
             "failovers": failovers(recorder.events),
+            "connect_failovers": connect_failovers(recorder.events),
+            "connect_gaps": connect_gaps(recorder.events),
             "nemeses_available": sorted(NEMESES),
         },
     )

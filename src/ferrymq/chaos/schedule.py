@@ -9,7 +9,11 @@ that still holds what the first one lost);
 `soak` rotates seeded mixes of every fault the topology has for a given duration. Each
 topology (`controller`, `controller-2groups`, `classic`) has its own `standard` and `smoke`; the
 two-group ones hit both groups (`master@broker-b` names broker-b's master), one fault at a time,
-so while one group fails over the other takes the load alone. The same seed always
+so while one group fails over the other takes the load alone. With Connect workers in the run
+(`connect=True`), `standard` and `smoke` also kill, pause and cut off the workers' leader and
+pause a follower (a paused follower forwards the writes it holds when it resumes), spread among
+the broker faults, and `soak` adds the workers to the kill, pause and isolate targets; the broker
+faults on the first group hit the config log's broker group as well. The same seed always
 gives the same schedule; the schedule is written into the output, so a failing run can be
 replayed.
 """
@@ -160,6 +164,29 @@ _TWO_GROUPS_SMOKE: Final = (
     ("clock-bump", "master@broker-b", 2.0, -240_000),
 )
 
+_CONNECT_STANDARD: Final = (
+    ("kill", "connect-leader", 6.0),
+    ("pause", "connect-leader", 6.0),
+    ("partition-isolate", "connect-leader", 8.0),
+    ("pause", "connect-follower", 6.0),
+)
+"""Connect worker faults of the standard run: a kill -9 of the leader (a new claim 0.5 s after
+the broker drops it), a SIGSTOP of the leader past the session timeout (another claims; the old
+one must be refused when it resumes), the leader cut off from everyone (it cannot heartbeat:
+another claims, and it must stop acting as leader), and a paused follower holding writes."""
+
+_CONNECT_SMOKE: Final = (
+    ("kill", "connect-leader", 2.0),
+    ("pause", "connect-leader", 4.0),
+)
+
+_CONNECT_TARGETS: Final = {
+    "kill": ("connect-leader", "connect-follower"),
+    "pause": ("connect-leader", "connect-follower"),
+    "partition-isolate": ("connect-leader",),
+}
+"""What a soak with Connect workers adds to the targets of its mix."""
+
 _SOAK_MIX: Final = (
     ("kill", ("master", "slave", "controller-leader", "controller-follower"), (2.0, 8.0)),
     ("pause", ("master", "slave", "controller-leader"), (1.0, 6.0)),
@@ -181,6 +208,7 @@ _SOAK_MIX: Final = (
 )
 """What a soak draws from: nemesis, its targets, duration range (s)."""
 _CLASSIC_ONLY_TARGETS: Final = frozenset({"master", "slave"})
+_CONNECT_ONLY_TARGETS: Final = frozenset(t for ts in _CONNECT_TARGETS.values() for t in ts)
 _SOAK_GAP_S: Final = 6.0
 
 _FOCUSED: Final = {
@@ -226,14 +254,30 @@ def _lay_out(
     return Schedule(name, warmup_s, tuple(steps), quiet_s)
 
 
-def _soak(topology: str, duration_s: float, rng: random.Random) -> Schedule:
+def _with_connect(faults: tuple[_Fault, ...], extra: tuple[_Fault, ...]) -> tuple[_Fault, ...]:
+    """`faults` with `extra` spread evenly among them (fixed places: the seed only jitters)."""
+    out = list(faults)
+    for k, fault in enumerate(extra):
+        out.insert(round((k + 1) * len(faults) / (len(extra) + 1)) + k, fault)
+    return tuple(out)
+
+
+def _soak(topology: str, duration_s: float, rng: random.Random, connect: bool) -> Schedule:
     """Seeded rotation through the fault mix until `duration_s`.
 
     Shuffled rounds: each round uses every fault once, so every kind recurs evenly.
     """
     controllers = topology != "classic"
+    allowed = _CLASSIC_ONLY_TARGETS | _CONNECT_ONLY_TARGETS
     mix = [
-        (nemesis, [t for t in targets if controllers or t in _CLASSIC_ONLY_TARGETS])
+        (
+            nemesis,
+            [
+                t
+                for t in (*targets, *(_CONNECT_TARGETS.get(nemesis, ()) if connect else ()))
+                if controllers or t in allowed
+            ],
+        )
         for nemesis, targets, _ in _SOAK_MIX
         if controllers or nemesis not in ("partition-cluster", "strand-slave")
     ]
@@ -262,9 +306,17 @@ def _soak(topology: str, duration_s: float, rng: random.Random) -> Schedule:
 
 
 def build_schedule(
-    name: str, seed: int, topology: str = "controller", duration_s: float = 900.0
+    name: str,
+    seed: int,
+    topology: str = "controller",
+    duration_s: float = 900.0,
+    *,
+    connect: bool = False,
 ) -> Schedule:
-    """The named schedule with the seed's jitter (`duration_s`: the soak's length).
+    """The named schedule with the seed's jitter.
+
+    `duration_s`: the soak's length; `connect`: the run has Connect workers, which `standard`,
+    `smoke` and `soak` then hit too.
 
     Raises:
         ValueError: an unknown schedule or topology name.
@@ -273,18 +325,23 @@ def build_schedule(
         raise ValueError(f"unknown topology {topology!r}; known: {', '.join(TOPOLOGIES)}")
     rng = random.Random(f"schedule-{name}-{seed}")
     if name == "standard":
-        standard = {
+        standard: tuple[_Fault, ...] = {
             "classic": _CLASSIC_STANDARD,
             "controller-2groups": _TWO_GROUPS_STANDARD,
         }.get(topology, _STANDARD)
+        if connect:
+            standard = _with_connect(standard, _CONNECT_STANDARD)
         return _lay_out(name, standard, 10.0, _STANDARD_GAP_S, 8.0, rng)
     if name == "smoke":
-        smoke = {"classic": _CLASSIC_SMOKE, "controller-2groups": _TWO_GROUPS_SMOKE}.get(
-            topology, _SMOKE
-        )
+        smoke: tuple[_Fault, ...] = {
+            "classic": _CLASSIC_SMOKE,
+            "controller-2groups": _TWO_GROUPS_SMOKE,
+        }.get(topology, _SMOKE)
+        if connect:
+            smoke = _with_connect(smoke, _CONNECT_SMOKE)
         return _lay_out(name, smoke, 3.0, _SMOKE_GAP_S, 2.0, rng)
     if name == "soak":
-        return _soak(topology, duration_s, rng)
+        return _soak(topology, duration_s, rng, connect)
     if name in _FOCUSED:
         return _lay_out(name, _FOCUSED[name], 3.0, _SMOKE_GAP_S, 1.0, rng)
     raise ValueError(f"unknown schedule {name!r}; known: {', '.join(SCHEDULES)}")

@@ -17,7 +17,7 @@
   queue's highest acked offset.
 
 Client sockets bind their own addresses (producers 127.0.0.10, consumers .11, observer and
-drain .12), so partitions can cut clients off too.
+drain .12, the Connect workload's clients .13), so partitions can cut clients off too.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from ferrymq.rpc.client import RpcClient
 
 __all__ = [
     "CLIENT_IPS",
+    "CONNECT_CLIENT_IP",
     "CONSUMER_GROUP",
     "TOPIC",
     "Workload",
@@ -54,7 +55,9 @@ CONSUMER_IP: Final = "127.0.0.11"
 OBSERVER_IP: Final = "127.0.0.12"
 CONTROLLER_VIEW: Final = "controller-view"
 """The `proc` of role events that come from the controllers' GET_REPLICA_INFO."""
-CLIENT_IPS: Final = (PRODUCER_IP, CONSUMER_IP, OBSERVER_IP, "127.0.0.9")
+CONNECT_CLIENT_IP: Final = "127.0.0.13"
+"""The Connect workload's REST clients and observer (`connect_workload`)."""
+CLIENT_IPS: Final = (PRODUCER_IP, CONSUMER_IP, OBSERVER_IP, "127.0.0.9", CONNECT_CLIENT_IP)
 
 log = logging.getLogger(__name__)
 

@@ -263,6 +263,14 @@ def up_command(
     show_default=True,
     help="How long the healed cluster gets to catch every replica up before the drain.",
 )
+@click.option(
+    "--connect-workers",
+    type=click.IntRange(min=0, max=5),
+    default=3,
+    show_default=True,
+    help="Connect workers running the Connect workload (config writes checked like sends; the "
+    "schedule hits the workers too); 0: none.",
+)
 def chaos_command(
     out_dir: Path | None,
     seed: int,
@@ -273,8 +281,9 @@ def chaos_command(
     rate: float,
     drain_timeout: float,
     converge_timeout: float,
+    connect_workers: int,
 ) -> None:
-    """Run 3 controllers and 3-replica groups under faults, check; exit 1 on any anomaly.
+    """Run controllers, 3-replica groups and Connect workers under faults; exit 1 on an anomaly.
 
     Needs root: the run happens in private network, PID and mount namespaces, on 127.0.0.x.
     """
@@ -288,6 +297,7 @@ def chaos_command(
         converge_timeout_s=converge_timeout,
         topology=topology,
         duration_s=duration,
+        connect_workers=connect_workers,
     )
     if is_inside():
         setup_logging("INFO")
