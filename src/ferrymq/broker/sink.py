@@ -29,6 +29,24 @@ key its topic already holds. Prepared transactions nobody commits within
 `sinkPreparedTimeout` are expired (an EXPIRE record). A table entry of a committed batch is
 forgotten after 64 newer batches of the same sink; batches at or below a forgotten one count
 as committed.
+
+Generations (a fencing token per writer, e.g. a Connect task's owner): a decide may carry the
+writer's generation and a fence id (what its generations are recorded under; a Spark stream
+numbers its batches under `<fence id>/<query id>`, so one fence id spans every checkpoint the
+task ever had). The coordinator keeps, per fence id, the highest generation seen (`SinkOwner`,
+never forgotten with old batches, rebuilt from the log like the rest). A decide or a fence
+(SINK_FENCE: a new owner records its generation before it starts) below it is refused with
+SINK_GENERATION_FENCED and records nothing; the check is made again when the record is applied,
+so a zombie's decide appended just before a newer fence is void, in log order, on every replica.
+A commit is never refused for its generation: it only finishes a batch already decided, whose
+rows are owed (the new owner finishes the same batch: `SinkOwner.pending`, and its source
+positions count it as written), so a zombie committing it too is answered `duplicate` or does
+the new owner's work.
+
+Source positions: a decide may carry the batch's source positions (topic -> broker -> queue id
+-> next offset); the winner's are merged into the fence id's positions, in log order. A new
+owner without a checkpoint fences, finishes the pending batches and starts reading there, so
+nothing decided is read twice and nothing before it is skipped (connectors/replicator.py).
 """
 
 from __future__ import annotations
@@ -79,23 +97,44 @@ from ferrymq.wire.records import (
     record_origin,
 )
 from ferrymq.wire.sink import (
+    Positions,
     SinkBatchHeader,
     SinkCommit,
     SinkCommitResponseHeader,
+    SinkFence,
+    SinkFenceRequestHeader,
+    SinkFenceState,
+    SinkPending,
     SinkPrepareRequestHeader,
     SinkWinner,
 )
 
-__all__ = ["SINK_CODES", "SINK_TOPIC", "Decide", "SinkService", "SinkTable", "decision_of"]
+__all__ = [
+    "SINK_CODES",
+    "SINK_TOPIC",
+    "Decide",
+    "Fence",
+    "SinkOwner",
+    "SinkService",
+    "SinkTable",
+    "decision_of",
+]
 
 log = logging.getLogger(__name__)
 
 """Prepared rows and decisions of exactly-once sinks (one queue)."""
 
-SINK_CODES: Final = (RequestCode.SINK_PREPARE, RequestCode.SINK_DECIDE, RequestCode.SINK_COMMIT)
+SINK_CODES: Final = (
+    RequestCode.SINK_PREPARE,
+    RequestCode.SINK_DECIDE,
+    RequestCode.SINK_COMMIT,
+    RequestCode.SINK_FENCE,
+)
 
 _OP: Final = "FERRY_SINK_OP"
 _KEEP_DONE: Final = 64
+_KEEP_RUNS: Final = 16
+"""Per fence id, the runs whose last decided batch a new owner finishes."""
 _BORN: Final = pack_host("127.0.0.1", 0)
 _APPLY_WAIT_S: Final = 10.0
 
@@ -103,12 +142,16 @@ _APPLY_WAIT_S: Final = 10.0
 # ---------------------------------------------------------------------- records
 
 
-class Decide(msgspec.Struct, tag="decide"):
-    """A proposed winner of a batch (the first one applied wins)."""
+class Decide(msgspec.Struct, tag="decide", omit_defaults=True):
+    """A proposed winner of a batch (the first one applied wins, unless its generation is old)."""
 
     sink: str
     batch: int
     winner: dict[str, dict[str, int]]
+    generation: int | None = None
+    fence: str | None = None
+    """The fence id (None: the sink id)."""
+    positions: Positions | None = None
 
 
 class Begin(msgspec.Struct, tag="begin"):
@@ -134,7 +177,17 @@ class Expire(msgspec.Struct, tag="expire"):
     batch: int
 
 
-Op = Decide | Begin | Done | Expire
+class Fence(msgspec.Struct, tag="fence", omit_defaults=True):
+    """A new owner of a fence id starts with this generation (`SinkFence` says the rest)."""
+
+    fence: str
+    generation: int
+    change: str | None = None
+    start: Positions | None = None
+    replace: bool = False
+
+
+Op = Decide | Begin | Done | Expire | Fence
 _encode_op = msgspec.json.Encoder().encode
 _decode_op = msgspec.json.Decoder(Op).decode
 
@@ -165,6 +218,51 @@ class BatchState:
     rows: int = 0
 
 
+@dataclass
+class SinkOwner:
+    """What the coordinator knows of one fence id: its generation, positions and open runs."""
+
+    generation: int = -1
+    """The highest generation recorded (-1: none yet)."""
+    positions: Positions | None = None
+    """Where the source stands after every decided batch (None: nothing recorded)."""
+    run: str | None = None
+    """The sink id (batch namespace) of the last winning decide."""
+    change: str | None = None
+    """The last offsets change a fence applied."""
+    pending: dict[str, tuple[int, dict[str, dict[str, int]]]] = field(default_factory=dict)
+    """Per run (sink id), its last decided batch and winner, oldest first: the one batch of the
+    run that may not be committed everywhere (a run decides batch n + 1 only after it committed
+    batch n)."""
+
+    def fenced(self, generation: int | None) -> bool:
+        """Whether a writer of `generation` is older than the recorded owner."""
+        return generation is not None and generation < self.generation
+
+    def state(self) -> SinkFenceState:
+        """SINK_FENCE's answer."""
+        return SinkFenceState(
+            generation=self.generation,
+            positions=_copy(self.positions) if self.positions is not None else None,
+            run=self.run,
+            change=self.change,
+            pending=[SinkPending(run, b, w) for run, (b, w) in self.pending.items()],
+        )
+
+
+def _copy(positions: Positions) -> Positions:
+    return {t: {b: dict(q) for b, q in brokers.items()} for t, brokers in positions.items()}
+
+
+def merge_positions(into: Positions | None, more: Positions) -> Positions:
+    """`into` with every queue of `more` set to `more`'s offset (a new dict)."""
+    merged = _copy(into) if into is not None else {}
+    for topic, brokers in more.items():
+        for broker, queues in brokers.items():
+            merged.setdefault(topic, {}).setdefault(broker, {}).update(queues)
+    return merged
+
+
 class SinkTable:
     """Batches by (sink id, batch id); changed only by applying `SINK_TOPIC` records in order."""
 
@@ -172,6 +270,13 @@ class SinkTable:
         self.batches: dict[tuple[str, int], BatchState] = {}
         self.forgotten_upto: dict[str, int] = {}
         """Per sink, the highest batch id whose entry was forgotten (it counts as committed)."""
+        self.owners: dict[str, SinkOwner] = {}
+        """Per fence id (only of writers that send a generation, a fence id or positions)."""
+
+    def fenced(self, fence: str, generation: int | None) -> int | None:
+        """The recorded generation that fences a writer of `generation` out, else None."""
+        owner = self.owners.get(fence)
+        return owner.generation if owner is not None and owner.fenced(generation) else None
 
     def is_done(self, sink: str, batch: int) -> bool:
         """Whether the batch was committed here."""
@@ -192,13 +297,12 @@ class SinkTable:
 
     def apply(self, op: Op) -> None:
         """Apply one decision record."""
+        if isinstance(op, Fence):
+            self._fence(op)
+            return
         key = (op.sink, op.batch)
         if isinstance(op, Decide):
-            if op.batch <= self.forgotten_upto.get(op.sink, -1):
-                return
-            state = self.batches.setdefault(key, BatchState())
-            if state.winner is None:
-                state.winner = op.winner
+            self._decide(op)
         elif isinstance(op, Begin):
             if not self.is_done(*key):
                 self.batches.setdefault(key, BatchState()).begun = True
@@ -210,6 +314,43 @@ class SinkTable:
             expired = self.batches.get(key)
             if expired is not None and not expired.done:
                 expired.staged = {}
+
+    def _decide(self, op: Decide) -> None:
+        fence = op.fence or op.sink
+        owned = op.generation is not None or op.fence is not None or op.positions is not None
+        owner = self.owners.setdefault(fence, SinkOwner()) if owned else None
+        if owner is not None and op.generation is not None:
+            if owner.fenced(op.generation):
+                return  # a zombie's decide, appended before a newer generation was recorded
+            owner.generation = op.generation
+        if op.batch <= self.forgotten_upto.get(op.sink, -1):
+            return
+        state = self.batches.setdefault((op.sink, op.batch), BatchState())
+        if state.winner is not None:
+            return
+        state.winner = op.winner
+        if owner is not None:
+            owner.run = op.sink
+            if op.positions:
+                owner.positions = merge_positions(owner.positions, op.positions)
+            owner.pending.pop(op.sink, None)
+            owner.pending[op.sink] = (op.batch, op.winner)
+            while len(owner.pending) > _KEEP_RUNS:
+                del owner.pending[next(iter(owner.pending))]
+
+    def _fence(self, op: Fence) -> None:
+        owner = self.owners.setdefault(op.fence, SinkOwner())
+        if owner.fenced(op.generation):
+            return
+        owner.generation = op.generation
+        if op.change is not None and op.change != owner.change:
+            owner.change = op.change
+            start = op.start or {}
+            owner.positions = (
+                _copy(start) if op.replace else merge_positions(owner.positions, start)
+            )
+        elif owner.positions is None and op.start is not None:
+            owner.positions = _copy(op.start)
 
     def _forget_old(self, sink: str) -> None:
         done = sorted(b for (s, b), st in self.batches.items() if s == sink and st.done)
@@ -371,13 +512,29 @@ class SinkService:
     # -------------------------------------------------------------- handlers
 
     async def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Serve SINK_PREPARE, SINK_DECIDE or SINK_COMMIT."""
+        """Serve SINK_PREPARE, SINK_DECIDE, SINK_COMMIT or SINK_FENCE."""
         self._state.check_writable()
         if request.code == RequestCode.SINK_PREPARE:
             return await self._prepare(conn, request)
         if request.code == RequestCode.SINK_DECIDE:
             return await self._decide(request)
+        if request.code == RequestCode.SINK_FENCE:
+            return await self._fence(request)
         return await self._commit(request)
+
+    def _check_generation(self, fence: str, generation: int | None, what: str) -> None:
+        """Refuse a writer older than the fence id's recorded generation.
+
+        Raises:
+            RequestError: SINK_GENERATION_FENCED.
+        """
+        newer = self.table.fenced(fence, generation)
+        if newer is not None:
+            raise RequestError(
+                ResponseCode.SINK_GENERATION_FENCED,
+                f"sink {fence}: {what} of generation {generation} refused: generation {newer} "
+                "owns the sink now (this writer is a zombie; stop it)",
+            )
 
     async def _prepare(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         state = self._state
@@ -429,26 +586,63 @@ class SinkService:
         header = from_ext_fields(SinkBatchHeader, request.ext_fields)
         proposal = decode_body(request.body, SinkWinner)
         key = (header.sink_id, header.batch_id)
+        fence = header.fence_id or header.sink_id
+        what = f"the decide of batch {header.batch_id} ({header.sink_id})"
         self.catch_up()
+        self._check_generation(fence, header.generation, what)
         batch = self.table.batches.get(key)
-        if batch is None or batch.winner is None:
-            if header.batch_id <= self.table.forgotten_upto.get(header.sink_id, -1):
+        owner = self.table.owners.get(fence)
+        newer = header.generation is not None and (
+            owner is None or header.generation > owner.generation
+        )
+        if batch is None or batch.winner is None or newer:
+            # no winner yet, or a newer generation finishing one: its generation is recorded
+            if (batch is None or batch.winner is None) and header.batch_id <= (
+                self.table.forgotten_upto.get(header.sink_id, -1)
+            ):
                 raise RequestError(
                     ResponseCode.TRANSACTION_FAILED,
                     f"sink {header.sink_id} batch {header.batch_id} is older than the batches "
                     "this broker remembers (committed long ago)",
                 )
-            queue_offset, code = await self._append_op(
-                Decide(header.sink_id, header.batch_id, proposal.transactions), wait=True
+            op = Decide(
+                header.sink_id,
+                header.batch_id,
+                proposal.transactions,
+                generation=header.generation,
+                fence=header.fence_id,
+                positions=proposal.positions,
             )
+            queue_offset, code = await self._append_op(op, wait=True)
             if code != ResponseCode.SUCCESS:
                 return request.make_response(code, remark="the decision is not committed yet")
             await self._wait_applied(queue_offset)
-            batch = self.table.batches[key]
-        assert batch.winner is not None
+            # a newer generation recorded meanwhile voided this decide (or fences the answer)
+            self._check_generation(fence, header.generation, what)
+            batch = self.table.batches.get(key)
+            if batch is None or batch.winner is None:
+                raise RequestError(  # forgotten meanwhile: committed long ago
+                    ResponseCode.TRANSACTION_FAILED,
+                    f"sink {header.sink_id} batch {header.batch_id} was not decided",
+                )
         return request.make_response(
             ResponseCode.SUCCESS, body=encode_body(SinkWinner(batch.winner))
         )
+
+    async def _fence(self, request: RemotingCommand) -> RemotingCommand:
+        header = from_ext_fields(SinkFenceRequestHeader, request.ext_fields)
+        body = decode_body(request.body, SinkFence) if request.body else SinkFence()
+        fence = header.fence_id
+        self.catch_up()
+        self._check_generation(fence, header.generation, "the fence")
+        op = Fence(fence, header.generation, header.change, body.start, body.replace)
+        queue_offset, code = await self._append_op(op, wait=True)
+        if code != ResponseCode.SUCCESS:
+            return request.make_response(code, remark="the fence is not committed yet")
+        await self._wait_applied(queue_offset)
+        self._check_generation(fence, header.generation, "the fence")
+        state = self.table.owners[fence].state()
+        return request.make_response(ResponseCode.SUCCESS, body=encode_body(state))
 
     async def _commit(self, request: RemotingCommand) -> RemotingCommand:
         header = from_ext_fields(SinkBatchHeader, request.ext_fields)
@@ -456,6 +650,17 @@ class SinkService:
         sink, batch_id = header.sink_id, header.batch_id
         key = (sink, batch_id)
         self.catch_up()
+        newer = self.table.fenced(header.fence_id or sink, header.generation)
+        if newer is not None:
+            # never refused: the batch is decided and its rows are owed (module docstring)
+            log.info(
+                "sink %s batch %d: a commit of generation %s after generation %d was recorded "
+                "(finishing a decided batch)",
+                sink,
+                batch_id,
+                header.generation,
+                newer,
+            )
         if not self.table.is_done(sink, batch_id):
             # a failover can leave a commit's BEGIN, rows or DONE in this log uncommitted yet:
             # decide on them only once they are committed (else a retried commit writes twice)

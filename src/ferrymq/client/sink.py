@@ -8,6 +8,9 @@ once), so every call is retried, with back-off and a fresh master address, for u
 `retry_for` seconds: on connection errors, on no answer, while the group has no master, and on
 the refusals of a failover (NO_PERMISSION from a slave, SERVICE_NOT_AVAILABLE from a master
 without a lease, a replication or flush timeout, SYSTEM_BUSY). Then the last error is raised.
+
+A writer with a fencing generation sends it with its decides (and a new owner `fence`s first);
+a refusal because a newer generation owns the sink is `SinkFencedError`, never retried.
 """
 
 from __future__ import annotations
@@ -28,14 +31,18 @@ from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields, to_ext_fields
 from ferrymq.wire.records import BatchItem, encode_batch
 from ferrymq.wire.sink import (
+    Positions,
     SinkBatchHeader,
     SinkCommit,
     SinkCommitResponseHeader,
+    SinkFence,
+    SinkFenceRequestHeader,
+    SinkFenceState,
     SinkPrepareRequestHeader,
     SinkWinner,
 )
 
-__all__ = ["RETRY_CODES", "SinkClient"]
+__all__ = ["RETRY_CODES", "SinkClient", "SinkFencedError"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +57,10 @@ RETRY_CODES: Final = frozenset(
     }
 )
 """Answers of a broker group in the middle of a failover (or busy): ask its master again."""
+
+
+class SinkFencedError(RemoteError):
+    """A newer generation owns the sink: this writer is a zombie and must stop (never retried)."""
 
 
 class SinkClient:
@@ -152,6 +163,10 @@ class SinkClient:
             else:
                 if response.code == ResponseCode.SUCCESS:
                     return response
+                if response.code == ResponseCode.SINK_GENERATION_FENCED:
+                    raise SinkFencedError(
+                        response.code, response.remark, code_name="SINK_GENERATION_FENCED"
+                    )
                 error = RemoteError(response.code, response.remark)
                 if response.code not in RETRY_CODES:
                     raise error
@@ -196,24 +211,79 @@ class SinkClient:
         await self._call(queue.broker_name, request)
 
     async def decide(
-        self, coordinator: str, sink_id: str, batch_id: int, proposal: dict[str, dict[str, int]]
+        self,
+        coordinator: str,
+        sink_id: str,
+        batch_id: int,
+        proposal: dict[str, dict[str, int]],
+        *,
+        generation: int | None = None,
+        fence_id: str | None = None,
+        positions: Positions | None = None,
     ) -> dict[str, dict[str, int]]:
-        """Record `proposal` as the batch's winner unless one is recorded; returns the winner."""
+        """Record `proposal` as the batch's winner unless one is recorded; returns the winner.
+
+        `generation`: the writer's fencing generation, recorded under `fence_id` (default the
+        sink id); `positions`: the batch's source positions, recorded with a winning proposal.
+
+        Raises:
+            SinkFencedError: a newer generation owns the fence id (nothing was recorded).
+        """
+        header = SinkBatchHeader(
+            sink_id=sink_id, batch_id=batch_id, generation=generation, fence_id=fence_id
+        )
         request = RemotingCommand(
             code=RequestCode.SINK_DECIDE,
-            ext_fields=to_ext_fields(SinkBatchHeader(sink_id=sink_id, batch_id=batch_id)),
-            body=encode_body(SinkWinner(proposal)),
+            ext_fields=to_ext_fields(header),
+            body=encode_body(SinkWinner(proposal, positions)),
         )
         response = await self._call(coordinator, request)
         return decode_body(response.body, SinkWinner).transactions
 
+    async def fence(
+        self,
+        coordinator: str,
+        fence_id: str,
+        generation: int,
+        *,
+        change: str | None = None,
+        start: Positions | None = None,
+        replace: bool = False,
+    ) -> SinkFenceState:
+        """Record a new owner's generation; returns what the fence id's decisions say.
+
+        `start`: the positions of a very first start, or (with a `change` not applied yet)
+        those the change sets (`replace`) or alters.
+
+        Raises:
+            SinkFencedError: a newer generation owns the fence id.
+        """
+        header = SinkFenceRequestHeader(fence_id=fence_id, generation=generation, change=change)
+        request = RemotingCommand(
+            code=RequestCode.SINK_FENCE,
+            ext_fields=to_ext_fields(header),
+            body=encode_body(SinkFence(start, replace)),
+        )
+        response = await self._call(coordinator, request)
+        return decode_body(response.body, SinkFenceState)
+
     async def commit(
-        self, broker_name: str, sink_id: str, batch_id: int, transactions: dict[str, int]
+        self,
+        broker_name: str,
+        sink_id: str,
+        batch_id: int,
+        transactions: dict[str, int],
+        *,
+        generation: int | None = None,
+        fence_id: str | None = None,
     ) -> tuple[int, bool]:
         """Make the transactions' rows on one broker visible; returns (rows, was a duplicate)."""
+        header = SinkBatchHeader(
+            sink_id=sink_id, batch_id=batch_id, generation=generation, fence_id=fence_id
+        )
         request = RemotingCommand(
             code=RequestCode.SINK_COMMIT,
-            ext_fields=to_ext_fields(SinkBatchHeader(sink_id=sink_id, batch_id=batch_id)),
+            ext_fields=to_ext_fields(header),
             body=encode_body(SinkCommit(transactions)),
         )
         response = await self._call(broker_name, request)

@@ -172,10 +172,12 @@ class RequestCode(IntEnum):
     POLLING_INFO = 3447
     BATCH_ACK_MESSAGE = 3543
     # ferrymq's own (RocketMQ's RequestCode.java uses no value in 9000-9999): the exactly-once
-    # Spark sink's prepare / decide / commit (wire/sink.py, broker/sink.py)
+    # Spark sink's prepare / decide / commit, and a new owner's fence (wire/sink.py,
+    # broker/sink.py)
     SINK_PREPARE = 9201
     SINK_DECIDE = 9202
     SINK_COMMIT = 9203
+    SINK_FENCE = 9204
     # ferrymq's own: a fenced topic's holder (broker/fence.py) and a consumer group's members
     # with their member data (Connect workers' membership)
     GET_FENCE = 9211
@@ -254,6 +256,9 @@ class ResponseCode(IntEnum):
     # request codes 92xx: a fenced topic refused a record; the remark is JSON naming the holder
     # (wire.bodies.FencedRemark)
     FENCED = 9210
+    # a sink decide or fence of a generation below the highest one recorded for its fence id
+    # (wire/sink.py); the remark names both generations
+    SINK_GENERATION_FENCED = 9204
     RPC_UNKNOWN = -1000
     RPC_ADDR_IS_NULL = -1002
     RPC_SEND_TO_CHANNEL_FAILED = -1004
