@@ -67,6 +67,9 @@ class ControllerConfig:
     """Milliseconds between liveness scans on the leader."""
     elect_master_max_retry_count: int = 3
     """Attempts of one controller-triggered election."""
+    delete_topic_enable: bool = True
+    """Whether topics may be deleted (Kafka's `delete.topic.enable`, seed 003 section 2); when
+    false the controller refuses every topic delete with NO_PERMISSION."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

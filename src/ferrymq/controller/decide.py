@@ -21,6 +21,8 @@ Where ferrymq differs from RocketMQ:
 - CleanBrokerData without an id list is refused while any replica of the group is alive.
 - A controller-triggered election that finds no candidate records "no master" (bumping the
   epoch) only when there was a master to remove.
+- Topics are controller state (issue 20 section 3): the topic requests are decided in
+  `controller.topics` and answered here with the controller's topic version.
 """
 
 from __future__ import annotations
@@ -34,6 +36,17 @@ from ferrymq.controller.config import ControllerConfig, validate_overrides
 from ferrymq.controller.election import elect
 from ferrymq.controller.liveness import BrokerLiveInfo, Liveness
 from ferrymq.controller.state import BrokerGroup, ControllerState
+from ferrymq.controller.topics import (
+    DeleteTopic,
+    GetGroupTopics,
+    GetTopics,
+    TopicOutcome,
+    UpdateTopic,
+    group_topics,
+    plan_delete,
+    plan_update,
+    topics_body,
+)
 from ferrymq.wire.bodies import encode_body
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.controller import (
@@ -69,6 +82,7 @@ from ferrymq.wire.controller_log import (
     UpdateControllerConfigEvent,
 )
 from ferrymq.wire.headers import CommandHeader
+from ferrymq.wire.topics import TopicVersionResponseHeader
 
 __all__ = [
     "AlterSyncStateSet",
@@ -148,6 +162,10 @@ ControllerRequest = (
     | GetSyncStateData
     | CleanControllerBrokerDataRequestHeader
     | UpdateControllerConfig
+    | UpdateTopic
+    | DeleteTopic
+    | GetGroupTopics
+    | GetTopics
 )
 """Every request the leader decides."""
 
@@ -173,6 +191,35 @@ def decide(request: ControllerRequest, view: View, now: float) -> Decision:
             return decide_clean_broker_data(view, request, now)
         case UpdateControllerConfig():
             return decide_update_config(view, request.properties)
+        case UpdateTopic():
+            return _topic_decision(plan_update(view.state, request.header))
+        case DeleteTopic():
+            outcome = plan_delete(
+                view.state, request.header, enabled=view.config.delete_topic_enable
+            )
+            return _topic_decision(outcome)
+        case GetGroupTopics():
+            body = group_topics(view.state, request.broker_name, request.held)
+            return Decision(
+                header=TopicVersionResponseHeader(topic_version=body.topic_version),
+                body=encode_body(body),
+            )
+        case GetTopics():
+            topics = topics_body(view.state, request.topic)
+            return Decision(
+                header=TopicVersionResponseHeader(topic_version=topics.topic_version),
+                body=encode_body(topics),
+            )
+
+
+def _topic_decision(outcome: TopicOutcome) -> Decision:
+    if outcome.code != ResponseCode.SUCCESS:
+        return _fail(outcome.code, outcome.remark or "refused")
+    return Decision(
+        header=TopicVersionResponseHeader(topic_version=outcome.topic_version),
+        body=encode_body(outcome.body) if outcome.body is not None else b"",
+        events=outcome.events,
+    )
 
 
 def _fail(code: int, remark: str) -> Decision:

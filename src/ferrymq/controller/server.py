@@ -31,6 +31,10 @@ Rules:
    registered brokers (it has not heard them yet): an election its predecessor committed but did
    not announce before it died reaches them now, not at their next poll; brokers already acting
    on it ignore it (the epoch is not newer).
+7. Topics are controller state (issue 20 section 3, `controller.topics`). After an entry with a
+   topic change is applied, the leader pushes NOTIFY_TOPICS_CHANGED (oneway, best effort) with
+   the new topic version to every live broker; heartbeat answers carry the version too, so a
+   broker that missed the push learns of the change at its next heartbeat.
 """
 
 from __future__ import annotations
@@ -63,12 +67,13 @@ from ferrymq.controller.decide import (
 )
 from ferrymq.controller.liveness import BrokerKey, BrokerLiveInfo, Liveness
 from ferrymq.controller.state import ControllerState
+from ferrymq.controller.topics import DeleteTopic, GetGroupTopics, GetTopics, UpdateTopic
 from ferrymq.errors import FerryError, ProtocolError, RequestError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.deadline import wait_future
 from ferrymq.rpc.server import Router
-from ferrymq.wire.bodies import encode_body
+from ferrymq.wire.bodies import decode_body, encode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.controller import (
     AlterSyncStateSetRequestHeader,
@@ -89,13 +94,23 @@ from ferrymq.wire.controller import (
 )
 from ferrymq.wire.controller_log import (
     CleanBrokerDataEvent,
+    DeleteTopicEvent,
     ElectMasterEvent,
     Event,
+    PutTopicEvent,
     decode_entry,
     encode_entry,
 )
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import CommandHeader, from_ext_fields, to_ext_fields
+from ferrymq.wire.topics import (
+    ControllerDeleteTopicRequestHeader,
+    ControllerUpdateTopicRequestHeader,
+    GetControllerTopicsRequestHeader,
+    GetGroupTopicsRequestHeader,
+    GroupTopicsRequestBody,
+    NotifyTopicsChangedRequestHeader,
+)
 
 __all__ = [
     "DEFAULT_CONTROLLER_GROUP",
@@ -236,6 +251,7 @@ class ControllerNode:
         self._heartbeat_conn: dict[BrokerKey, Connection] = {}
         self._electing: set[str] = set()
         self._notifying: dict[str, asyncio.Task[None]] = {}
+        self._topic_notifying: dict[str, asyncio.Task[None]] = {}
         self._policy_key: tuple[tuple[str, str], ...] = ()
         self._policy = policy
         self._closed = False
@@ -262,6 +278,10 @@ class ControllerNode:
         add(RequestCode.CLEAN_BROKER_DATA, self._clean_broker_data)
         add(RequestCode.GET_CONTROLLER_CONFIG, self._get_controller_config)
         add(RequestCode.UPDATE_CONTROLLER_CONFIG, self._update_controller_config)
+        add(RequestCode.CONTROLLER_UPDATE_TOPIC, self._update_topic)
+        add(RequestCode.CONTROLLER_DELETE_TOPIC, self._delete_topic)
+        add(RequestCode.CONTROLLER_GET_GROUP_TOPICS, self._get_group_topics)
+        add(RequestCode.CONTROLLER_GET_TOPICS, self._get_topics)
         if heartbeat:
             add(RequestCode.BROKER_HEARTBEAT, self.broker_heartbeat)
 
@@ -314,7 +334,12 @@ class ControllerNode:
         """Stop serving and cancel every task this node started."""
         self._closed = True
         self._stop_serving()
-        tasks = [*self._tasks, *self._leader_tasks, *self._notifying.values()]
+        tasks = [
+            *self._tasks,
+            *self._leader_tasks,
+            *self._notifying.values(),
+            *self._topic_notifying.values(),
+        ]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -476,9 +501,18 @@ class ControllerNode:
 
     def _applied(self, events: list[Event], outcomes: tuple[bool, ...]) -> None:
         """After every applied entry, on every node."""
+        topics_changed = False
         for event, applied in zip(events, outcomes, strict=True):
             if not applied:
                 continue
+            if isinstance(event, PutTopicEvent | DeleteTopicEvent):
+                topics_changed = True
+                log.info(
+                    "topic %s %s (topic version %d)",
+                    event.topic,
+                    "deleted" if isinstance(event, DeleteTopicEvent) else "set",
+                    self.state.topic_version,
+                )
             if isinstance(event, CleanBrokerDataEvent):
                 ids = event.broker_id_set_to_clean
                 self.liveness.forget(event.broker_name, None if ids is None else list(ids))
@@ -494,6 +528,8 @@ class ControllerNode:
                 )
                 if event.new_master_elected and self.policy.notify_broker_role_changed:
                     self._notify_role_change(event.broker_name)
+        if topics_changed and self._serving:
+            self._notify_topics()
 
     # ------------------------------------------------------------------ liveness and elections
 
@@ -582,7 +618,32 @@ class ControllerNode:
             async with asyncio.timeout(self.config.notify_timeout):
                 await self._client.oneway(address, command)
         except (FerryError, TimeoutError) as exc:
-            log.info("NOTIFY_BROKER_ROLE_CHANGED to %s not sent: %s", address, exc)
+            log.info("%s to %s not sent: %s", _code_name(command.code), address, exc)
+
+    def _notify_topics(self) -> None:
+        """Push the topic version to every live broker (rule 7), replacing an unsent push."""
+        header = to_ext_fields(
+            NotifyTopicsChangedRequestHeader(topic_version=self.state.topic_version)
+        )
+        now = self._clock()
+        for name, group in sorted(self.state.groups.items()):
+            for broker_id, replica in sorted(group.replicas.items()):
+                if not self.liveness.is_alive(name, broker_id, now):
+                    continue
+                address = replica.broker_address
+                previous = self._topic_notifying.pop(address, None)
+                if previous is not None:
+                    previous.cancel()
+                command = RemotingCommand(
+                    code=RequestCode.NOTIFY_TOPICS_CHANGED, ext_fields=dict(header)
+                )
+                task = asyncio.get_running_loop().create_task(self._send_notify(address, command))
+                self._topic_notifying[address] = task
+                task.add_done_callback(functools.partial(self._topic_notify_done, address))
+
+    def _topic_notify_done(self, address: str, task: asyncio.Task[None]) -> None:
+        if self._topic_notifying.get(address) is task:
+            del self._topic_notifying[address]
 
     # ------------------------------------------------------------------ handlers
 
@@ -687,6 +748,37 @@ class ControllerNode:
             raise RequestError(ResponseCode.INVALID_PARAMETER, f"bad properties: {exc}") from None
         return await self._serve(request, UpdateControllerConfig(properties))
 
+    async def _update_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """CONTROLLER_UPDATE_TOPIC (9240, ferrymq's own): create or change a topic's placement."""
+        header = self._header(ControllerUpdateTopicRequestHeader, request)
+        return await self._serve(request, UpdateTopic(header))
+
+    async def _delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """CONTROLLER_DELETE_TOPIC (9241, ferrymq's own): delete a topic, leaving a tombstone."""
+        header = self._header(ControllerDeleteTopicRequestHeader, request)
+        return await self._serve(request, DeleteTopic(header))
+
+    async def _get_group_topics(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """CONTROLLER_GET_GROUP_TOPICS (9242, ferrymq's own): what a broker group should hold."""
+        header = self._header(GetGroupTopicsRequestHeader, request)
+        try:
+            body = (
+                decode_body(request.body, GroupTopicsRequestBody)
+                if request.body
+                else GroupTopicsRequestBody()
+            )
+        except ProtocolError as exc:
+            raise RequestError(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc)) from None
+        item = GetGroupTopics(header.broker_name, tuple(body.held))
+        return await self._serve(request, item, is_read=True)
+
+    async def _get_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """CONTROLLER_GET_TOPICS (9243, ferrymq's own): a topic's record, or every live topic."""
+        header = self._header(GetControllerTopicsRequestHeader, request)
+        return await self._serve(request, GetTopics(header.topic or None), is_read=True)
+
     async def _get_controller_config(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
@@ -754,5 +846,13 @@ class ControllerNode:
             master_lease_mills=policy.master_lease_millis,
             master_epoch=group.master_epoch if group else None,
             master_broker_id=group.master_broker_id if group else None,
+            topic_version=self.state.topic_version,
         )
         return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(answer))
+
+
+def _code_name(code: int) -> str:
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return str(code)

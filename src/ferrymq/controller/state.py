@@ -1,7 +1,7 @@
 """The controller's replicated state machine: broker groups, their ids, masters and SyncStateSets.
 
 Spec: reference/rocketmq-controller-spec.md sections 1.2 (data model) and 1.5 (apply semantics);
-ARCHITECTURE.md section 6 item 6 (snapshots).
+ARCHITECTURE.md section 6 item 6 (snapshots); issue 20 section 3 (topics as controller state).
 
 Rules:
 1. `apply` and `apply_event` are the only mutators, and they are deterministic: no clock, no
@@ -15,6 +15,11 @@ Rules:
    group whose last replica is cleaned leaves its epochs behind (`retired_epochs`), and one
    registered again under that name continues from them (its brokers' epoch files still hold
    the old epochs, and a broker follows only a higher master epoch).
+4. Topics: `topic_version` bumps on every applied topic event and becomes that topic's version,
+   so versions only grow and every live topic's and tombstone's version is at most
+   `topic_version`. A name is live or deleted, never both. A live topic is placed on at least
+   one group. Tombstones (`deleted_topics`, name -> version) are kept for ever: a name and an
+   int each, and what tells a broker back from any downtime that its copy was deleted.
 
 Where ferrymq differs from RocketMQ (each keeps an invariant above):
 - `next_broker_id` becomes `max(next, id + 1)`, not `next + 1`, so an id applied out of order is
@@ -34,11 +39,15 @@ from ferrymq.wire.controller_log import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
     CleanBrokerDataEvent,
+    DeleteTopicEvent,
     ElectMasterEvent,
     Event,
     GroupRecord,
+    PutTopicEvent,
+    QueueNumsRecord,
     ReplicaRecord,
     SnapshotRecord,
+    TopicRecord,
     UpdateBrokerAddressEvent,
     UpdateControllerConfigEvent,
     decode_entry,
@@ -46,7 +55,7 @@ from ferrymq.wire.controller_log import (
     encode_snapshot,
 )
 
-__all__ = ["BrokerGroup", "ControllerState", "Replica"]
+__all__ = ["BrokerGroup", "ControllerState", "Replica", "TopicState"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +111,53 @@ class BrokerGroup:
         return replica.broker_address if replica else None
 
 
+@dataclass(frozen=True, slots=True)
+class TopicState:
+    """A live topic: config, placement (broker group -> (read, write) queue counts), version."""
+
+    topic: str
+    version: int
+    placement: dict[str, tuple[int, int]]
+    perm: int = 6
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def record(self) -> TopicRecord:
+        """This topic as a snapshot holds it."""
+        return TopicRecord(
+            topic=self.topic,
+            version=self.version,
+            placement={
+                name: QueueNumsRecord(read_queue_nums=read, write_queue_nums=write)
+                for name, (read, write) in sorted(self.placement.items())
+            },
+            perm=self.perm,
+            topic_filter_type=self.topic_filter_type,
+            topic_sys_flag=self.topic_sys_flag,
+            order=self.order,
+            attributes=dict(sorted(self.attributes.items())),
+        )
+
+    @classmethod
+    def of(cls, record: TopicRecord | PutTopicEvent, version: int) -> TopicState:
+        """The topic a snapshot record or an event describes, at `version`."""
+        return cls(
+            topic=record.topic,
+            version=version,
+            placement={
+                name: (queues.read_queue_nums, queues.write_queue_nums)
+                for name, queues in record.placement.items()
+            },
+            perm=record.perm,
+            topic_filter_type=record.topic_filter_type,
+            topic_sys_flag=record.topic_sys_flag,
+            order=record.order,
+            attributes=dict(record.attributes),
+        )
+
+
 @dataclass(slots=True)
 class ControllerState:
     """Every broker group the controller knows, plus replicated config changes."""
@@ -111,6 +167,12 @@ class ControllerState:
     applied_index: int = 0
     retired_epochs: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Broker name -> (master epoch, SyncStateSet epoch) of a removed group (rule 3)."""
+    topics: dict[str, TopicState] = field(default_factory=dict)
+    """Live topics (rule 4); `TopicState` is immutable, so a shallow copy is a copy."""
+    deleted_topics: dict[str, int] = field(default_factory=dict)
+    """Tombstones: topic -> the version that deleted it (rule 4)."""
+    topic_version: int = 0
+    """The version of the last applied topic event (0: none yet)."""
     _copied: set[str] | None = field(default=None, repr=False, compare=False)
     """Names of groups an overlay has copied (None: this is not an overlay)."""
 
@@ -125,6 +187,9 @@ class ControllerState:
             config_overrides=dict(self.config_overrides),
             applied_index=self.applied_index,
             retired_epochs=dict(self.retired_epochs),
+            topics=dict(self.topics),
+            deleted_topics=dict(self.deleted_topics),
+            topic_version=self.topic_version,
         )
         overlay._copied = set()
         return overlay
@@ -178,6 +243,9 @@ class ControllerState:
                     name: [master_epoch, set_epoch]
                     for name, (master_epoch, set_epoch) in sorted(self.retired_epochs.items())
                 },
+                topics=[topic.record() for _, topic in sorted(self.topics.items())],
+                deleted_topics=dict(sorted(self.deleted_topics.items())),
+                topic_version=self.topic_version,
             )
         )
 
@@ -211,12 +279,24 @@ class ControllerState:
             if len(epochs) != 2:
                 raise ProtocolError(f"controller snapshot: retired epochs of {name}: {epochs}")
             self.retired_epochs[name] = (epochs[0], epochs[1])
+        self.topics = {t.topic: TopicState.of(t, t.version) for t in record.topics}
+        self.deleted_topics = dict(record.deleted_topics)
+        self.topic_version = record.topic_version
+
+    def topic_version_of(self, topic: str) -> int:
+        """The version of a topic, live or deleted; 0 when it was never created nor deleted."""
+        live = self.topics.get(topic)
+        if live is not None:
+            return live.version
+        return self.deleted_topics.get(topic, 0)
 
     # ------------------------------------------------------------------ events
 
     def apply_event(self, event: Event) -> bool:
         """Apply one event; False when it changed nothing (rule 2)."""
-        if self._copied is not None and not isinstance(event, UpdateControllerConfigEvent):
+        if self._copied is not None and not isinstance(
+            event, UpdateControllerConfigEvent | PutTopicEvent | DeleteTopicEvent
+        ):
             name = event.broker_name
             group = self.groups.get(name)
             if group is not None and name not in self._copied:
@@ -236,6 +316,26 @@ class ControllerState:
             case UpdateControllerConfigEvent():
                 self.config_overrides.update(event.properties)
                 return True
+            case PutTopicEvent():
+                return self._put_topic(event)
+            case DeleteTopicEvent():
+                return self._delete_topic(event)
+
+    def _put_topic(self, event: PutTopicEvent) -> bool:
+        if self.topic_version_of(event.topic) != event.expected_version or not event.placement:
+            return False
+        self.topic_version += 1
+        self.deleted_topics.pop(event.topic, None)
+        self.topics[event.topic] = TopicState.of(event, self.topic_version)
+        return True
+
+    def _delete_topic(self, event: DeleteTopicEvent) -> bool:
+        if self.topic_version_of(event.topic) != event.expected_version:
+            return False
+        self.topic_version += 1
+        self.topics.pop(event.topic, None)
+        self.deleted_topics[event.topic] = self.topic_version
+        return True
 
     def _apply_broker_id(self, event: ApplyBrokerIdEvent) -> bool:
         if event.new_broker_id < 1:

@@ -184,6 +184,12 @@ class RequestCode(IntEnum):
     GET_GROUP_MEMBERS = 9212
     # ferrymq's own: classic mode's planned switch of a master and a slave (broker/switchover.py)
     SWITCH_BROKER_ROLE = 9230
+    # ferrymq's own: topics kept by the controller (wire/topics.py, controller/topics.py)
+    CONTROLLER_UPDATE_TOPIC = 9240
+    CONTROLLER_DELETE_TOPIC = 9241
+    CONTROLLER_GET_GROUP_TOPICS = 9242
+    CONTROLLER_GET_TOPICS = 9243
+    NOTIFY_TOPICS_CHANGED = 9244
     # ferrymq's own, test-only: move this process's clock (wire/testclock.py, rpc/testclock.py);
     # refused unless the server started with FERRYMQ_TEST_CLOCK=1
     TEST_CLOCK = 9900

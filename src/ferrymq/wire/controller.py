@@ -11,6 +11,8 @@ ferrymq additions, all optional so RocketMQ peers can ignore them:
   it assumes (`masterLeaseMills`) and its current view of the group (`masterEpoch`), so a master
   renews its lease only from the leader that would elect its replacement.
 - `NotLeaderResponseHeader`: CONTROLLER_NOT_LEADER (2007) carries the leader's id and address.
+- `BrokerHeartbeatResponseHeader.topicVersion`: the controller's topic version (`wire.topics`),
+  so a broker learns of topic changes it missed from its next heartbeat.
 """
 
 from __future__ import annotations
@@ -207,6 +209,7 @@ class BrokerHeartbeatResponseHeader(CommandHeader):
     master_lease_mills: I64 | None = None
     master_epoch: I32 | None = None
     master_broker_id: I64 | None = None
+    topic_version: I64 | None = None
 
 
 # ---------------------------------------------------------------------- controller metadata

@@ -6,13 +6,17 @@ writes `int16 type | FastJSON`; ferrymq chooses its own encoding, as the spec al
 ```
 entry    = b"\\x01" + JSON list of events, each {"type": "<EventName>", ...fields}
            b"" (an empty entry) is a barrier that changes nothing
-snapshot = b"\\x01" + JSON {"appliedIndex", "groups": [...], "config": {...}}
+snapshot = b"\\x01" + JSON {"appliedIndex", "groups": [...], "config": {...}, "topics": [...],
+                          "deletedTopics": {...}, "topicVersion"}
 ```
 
 ferrymq additions to RocketMQ's events, which make `apply` a compare-and-set: AlterSyncStateSet
 and ElectMaster carry the epochs their decision was made against, and apply ignores them when the
 state has moved on (possible only across a controller leader change). UpdateControllerConfig
 replicates `UPDATE_CONTROLLER_CONFIG` so every controller node uses the same election policy.
+PutTopicEvent and DeleteTopicEvent keep topics as controller state (issue 20 section 3,
+`wire.topics`): each carries the version of the topic (live or deleted) it was decided against,
+and applying one bumps the state's topic version, which becomes the topic's version.
 
 Rules: encoding is deterministic (sets are written sorted); decoding is strict (unknown event
 types, unknown fields, wrong types and a wrong version byte raise `ProtocolError`).
@@ -33,11 +37,15 @@ __all__ = [
     "AlterSyncStateSetEvent",
     "ApplyBrokerIdEvent",
     "CleanBrokerDataEvent",
+    "DeleteTopicEvent",
     "ElectMasterEvent",
     "Event",
     "GroupRecord",
+    "PutTopicEvent",
+    "QueueNumsRecord",
     "ReplicaRecord",
     "SnapshotRecord",
+    "TopicRecord",
     "UpdateBrokerAddressEvent",
     "UpdateControllerConfigEvent",
     "decode_entry",
@@ -118,6 +126,39 @@ class UpdateControllerConfigEvent(
     properties: dict[str, str]
 
 
+class QueueNumsRecord(
+    msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True
+):
+    """A topic's queue counts on one broker group."""
+
+    read_queue_nums: int
+    write_queue_nums: int
+
+
+class PutTopicEvent(_Event, tag="PutTopicEvent", frozen=True, kw_only=True):
+    """Create or replace a topic: its config and placement (broker group -> queue counts).
+
+    Applies only while the topic's version (live or deleted, 0 when never seen) is
+    `expected_version`.
+    """
+
+    topic: str
+    placement: dict[str, QueueNumsRecord]
+    perm: int
+    topic_filter_type: str
+    topic_sys_flag: int
+    order: bool
+    attributes: dict[str, str]
+    expected_version: int
+
+
+class DeleteTopicEvent(_Event, tag="DeleteTopicEvent", frozen=True, kw_only=True):
+    """Delete a topic, leaving a tombstone; applies only at `expected_version` (as above)."""
+
+    topic: str
+    expected_version: int
+
+
 Event = (
     ApplyBrokerIdEvent
     | UpdateBrokerAddressEvent
@@ -125,6 +166,8 @@ Event = (
     | ElectMasterEvent
     | CleanBrokerDataEvent
     | UpdateControllerConfigEvent
+    | PutTopicEvent
+    | DeleteTopicEvent
 )
 """Every replicated controller event."""
 
@@ -150,6 +193,19 @@ class GroupRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_f
     sync_state_set_epoch: int
 
 
+class TopicRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """One live topic in a snapshot."""
+
+    topic: str
+    version: int
+    placement: dict[str, QueueNumsRecord]
+    perm: int
+    topic_filter_type: str
+    topic_sys_flag: int
+    order: bool
+    attributes: dict[str, str]
+
+
 class SnapshotRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
     """The whole controller state machine."""
 
@@ -159,6 +215,11 @@ class SnapshotRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknow
     retired_epochs: dict[str, list[int]] = msgspec.field(default_factory=dict)
     """Broker name -> [master epoch, SyncStateSet epoch] of groups whose last replica was
     cleaned (absent from older snapshots: none)."""
+    topics: list[TopicRecord] = msgspec.field(default_factory=list)
+    deleted_topics: dict[str, int] = msgspec.field(default_factory=dict)
+    """Tombstones: topic -> the version that deleted it."""
+    topic_version: int = 0
+    """The last topic version applied (absent from older snapshots: 0, no topics)."""
 
 
 _encoder: Final = msgspec.json.Encoder(order="deterministic")
