@@ -108,7 +108,7 @@ def test_a_source_that_cannot_read_its_table_fails_at_start_with_a_clear_error(
 
 @pytest.mark.spark
 @pytest.mark.timeout(180)
-def test_an_offsets_reset_sends_every_row_again_once_under_a_new_sink_id(
+def test_an_offsets_reset_sends_every_row_again_once_on_a_new_checkpoint(
     spark: Any, ferry: Ferry, database: Database, tmp_path: Path
 ) -> None:
     topic = "pg-reset-items"
@@ -141,8 +141,9 @@ def test_an_offsets_reset_sends_every_row_again_once_under_a_new_sink_id(
         run_until(query, "sent again", lambda: topic_size(ferry, topic) == 200)
     finally:
         query.stop()
-    # a restart on that checkpoint without the change keeps its sink id: its next batch (1) is
-    # not the first run's batch 1, whose decision under the old id would swallow it
+    # a restart on that checkpoint without the change: its next batch (1) is not the first
+    # checkpoint's batch 1, whose decision would swallow it (the sink numbers batches under
+    # <sink id>/<query id>, and the query id is the checkpoint's)
     database.query("INSERT INTO items (name) VALUES ('late')")
     query = PostgresSource().build(spark, config, replace(fresh, extra={}))
     try:
@@ -150,6 +151,6 @@ def test_an_offsets_reset_sends_every_row_again_once_under_a_new_sink_id(
     finally:
         query.stop()
     marker = Path(tmp_path / "reset-after" / "ferrymq-sink-id")
-    assert marker.read_text() == "reset:inc-1:0:oreq-7"
+    assert marker.read_text() == "reset:inc-1:0"  # one sink id (fence) for every checkpoint
     ids = sorted(json.loads(m.body)["id"] for m in asyncio.run(read_topic(ferry.servers, topic)))
     assert ids == sorted([*range(1, 101), *range(1, 102)])

@@ -43,10 +43,14 @@ The technique here (rules):
 6. An offsets change (PATCH/DELETE /connectors/{c}/offsets) gives the task's first micro-batch
    its start: reset re-reads everything; alter sets tables' states
    (`{"partition": {"table": t}, "offset": {"lo", "hi", "w", "c"}}`, as `shown_offset` shows).
-   The runtime starts such a task on a fresh checkpoint, whose batch ids start again at 0, so
-   its sink id gains the change's request id (`...:<task>:o<request id>`): the first-winner
-   decisions of the old batch ids must not swallow the new ones. The id is written into the
-   checkpoint (`ferrymq-sink-id`) and read back by every later start on it.
+   The runtime starts such a task on a fresh checkpoint, whose batch ids start again at 0; the
+   ferrymq sink numbers a stream's batches under `<sinkId>/<query id>`, and the query id is new
+   with the checkpoint, so the first-winner decisions of the old batch ids never swallow the new
+   ones. The sink id stays `<connector>:<incarnation>:<task>` for every checkpoint: it is what
+   the task's generation fences (a zombie of an older owner, whatever checkpoint it runs on, is
+   refused once a newer generation decided a batch). It is written into the checkpoint
+   (`ferrymq-sink-id`) and read back by every later start on it (a checkpoint of an earlier
+   version keeps its `:o<request id>` id).
 """
 
 from __future__ import annotations
@@ -604,22 +608,19 @@ _SINK_ID_FILE: Final = "ferrymq-sink-id"
 """A file in the task's checkpoint: the sink id its batches are committed under."""
 
 
-def _sink_id(context: TaskContext, change: OffsetsPut | None) -> str:
+def _sink_id(context: TaskContext) -> str:
     """The ferrymq sink id of the task's checkpoint (rule 6), kept in the checkpoint itself.
 
-    `<connector>:<incarnation>:<task>`, plus `:o<request id>` when the checkpoint was started for
-    an offsets change; characters a sink id cannot hold become `_`. A restart on the same
-    checkpoint reads it back, whether or not the change is passed again.
+    `<connector>:<incarnation>:<task>`, the same for every checkpoint (the sink numbers batches
+    per checkpoint itself); characters a sink id cannot hold become `_`. A restart on the same
+    checkpoint reads it back, so a checkpoint started by an earlier version for an offsets change
+    keeps its `:o<request id>` id.
     """
     marker = Path(context.checkpoint_dir) / _SINK_ID_FILE
     if marker.is_file():
         return marker.read_text().strip()
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", context.connector)
-    sink_id = f"{name}:{context.incarnation}:{context.task}"
-    fresh = not (Path(context.checkpoint_dir) / "offsets").exists()
-    if change is not None and fresh:
-        sink_id += ":o" + re.sub(r"[^A-Za-z0-9_.-]", "_", change.request_id)
-    sink_id = sink_id[:128]
+    sink_id = f"{name}:{context.incarnation}:{context.task}"[:128]
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(sink_id)
     return sink_id
@@ -747,7 +748,7 @@ class PostgresSource(ConnectorPlugin):
                         f"{'the query' if spec.query else source} in {spec.target.display}: "
                         f"{' '.join(str(exc).split())}"
                     ) from None
-        sink_id = _sink_id(context, change)
+        sink_id = _sink_id(context)
         spark.dataSource.register(PostgresSourceDataSource)
         rows = (
             spark.readStream.format(FORMAT)
@@ -768,6 +769,7 @@ class PostgresSource(ConnectorPlugin):
             rows.writeStream.format("ferrymq")
             .option("servers", context.namesrv_addr)
             .option("sinkId", sink_id)
+            .option("generation", str(context.generation))
             .option("checkpointLocation", context.checkpoint_dir)
             .queryName(f"{context.connector}-{context.task}")
             .trigger(processingTime=f"{interval} milliseconds")

@@ -12,9 +12,15 @@ Names follow Spark's Kafka source (`structured-streaming-kafka-integration`), wi
 - `maxOffsetsPerTrigger`, `minPartitions`, `failOnDataLoss` (default true), `includeHeaders`;
 - `includeFerryColumns`: add the ferrymq columns `tags`, `keys`, `msgId`, `storeTimestamp`,
   `brokerName`, `queueId`;
+- `initialOffsets` (streams): JSON in the checkpoint's own shape, `{"topic": {"broker-a": {"0":
+  23}}}`: a new query starts those queues there, as a checkpoint would (a queue not in the route
+  now keeps its offset and is read once it returns); other queues start at `startingOffsets`.
+  What a Connect task without a checkpoint resumes from (connectors/replicator.py);
 - `legacyOffsets` (`auto`, the default, or `currentRoute`): how a checkpoint written in the old
   positional layout is read (`plan.LegacyOffsets`);
-- writing: `topic` (else the `topic` column), `sinkId` (else the streaming query id);
+- writing: `topic` (else the `topic` column), `sinkId` (else the streaming query id),
+  `generation` (the writer's fencing generation: a decide below the highest one recorded for the
+  sink id is refused, and the query fails with `WriterFencedError`);
 - both: `failoverTimeoutMs` (default 30000): how long a read or write retries while a broker
   group has no master (a failover) or a queue of the read is not in the route before the query
   fails with a `RetryableQueryError`, and how long a read waits for a queue that ends below the
@@ -42,8 +48,11 @@ from ferrymq.spark.plan import (
     LATEST,
     MAX_QUEUES_PER_GROUP,
     LegacyOffsets,
+    Offsets,
     QueueKey,
     is_stable_partition,
+    legacy_topics,
+    parse_offsets,
     stable_partition,
 )
 
@@ -196,6 +205,8 @@ class ReadOptions:
     """How long a request is retried across a failover."""
     legacy_offsets: LegacyOffsets = LegacyOffsets.AUTO
     """How checkpoint offsets of the old positional layout are read."""
+    initial: Offsets | None = None
+    """`initialOffsets`: where a new stream starts the queues it names (checkpoint shape)."""
 
     def topic_filter(self, topic: str) -> bool:
         """Whether `subscribePattern` takes this topic (system topics never)."""
@@ -211,6 +222,8 @@ class WriteOptions:
     servers: str
     topic: str | None = None
     sink_id: str | None = None
+    generation: int | None = None
+    """The writer's fencing generation (Connect passes the task's)."""
     group: str = "ferrymq-spark-sink"
     failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S
     """How long a prepare or commit is retried across a failover."""
@@ -346,6 +359,41 @@ def _legacy(options: Mapping[str, str]) -> LegacyOffsets:
     raise OptionError("legacyOffsets", f"must be {choices}, not {text!r}")
 
 
+def _initial(text: str | None) -> Offsets | None:
+    if text is None:
+        return None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or legacy_topics(parsed):
+        raise OptionError(
+            "initialOffsets",
+            f'must be JSON like {{"topic":{{"broker-a":{{"0":23}}}}}}, not {text!r}',
+        )
+    try:
+        offsets = parse_offsets(parsed)
+    except ValueError as exc:
+        raise OptionError("initialOffsets", str(exc)) from None
+    for topic, queues in offsets.items():
+        for key, offset in queues.items():
+            if type(offset) is not int or offset < 0 or key.queue_id >= MAX_QUEUES_PER_GROUP:
+                raise OptionError(
+                    "initialOffsets",
+                    f"{topic}/{key.broker_name}/{key.queue_id}: offsets are integers >= 0",
+                )
+    return offsets
+
+
+def _generation(options: Mapping[str, str]) -> int | None:
+    text = options.get("generation")
+    if text is None:
+        return None
+    if not text.strip().isdecimal() or int(text) >= 2**63:
+        raise OptionError("generation", f"must be an integer >= 0, not {text!r}")
+    return int(text)
+
+
 def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
     """Check the options of a read (None: batch or stream, not known yet); keys ignore case.
 
@@ -380,6 +428,8 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
         raise OptionError(
             "maxOffsetsPerTrigger", "only a streaming read (spark.readStream) takes it"
         )
+    if streaming is False and "initialoffsets" in options:
+        raise OptionError("initialOffsets", "only a streaming read (spark.readStream) takes it")
     return ReadOptions(
         servers=servers,
         subscribe=subscribe,
@@ -401,6 +451,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
         fetch_max_bytes=_positive(options, "fetchMaxBytes") or 4 * 1024 * 1024,
         failover_timeout_s=_failover_timeout(options),
         legacy_offsets=_legacy(options),
+        initial=_initial(options.get("initialoffsets")),
     )
 
 
@@ -421,5 +472,6 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
         servers=_servers(options),
         topic=topic,
         sink_id=sink_id,
+        generation=_generation(options),
         failover_timeout_s=_failover_timeout(options),
     )

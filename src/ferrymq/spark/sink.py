@@ -34,9 +34,22 @@ Exactly once, whatever Spark replays (design):
   client retries for `failoverTimeoutMs` (prepares too: a row prepared twice under its
   transaction counts once), then the task or the commit fails with `RetryableQueryError`, and a
   restart from the checkpoint finishes the batch as above.
-- The sink id is the `sinkId` option, else the streaming query id (stable across restarts: it
-  lives in the checkpoint); a batch write uses a fresh id and batch id 0. The coordinator is the
-  first broker group of the `topic` option's route, else the first of the cluster.
+- Batches are numbered under a sink id: `<sinkId>/<query id>` with the `sinkId` option, else
+  the streaming query id. The query id lives in the checkpoint and is new with a new one, so a
+  new checkpoint (an offsets change, a lost checkpoint on another machine), whose batch ids start
+  at 0 again, never meets the decisions of another checkpoint's batches (which would swallow
+  them). A batch write uses `<sinkId>/<fresh id>` (or a fresh id) and batch id 0. The
+  coordinator is the first broker group of the `topic` option's route, else the first of the
+  cluster.
+- Fencing: the `generation` option (a Connect task's) goes with every decide, recorded under the
+  `sinkId` (the fence id: the same for every checkpoint of the task). Once a newer generation
+  has decided a batch or fenced (`start_sink`), a decide of an older one is refused, nothing of
+  its batch is committed (its prepared rows expire), and its query fails with
+  `WriterFencedError`. A commit is never refused: it only finishes a batch already decided.
+- Source positions: rows that carry `sourceTopic`, `sourceBroker`, `sourceQueueId` and
+  `sourceOffset` (a ferrymq read's `topic`, `brokerName`, `queueId`, `offset`) have their batch's
+  next offset per source queue recorded with its decision; `start_sink` gives them back to a
+  new owner, which starts there (connectors/replicator.py).
 """
 
 from __future__ import annotations
@@ -60,7 +73,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ferrymq.client.sink import SinkClient
+from ferrymq.client.sink import SinkClient, SinkFencedError
+from ferrymq.errors import FerryError, RemoteError
 from ferrymq.model import MessageQueue, validate_topic
 from ferrymq.spark.options import OptionError, WriteOptions
 from ferrymq.spark.plan import (
@@ -71,22 +85,34 @@ from ferrymq.spark.plan import (
 )
 from ferrymq.spark.retry import retryable
 from ferrymq.wire import properties as props
+from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.msgid import UniqueIdGenerator
 from ferrymq.wire.properties import encode_properties
 from ferrymq.wire.records import BatchItem
+from ferrymq.wire.sink import Positions, SinkFenceState
 
 __all__ = [
+    "SOURCE_COLUMNS",
     "FerryBatchWriter",
     "FerryCommit",
     "FerryStreamWriter",
+    "WriterFencedError",
     "commit_batch",
     "queue_of_partition",
+    "start_sink",
 ]
 
 log = logging.getLogger(__name__)
 
 _CHUNK_ROWS: Final = 2048
 _CHUNK_BYTES: Final = 1 << 20
+
+SOURCE_COLUMNS: Final = ("sourceTopic", "sourceBroker", "sourceQueueId", "sourceOffset")
+"""Input columns naming each row's source queue and offset (recorded as source positions)."""
+
+
+class WriterFencedError(FerryError):
+    """A newer generation owns the sink: this writer is a zombie; its query stops."""
 
 
 @dataclass
@@ -96,6 +122,10 @@ class FerryCommit(WriterCommitMessage):
     sink_id: str
     transaction_id: str
     rows: dict[str, int] = field(default_factory=dict)
+    fence_id: str | None = None
+    """What generations and positions are recorded under (None: the sink id)."""
+    positions: Positions = field(default_factory=dict)
+    """The next offset after this task's rows, per source queue (with `SOURCE_COLUMNS`)."""
 
 
 def _check_columns(schema: StructType, options: WriteOptions) -> None:
@@ -142,10 +172,14 @@ def _text(value: object) -> str:
 class _Stager:
     """Turns Arrow batches into prepared rows of one transaction (runs in a Spark task)."""
 
-    def __init__(self, options: WriteOptions, sink_id: str, batch_id: int) -> None:
+    def __init__(
+        self, options: WriteOptions, sink_id: str, batch_id: int, fence_id: str | None = None
+    ) -> None:
         self.options = options
         self.sink_id = sink_id
+        self.fence_id = fence_id
         self.batch_id = batch_id
+        self.positions: Positions = {}
         self.transaction_id = uuid.uuid4().hex
         context = TaskContext.get()
         self._turn = itertools.count(context.partitionId() if context else 0)
@@ -168,7 +202,9 @@ class _Stager:
                     runner.run(self._flush(client, queue))
             finally:
                 runner.run(client.close())
-        return FerryCommit(self.sink_id, self.transaction_id, self.rows)
+        return FerryCommit(
+            self.sink_id, self.transaction_id, self.rows, self.fence_id, self.positions
+        )
 
     async def _queue(
         self, client: SinkClient, topic: str, partition: int | None, key: object
@@ -190,6 +226,8 @@ class _Stager:
         partitions = columns.get("partition", [None] * count)
         headers = columns.get("headers", [None] * count)
         tags = columns.get("tags", [None] * count)
+        if all(name in columns for name in SOURCE_COLUMNS):
+            self._note_positions(*(columns[name] for name in SOURCE_COLUMNS))
         now_ms = time.time_ns() // 1_000_000
         for i in range(count):
             topic = self.options.topic or topics[i]
@@ -217,6 +255,20 @@ class _Stager:
             if len(self._pending[queue]) >= _CHUNK_ROWS or size >= _CHUNK_BYTES:
                 await self._flush(client, queue)
 
+    def _note_positions(
+        self, topics: list[Any], brokers: list[Any], queue_ids: list[Any], offsets: list[Any]
+    ) -> None:
+        """Each source queue's next offset after the rows (rows without a source are skipped)."""
+        positions = self.positions
+        for topic, broker, queue_id, offset in zip(
+            topics, brokers, queue_ids, offsets, strict=True
+        ):
+            if topic is None or broker is None or queue_id is None or offset is None:
+                continue
+            queues = positions.setdefault(str(topic), {}).setdefault(str(broker), {})
+            key = str(queue_id)
+            queues[key] = max(queues.get(key, 0), int(offset) + 1)
+
     async def _flush(self, client: SinkClient, queue: MessageQueue) -> None:
         items = self._pending.pop(queue, [])
         self._pending_bytes.pop(queue, None)
@@ -237,27 +289,128 @@ async def commit_batch(
         FerryError: a broker refused.
     """
     proposal = {m.transaction_id: dict(m.rows) for m in messages if m.rows}
+    fence_id = next((m.fence_id for m in messages if m.fence_id), None)
+    positions: Positions = {}
+    for message in messages:
+        for topic, brokers in message.positions.items():
+            for broker, queues in brokers.items():
+                mine = positions.setdefault(topic, {}).setdefault(broker, {})
+                for queue_id, offset in queues.items():
+                    mine[queue_id] = max(mine.get(queue_id, 0), offset)
     with retryable(f"committing sink {sink_id} batch {batch_id}"):
-        return await _commit(options, sink_id, batch_id, proposal)
+        try:
+            return await _commit(options, sink_id, batch_id, proposal, fence_id, positions)
+        except SinkFencedError as exc:
+            raise WriterFencedError(
+                f"ferrymq sink {fence_id or sink_id}: batch {batch_id} of this writer "
+                f"(generation {options.generation}) was not committed: {exc.remark}"
+            ) from exc
 
 
 async def _commit(
-    options: WriteOptions, sink_id: str, batch_id: int, proposal: dict[str, dict[str, int]]
+    options: WriteOptions,
+    sink_id: str,
+    batch_id: int,
+    proposal: dict[str, dict[str, int]],
+    fence_id: str | None,
+    positions: Positions,
 ) -> int:
     async with SinkClient(
         options.servers, group=options.group, retry_for=options.failover_timeout_s
     ) as client:
         coordinator = await client.coordinator(options.topic)
-        winner = await client.decide(coordinator, sink_id, batch_id, proposal)
+        winner = await client.decide(
+            coordinator,
+            sink_id,
+            batch_id,
+            proposal,
+            generation=options.generation,
+            fence_id=fence_id,
+            positions=positions or None,
+        )
         if winner != proposal:
             log.info("sink %s batch %d: finishing the first decided commit", sink_id, batch_id)
         brokers = {b for rows in (*winner.values(), *proposal.values()) for b in rows}
-        visible = 0
-        for broker in sorted(brokers):
-            mine = {txn: rows[broker] for txn, rows in winner.items() if broker in rows}
-            count, _ = await client.commit(broker, sink_id, batch_id, mine)
-            visible += count
-        return visible
+        return await _commit_winner(client, options, sink_id, batch_id, winner, brokers, fence_id)
+
+
+async def _commit_winner(
+    client: SinkClient,
+    options: WriteOptions,
+    sink_id: str,
+    batch_id: int,
+    winner: dict[str, dict[str, int]],
+    brokers: set[str],
+    fence_id: str | None,
+) -> int:
+    visible = 0
+    for broker in sorted(brokers):
+        mine = {txn: rows[broker] for txn, rows in winner.items() if broker in rows}
+        count, _ = await client.commit(
+            broker, sink_id, batch_id, mine, generation=options.generation, fence_id=fence_id
+        )
+        visible += count
+    return visible
+
+
+async def start_sink(
+    options: WriteOptions,
+    *,
+    change: str | None = None,
+    start: Positions | None = None,
+    replace: bool = False,
+) -> SinkFenceState:
+    """A new owner of `options.sink_id` starts: fence, then finish what older runs decided.
+
+    Records `options.generation` at the coordinator (from then on an older generation's decide
+    is refused), with `start` as the positions of a very first start, or those an offsets
+    `change` not applied yet sets (`replace`) or alters. Then commits the last decided batch of
+    every recent run on every broker group holding its rows (a duplicate where it is done), so
+    every batch the returned positions count is visible. A batch that cannot be finished (its
+    prepared rows expired after `sinkPreparedTimeout`, or it is too old for the broker to
+    remember) is logged and skipped.
+
+    Raises:
+        WriterFencedError: a newer generation owns the sink.
+        RetryableQueryError: brokers stayed unavailable through the retries.
+    """
+    sink_id, generation = options.sink_id, options.generation
+    if sink_id is None or generation is None:
+        raise OptionError("sinkId", "a sink owner needs both sinkId and generation")
+    with retryable(f"starting sink {sink_id}"):
+        async with SinkClient(
+            options.servers, group=options.group, retry_for=options.failover_timeout_s
+        ) as client:
+            coordinator = await client.coordinator(options.topic)
+            try:
+                state = await client.fence(
+                    coordinator, sink_id, generation, change=change, start=start, replace=replace
+                )
+            except SinkFencedError as exc:
+                raise WriterFencedError(f"ferrymq sink {sink_id}: {exc.remark}") from exc
+            for pending in state.pending:
+                brokers = {b for rows in pending.transactions.values() for b in rows}
+                try:
+                    await _commit_winner(
+                        client,
+                        options,
+                        pending.sink_id,
+                        pending.batch_id,
+                        pending.transactions,
+                        brokers,
+                        sink_id,
+                    )
+                except RemoteError as exc:
+                    if exc.code != ResponseCode.TRANSACTION_FAILED:
+                        raise
+                    log.error(
+                        "sink %s: decided batch %d of %s cannot be finished: %s",
+                        sink_id,
+                        pending.batch_id,
+                        pending.sink_id,
+                        exc,
+                    )
+            return state
 
 
 def _commits(messages: list[Any]) -> list[FerryCommit]:
@@ -270,11 +423,12 @@ class FerryBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         _check_columns(schema, options)
         self._options = options
-        self._sink_id = options.sink_id or f"batch-{uuid.uuid4().hex}"
+        write_id = f"batch-{uuid.uuid4().hex}"
+        self._sink_id = f"{options.sink_id}/{write_id}" if options.sink_id else write_id
 
     def write(self, iterator: Iterator[Any]) -> FerryCommit:
         """Prepare this task's rows."""
-        return _Stager(self._options, self._sink_id, 0).run(iterator)
+        return _Stager(self._options, self._sink_id, 0, self._options.sink_id).run(iterator)
 
     def commit(self, messages: list[Any]) -> None:
         """Make every task's rows visible at once."""
@@ -297,10 +451,11 @@ class FerryStreamWriter(DataSourceStreamArrowWriter):
         context = TaskContext.get()
         batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
         query_id = context.getLocalProperty("sql.streaming.queryId") if context else None
-        sink_id = self._options.sink_id or query_id
-        if batch_id is None or sink_id is None:
+        if batch_id is None or query_id is None:
             raise OptionError("sinkId", "not running in a streaming query: use df.write instead")
-        return _Stager(self._options, sink_id, int(batch_id)).run(iterator)
+        fence_id = self._options.sink_id
+        sink_id = f"{fence_id}/{query_id}" if fence_id else query_id
+        return _Stager(self._options, sink_id, int(batch_id), fence_id).run(iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (Spark's name)
         """Make the micro-batch's rows visible, once, even when Spark replays it."""

@@ -9,7 +9,9 @@ Those talks go through a `QueueSource` (`FerryQueues`; a test gives a model clus
 Streaming offsets name queues, `{"topic": {"broker": {"queue id": next offset}}}` (`plan.py`),
 so no route change shifts them, and a query restarted from its checkpoint re-reads exactly the
 ranges of the batch it had not committed:
-- `initialOffset` resolves `startingOffsets` once (Spark asks twice on a first start);
+- `initialOffset` resolves `startingOffsets` once (Spark asks twice on a first start), then
+  sets the queues `initialOffsets` names (a resumed Connect task) to their offsets, routed now or
+  not, as a checkpoint's offsets are;
 - `latestOffset` lists the queues again: queues and (with `subscribePattern`) topics new in the
   route join at their min offset and are read from the next micro-batch on; queues absent from
   the route now (their group left it while all its replicas were down, or the topic has fewer
@@ -273,13 +275,13 @@ class FerryBatchReader(DataSourceReader):
         self._ranges = split_ranges(ranges, options.min_partitions)
 
     def partitions(self) -> Sequence[InputPartition]:
-        """One Spark partition per queue range."""
+        """One Spark partition per queue range (none: PySpark plans one `InputPartition(None)`)."""
         return [RangePartition(r) for r in self._ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """The range's messages as Arrow batches."""
-        assert isinstance(partition, RangePartition)
-        yield from self._queues.read(self._options, partition.range, self._schema)
+        """The range's messages as Arrow batches (nothing for PySpark's stand-in partition)."""
+        if isinstance(partition, RangePartition):
+            yield from self._queues.read(self._options, partition.range, self._schema)
 
 
 class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -318,9 +320,13 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """StartingOffsets resolved (once: Spark asks twice on a first start)."""
         if self._initial is None:
             bounds = self._queues.bounds(self._options, None)
-            self._initial = offsets_json(
-                resolve_offsets(self._options.starting, bounds, "startingOffsets")
-            )
+            offsets = resolve_offsets(self._options.starting, bounds, "startingOffsets")
+            for topic, queues in (self._options.initial or {}).items():
+                if topic not in offsets:
+                    log.warning("ferrymq source: initialOffsets of %s ignored: not read", topic)
+                    continue
+                offsets[topic].update(queues)
+            self._initial = offsets_json(offsets)
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -368,9 +374,9 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(r) for r in split_ranges(ranges, self._options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """The range's messages as Arrow batches."""
-        assert isinstance(partition, RangePartition)
-        yield from self._queues.read(self._options, partition.range, self._schema)
+        """The range's messages as Arrow batches (nothing for a stand-in partition)."""
+        if isinstance(partition, RangePartition):
+            yield from self._queues.read(self._options, partition.range, self._schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing: the checkpoint holds the offsets."""
