@@ -98,6 +98,12 @@ def _load(path: Path, body_type: type[msgspec.Struct]) -> msgspec.Struct | None:
         return None
 
 
+class _TopicFile(TopicConfigSerializeWrapper):
+    """`topics.json`: RocketMQ's shape, plus the controller's topic version (controller mode)."""
+
+    controller_topic_version: int = 0
+
+
 class TopicTable:
     """Topic configs of this broker group."""
 
@@ -105,15 +111,22 @@ class TopicTable:
         self.path = path
         self.configs: dict[str, TopicConfig] = {}
         self.data_version = DataVersion(timestamp=int(time.time() * 1000))
+        self.controller_version = 0
+        """Controller mode: the controller's topic version this table was last reconciled to
+        (`topicsync.py`; 0: never). Replicated with the table, so a new master never applies an
+        older answer than the one its predecessor applied."""
         self.listener: Callable[[str, TopicConfig | None], None] | None = None
         """Hears (topic, config) on every put and (topic, None) on every delete."""
+        self.version_listener: Callable[[int], None] | None = None
+        """Hears every change of `controller_version`."""
 
     def load(self, *, default_topic_queue_nums: int, auto_create: bool, delay_levels: int) -> None:
         """Read the file and make sure the system topics exist."""
-        loaded = _load(self.path, TopicConfigSerializeWrapper)
-        if isinstance(loaded, TopicConfigSerializeWrapper):
+        loaded = _load(self.path, _TopicFile)
+        if isinstance(loaded, _TopicFile):
             self.configs = dict(loaded.topic_config_table)
             self.data_version = loaded.data_version
+            self.controller_version = loaded.controller_topic_version
         system = [
             TopicConfig(
                 topic_name=SCHEDULE_TOPIC,
@@ -173,6 +186,14 @@ class TopicTable:
             self.configs = dict(configs)
             self._bump()
 
+    def set_controller_version(self, version: int) -> None:
+        """Record the controller's topic version this table now reflects."""
+        if version != self.controller_version:
+            self.controller_version = version
+            self.save()
+            if self.version_listener is not None:
+                self.version_listener(version)
+
     def set_state_version(self, state_version: int) -> None:
         """Carry the master epoch in registrations (controller mode fences stale masters)."""
         self.data_version = DataVersion(
@@ -193,7 +214,9 @@ class TopicTable:
     def save(self) -> None:
         """Replace the file atomically."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, encode_body(self.wrapper()))
+        wrapper = self.wrapper()
+        data = _TopicFile(wrapper.topic_config_table, wrapper.data_version, self.controller_version)
+        write_atomic(self.path, encode_body(data))
 
 
 class GroupConfig(msgspec.Struct, rename="camel", forbid_unknown_fields=False, kw_only=True):

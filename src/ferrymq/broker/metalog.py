@@ -9,6 +9,14 @@ like any record, so it is committed and visible under the same confirm offset, a
 loop turn share one record. A full snapshot is written when a master starts and every
 `snapshot_interval`, so a slave that starts after old segments expired still gets every table
 whole.
+
+A topic deleted on the master (a TopicChange to None, or missing from a snapshot) also loses its
+consume queues on the slave, so a topic created again under the same name starts from queue
+offset 0 on every replica. Records are applied again at every start (from the oldest one kept):
+a queue is dropped only if none of its entries lies after the delete record in the log, so
+replaying an old delete never drops a later incarnation of the topic. Offsets follow the
+master's own offset records. In controller mode the table's controller topic version
+(`TopicTable.controller_version`) travels too.
 """
 
 from __future__ import annotations
@@ -38,6 +46,12 @@ class TopicChange(msgspec.Struct, tag="topic"):
 
     topic: str
     config: TopicConfig | None
+
+
+class TopicVersionChange(msgspec.Struct, tag="topicVersion"):
+    """Controller mode: the controller topic version the master's topic table now reflects."""
+
+    version: int
 
 
 class GroupChange(msgspec.Struct, tag="group"):
@@ -73,9 +87,18 @@ class Snapshot(msgspec.Struct, tag="snapshot"):
     offsets: dict[str, dict[int, int]]
     delay_offsets: dict[int, int]
     timer_progress: TimerProgress | None = None
+    controller_topic_version: int | None = None
 
 
-Change = TopicChange | GroupChange | OffsetChanges | DelayChanges | TimerChange | Snapshot
+Change = (
+    TopicChange
+    | TopicVersionChange
+    | GroupChange
+    | OffsetChanges
+    | DelayChanges
+    | TimerChange
+    | Snapshot
+)
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Change).decode
@@ -96,6 +119,7 @@ class MetadataLog:
         self._flush_scheduled = False
         self._last_end = 0
         state.topics.listener = self._topic_changed
+        state.topics.version_listener = self._topic_version_changed
         state.groups.listener = self._group_changed
         state.offsets.listener = self._offset_changed
         state.delay_offsets.listener = self._delay_changed
@@ -111,6 +135,7 @@ class MetadataLog:
                 {key: dict(queues) for key, queues in state.offsets.offsets.items()},
                 dict(state.delay_offsets.offsets),
                 state.delay_offsets.timer,
+                state.topics.controller_version,
             )
         )
 
@@ -118,6 +143,7 @@ class MetadataLog:
         """Stop logging changes (this broker is no longer the master)."""
         state = self._state
         state.topics.listener = None
+        state.topics.version_listener = None
         state.groups.listener = None
         state.offsets.listener = None
         state.delay_offsets.listener = None
@@ -130,6 +156,9 @@ class MetadataLog:
 
     def _topic_changed(self, topic: str, config: TopicConfig | None) -> None:
         self._append(TopicChange(topic, config))
+
+    def _topic_version_changed(self, version: int) -> None:
+        self._append(TopicVersionChange(version))
 
     def _group_changed(self, group: str, config: GroupConfig | None) -> None:
         self._append(GroupChange(group, config))
@@ -233,8 +262,9 @@ class MetadataFollower:
         state = self._state
         result = state.store.get(METADATA_TOPIC, 0, self.applied_queue_offset, 256)
         if result.status is GetStatus.FOUND:
-            for record in result.records:
-                self._apply(decode_record(record).body)
+            for raw in result.records:
+                record = decode_record(raw)
+                self._apply(record.body, record.log_offset)
         self.applied_queue_offset = max(self.applied_queue_offset, result.next_queue_offset)
         return result.status is GetStatus.FOUND
 
@@ -244,10 +274,11 @@ class MetadataFollower:
         When the log becomes the master's: a committed offset may be among them, acknowledged by
         the old master just before this replica heard the new watermark.
         """
-        for record in self._state.store.held_records(METADATA_TOPIC, 0):
-            self._apply(decode_record(record).body)
+        for raw in self._state.store.held_records(METADATA_TOPIC, 0):
+            record = decode_record(raw)
+            self._apply(record.body, record.log_offset)
 
-    def _apply(self, body: bytes) -> None:
+    def _apply(self, body: bytes, log_offset: int) -> None:
         state = self._state
         try:
             change = _decode(body)
@@ -257,8 +288,12 @@ class MetadataFollower:
         if isinstance(change, TopicChange):
             if change.config is None:
                 state.topics.delete(change.topic)
+                self._drop_queues(change.topic, log_offset)
             else:
                 state.topics.put(change.config)
+        elif isinstance(change, TopicVersionChange):
+            if change.version > state.topics.controller_version:
+                state.topics.set_controller_version(change.version)
         elif isinstance(change, GroupChange):
             if change.config is None:
                 state.groups.delete(change.group)
@@ -273,9 +308,25 @@ class MetadataFollower:
         elif isinstance(change, TimerChange):
             state.delay_offsets.set_timer(change.progress)
         else:
+            for topic in sorted(state.topics.configs.keys() - change.topics.keys()):
+                self._drop_queues(topic, log_offset)
             state.topics.replace_all(change.topics)
+            version = change.controller_topic_version
+            if version is not None and version > state.topics.controller_version:
+                state.topics.set_controller_version(version)
             state.groups.replace_all(change.groups)
             state.offsets.replace_all(change.offsets)
             state.delay_offsets.replace_all(change.delay_offsets)
             if change.timer_progress is not None:
                 state.delay_offsets.set_timer(change.timer_progress)
+
+    def _drop_queues(self, topic: str, log_offset: int) -> None:
+        """The master deleted `topic` at `log_offset`: drop its queues here too (module doc)."""
+        store = self._state.store
+        store.dispatch()
+        queues = store.queues.queues_of(topic)
+        if not queues or any(queue.max_log_offset > log_offset for queue in queues):
+            return
+        self._state.fences.forget(topic)
+        store.delete_topic(topic, log_offset)
+        log.info("topic %s: queues dropped (deleted on the master)", topic)

@@ -31,6 +31,7 @@ import dataclasses
 import fcntl
 import functools
 import itertools
+import json
 import logging
 import os
 import shutil
@@ -218,6 +219,11 @@ class Store:
         self._checkpoint_path = root / "checkpoint"
         self._abort_path = root / "abort"
         self._truncating_path = root / "truncating"
+        self._deleted_topics_path = root / "deletedTopics.json"
+        self.deleted_topics: dict[str, int] = {}
+        """Topic -> log offset: the topic was deleted there, and none of its records below it is
+        indexed again (recovery re-reads the log; without this a deleted topic's queues came
+        back at a restart, mixed with those of a topic created again under its name)."""
         self._lock_fd = -1
         self._closed = False
         self._dispatched_log_offset = 0
@@ -348,6 +354,7 @@ class Store:
         self.commitlog.load()
         self.queues.load()
         self.index.load()
+        self._load_deleted_topics()
         segments = self.commitlog.chain.segments
         if not segments:
             end = max((q.max_log_offset for q in self.queues), default=0)
@@ -484,7 +491,10 @@ class Store:
         if not infos:
             return
         runs: dict[ConsumeQueue, tuple[int, list[tuple[int, int, int]]]] = {}
+        deleted = self.deleted_topics
         for info in infos:
+            if deleted and info.log_offset < deleted.get(info.topic, -1):
+                continue  # a deleted topic's record (`deleted_topics`)
             if transaction_type(info.sys_flag) not in _NO_QUEUE_ENTRY:
                 queue = self.queues.get_or_create(info.topic, info.queue_id)
                 found = runs.get(queue)
@@ -1214,11 +1224,42 @@ class Store:
             self.index.delete_expired(min_log)
         return deleted
 
-    def delete_topic(self, topic: str) -> int:
-        """Drop the consume queues of a topic (its records age out of the commit log)."""
+    def delete_topic(self, topic: str, log_offset: int | None = None) -> int:
+        """Drop the consume queues of a topic (its records age out of the commit log).
+
+        Its records below `log_offset` (default: every record appended so far) are never
+        indexed again, not even by recovery (`deleted_topics`). Returns how many queues went.
+        """
         self._check_open()
         self.dispatch()
+        cutoff = self.commitlog.write_offset if log_offset is None else log_offset
+        if cutoff > self.deleted_topics.get(topic, -1):
+            self.deleted_topics[topic] = cutoff
+            self._save_deleted_topics()
         with self._dirty_lock:
             for queue in self.queues.queues_of(topic):
                 self._dirty.pop(queue, None)
         return self.queues.delete_topic(topic)
+
+    def _load_deleted_topics(self) -> None:
+        data = read_file(self._deleted_topics_path)
+        if data is None:
+            return
+        try:
+            loaded = json.loads(data)
+            cutoffs = {str(t): int(o) for t, o in loaded.items()}
+        except (ValueError, TypeError, AttributeError) as exc:  # written atomically: outside damage
+            log.error(
+                "%s is unreadable (%s): deleted topics may be indexed again",
+                self._deleted_topics_path,
+                exc,
+            )
+            return
+        # a cutoff at or below the log's start holds nothing back any more
+        start = self.commitlog.min_offset
+        self.deleted_topics = {t: o for t, o in cutoffs.items() if o > start}
+
+    def _save_deleted_topics(self) -> None:
+        start = self.commitlog.min_offset
+        self.deleted_topics = {t: o for t, o in self.deleted_topics.items() if o > start}
+        write_atomic(self._deleted_topics_path, json.dumps(self.deleted_topics).encode())
