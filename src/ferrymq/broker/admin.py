@@ -12,6 +12,11 @@ sign, as `AttributeUtil.alterCurrentAttributes` does). A topic created with
 later update may unfence it or change its queues (a safety setting never fails open); an
 existing unfenced topic cannot become fenced (its records carry no fence). Deleting it stays an
 admin action.
+
+Controller mode (issue 20 section 3): once the broker registered with a controller, topic
+creates and deletes of topics that are not broker-local go to the controller as changes of this
+broker's group (`topicsync.TopicSync`), which decides for the whole cluster; the broker answers
+once its own table holds the outcome.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields
 from ferrymq.wire.records import store_timestamp_of
+from ferrymq.wire.topics import alter_attributes, check_fenced, is_broker_local_topic
 
 __all__ = [
     "HOT_KEYS",
@@ -119,6 +125,9 @@ async def create_topic(
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     if not (0 < header.read_queue_nums <= 1024 and 0 < header.write_queue_nums <= 1024):
         raise RequestError(ResponseCode.SYSTEM_ERROR, "queue numbers must be in 1..1024")
+    if state.topic_authority is not None and not is_broker_local_topic(header.topic):
+        await state.topic_authority.put_on_group(header)
+        return await _ok_once_committed(state, request)
     current = state.topics.get(header.topic)
     try:
         attributes = _altered_attributes(current, parse_attribute_changes(header.attributes))
@@ -148,49 +157,25 @@ async def create_topic(
 
 
 def _altered_attributes(current: TopicConfig | None, changes: dict[str, str]) -> dict[str, str]:
-    """The attributes after RocketMQ 5's changes: only additions on create.
+    """The attributes after RocketMQ 5's changes (`wire.topics.alter_attributes`).
 
     Raises:
         ValueError: a deletion on create, or of an attribute the topic does not have.
     """
-    attributes = dict(current.attributes) if current is not None else {}
-    for key, value in changes.items():
-        name = key[1:]
-        if key.startswith("+"):
-            attributes[name] = value
-        elif current is None:
-            raise ValueError(f"only additions are allowed when creating a topic, not {key!r}")
-        elif attributes.pop(name, None) is None:
-            raise ValueError(f"cannot delete attribute {name!r}: the topic does not have it")
-    return attributes
+    return alter_attributes(current.attributes if current is not None else None, changes)
 
 
 def _check_fenced(
     current: TopicConfig | None, attributes: dict[str, str], read_queues: int, write_queues: int
 ) -> None:
-    """Refuse what would make a fenced topic unsafe (module docstring).
+    """Refuse what would make a fenced topic unsafe (`wire.topics.check_fenced`).
 
     Raises:
         ValueError: naming what is refused.
     """
-    was_fenced = current is not None and current.attributes.get(FENCED_ATTRIBUTE) == "true"
-    value = attributes.get(FENCED_ATTRIBUTE)
-    if value is not None and value != "true":
-        raise ValueError(f"{FENCED_ATTRIBUTE} takes only the value true, not {value!r}")
-    if was_fenced and value is None:
-        raise ValueError(f"a fenced topic stays fenced: {FENCED_ATTRIBUTE} cannot be removed")
-    if value is None:
-        return
-    if current is not None and not was_fenced:
-        raise ValueError(
-            "an existing topic cannot become fenced (its records carry no fence): delete it "
-            "first, or create another"
-        )
-    if read_queues != 1 or write_queues != 1:
-        raise ValueError(
-            f"a fenced topic has exactly one read and one write queue, not {read_queues} read "
-            f"and {write_queues} write queues"
-        )
+    check_fenced(
+        current.attributes if current is not None else None, attributes, read_queues, write_queues
+    )
 
 
 async def delete_topic(
@@ -198,6 +183,9 @@ async def delete_topic(
 ) -> RemotingCommand:
     """DELETE_TOPIC_IN_BROKER (215): drop the topic's config, queues and offsets."""
     header = from_ext_fields(DeleteTopicRequestHeader, request.ext_fields)
+    if state.topic_authority is not None and not is_broker_local_topic(header.topic):
+        await state.topic_authority.remove_from_group(header.topic)
+        return await _ok_once_committed(state, request)
     if state.topics.delete(header.topic):
         state.fences.forget(header.topic)
         state.store.delete_topic(header.topic)

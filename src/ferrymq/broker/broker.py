@@ -192,6 +192,9 @@ class Broker:
         self.on_sync_state_change: Callable[[SyncStateChange], bool] | None = None
         """Controller mode: a SyncStateSet change goes to the controller before it applies."""
         self.on_role_change: Callable[[], None] = lambda: None
+        self.on_master: Callable[[], None] = lambda: None
+        """Called when this broker is master, before it leaves the fence (controller mode:
+        reconcile its topics with the controller's, `topicsync.py`)."""
         self.role_assigned = asyncio.Event()
         """Set once this broker has a role (at start in classic mode; controller mode: once
         the controller named one)."""
@@ -315,6 +318,7 @@ class Broker:
             self.replicas = ReplicasManager(self, self._namesrv)
             self.router.add(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.replicas.notified)
             self.router.add(RequestCode.GET_BROKER_EPOCH_CACHE, self.replicas.epoch_cache)
+            self.router.add(RequestCode.NOTIFY_TOPICS_CHANGED, self.replicas.topics.notified)
             self._spawn(self.replicas.run())
         elif self.config.broker_role is BrokerRole.SLAVE:
             self._start_slave()
@@ -480,6 +484,7 @@ class Broker:
                 follower = self._follower
                 await self._stop_role()
                 await self._start_master(role, master_epoch, members, follower)
+            self.on_master()
             self.fenced = False
             state.lease = NO_LEASE_YET if self.config.enable_controller_mode else None
             self.role_assigned.set()

@@ -14,7 +14,10 @@ ARCHITECTURE.md section 6 items 4 and 7:
   master asks for an election (broker-triggered ElectMaster);
 - SyncStateSet shrink and expand go to the controller (AlterSyncStateSet, fenced by the master
   epoch and the set's epoch) and apply locally only once it accepted them: the local set is
-  always a superset of what the controller would elect from.
+  always a superset of what the controller would elect from;
+- topics are the controller's (issue 20 section 3, `topicsync.py`): registration fetches what
+  the group should hold before the broker takes a role, heartbeat answers and pushes name the
+  controller's topic version, and a master reconciles its table before leaving the fence.
 
 Fault points for crash tests: `FERRYMQ_FAULT_POINTS=identity-after-temp,...` (comma-separated)
 kills the process with SIGKILL when registration reaches that step.
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING
 from ferrymq.broker.controller_link import ControllerLink
 from ferrymq.broker.identity import IdentityFiles, RegisterState
 from ferrymq.broker.state import MasterLease
+from ferrymq.broker.topicsync import TopicSync
 from ferrymq.errors import FerryError, ProtocolError
 from ferrymq.replication.syncstate import SyncStateChange
 from ferrymq.rpc.client import RpcClient
@@ -97,8 +101,14 @@ class ReplicasManager:
         self.lease_ms: int | None = None
         self._heartbeat_now = asyncio.Event()
         self._alter_in_flight = False
+        self.topics = TopicSync(broker, self.link)
         broker.on_sync_state_change = self._propose_sync_state_set
-        broker.on_role_change = self._heartbeat_now.set
+        broker.on_role_change = self._role_changed
+        broker.on_master = self.topics.reconcile_now
+
+    def _role_changed(self) -> None:
+        self._heartbeat_now.set()
+        self.topics.wake()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -111,6 +121,7 @@ class ReplicasManager:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._heartbeat_loop())
             group.create_task(self._sync_loop())
+            group.create_task(self.topics.run())
 
     async def _try_register(self) -> bool:
         try:
@@ -184,6 +195,9 @@ class ReplicasManager:
             config.broker_name,
         )
         await self._send_heartbeat()  # the controller learns this broker's offsets first
+        # what the group should hold, before any role (topicsync rule 2); raises to retry
+        await self.topics.fetch()
+        self.broker.state.topic_authority = self.topics
         await self.apply(
             header.master_broker_id, header.master_address, header.master_epoch, members
         )
@@ -400,6 +414,7 @@ class ReplicasManager:
             log.info("the controller refused a heartbeat: %s", response.remark)
             return
         answer = from_ext_fields(BrokerHeartbeatResponseHeader, response.ext_fields)
+        self.topics.heard(answer.topic_version)
         if answer.master_lease_mills is None:
             return
         self.lease_ms = answer.master_lease_mills

@@ -49,6 +49,7 @@ from ferrymq.broker.metadata import (
     retry_topic,
 )
 from ferrymq.broker.state import BrokerState
+from ferrymq.broker.topicsync import auto_create_topic
 from ferrymq.errors import (
     CorruptRecordError,
     HeaderFieldError,
@@ -380,6 +381,8 @@ async def send_message(
             f"the message body size {len(request.body)} is over the limit "
             f"{state.config.max_message_size}",
         )
+    if state.topic_authority is not None and state.topics.get(topic) is None:
+        await auto_create_topic(state, topic, header.default_topic_queue_nums)  # controller mode
     config = topic_for_send(state, topic, header.default_topic_queue_nums)
     if not config.perm & _PERM_WRITE:
         raise RequestError(

@@ -13,7 +13,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from ferrymq import clock as process_clock
 from ferrymq.broker.clients import ClientTable, QueueLocks
@@ -33,10 +33,11 @@ from ferrymq.replication.master import ReplicationMaster
 from ferrymq.rpc.connection import Connection
 from ferrymq.store.store import Store
 from ferrymq.wire.bodies import Perm
+from ferrymq.wire.broker import CreateTopicRequestHeader
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.records import pack_host
 
-__all__ = ["NO_LEASE_YET", "BrokerState", "MasterLease"]
+__all__ = ["NO_LEASE_YET", "BrokerState", "MasterLease", "TopicAuthority"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,30 @@ class MasterLease:
 
 NO_LEASE_YET: Final = MasterLease(math.inf, -math.inf)
 """A new master in controller mode: no writes until a heartbeat's answer grants a lease."""
+
+
+class TopicAuthority(Protocol):
+    """Who decides this broker's topics in controller mode: the controller (`topicsync.py`)."""
+
+    async def put_on_group(
+        self, header: CreateTopicRequestHeader, *, auto_create: bool = False
+    ) -> None:
+        """Have the controller create or change the topic on this group; hold it on return.
+
+        Raises:
+            RequestError: the controller refused, with its code and remark.
+            FerryError: no controller leader answered.
+        """
+        ...
+
+    async def remove_from_group(self, topic: str) -> None:
+        """Have the controller take the topic off this group; dropped here on return.
+
+        Raises:
+            RequestError: the controller refused, with its code and remark.
+            FerryError: no controller leader answered.
+        """
+        ...
 
 
 @dataclass(eq=False)
@@ -106,6 +131,9 @@ class BrokerState:
     """`clock()` when this broker took its role (became master, or started serving)."""
     wake_clients: Callable[[], None] = lambda: None
     """Called when a client's session timeout may bring the next expiry forward."""
+    topic_authority: TopicAuthority | None = None
+    """Controller mode, once registered with a controller: topic creates and deletes (admin
+    requests, auto-create) go to it (issue 20 section 3). None: this broker decides alone."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
     _dispatch_retry: asyncio.TimerHandle | None = field(default=None, repr=False)
 

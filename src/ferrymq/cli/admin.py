@@ -2,6 +2,9 @@
 
 JSON output (`--json`) uses RocketMQ's body shapes where RocketMQ has one (TopicRouteData,
 ClusterInfo, ConsumeStats, TopicStatsTable).
+
+In controller mode topic create and delete go to the controller (`AdminClient`), and
+`topic status` also shows the controller's placement against what each group holds.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import click
 from ferrymq.cli.broker import broker_group
 from ferrymq.cli.controller import controller_group
 from ferrymq.cli.output import emit_json, emit_table
-from ferrymq.client.admin import AdminClient
+from ferrymq.client.admin import AdminClient, TopicPlacementStatus
 from ferrymq.client.message import Message
+from ferrymq.errors import FerryError
 
 __all__ = ["DEFAULT_NAMESRV", "admin_group"]
 
@@ -87,14 +91,23 @@ def topic_create(
         if queues not in (None, 1):
             raise click.UsageError("a fenced topic has exactly one queue")
     count = queues or (1 if fenced else 8)
-    masters = _run(
-        _namesrv(ctx),
-        lambda a: a.create_topic(
+
+    async def create(admin: AdminClient) -> tuple[list[str], TopicPlacementStatus | None]:
+        masters = await admin.create_topic(
             name, count, cluster=cluster, broker_name=broker_name, order=order, fenced=fenced
-        ),
-    )
+        )
+        return masters, await admin.topic_placement(name)
+
+    masters, placement = _run(_namesrv(ctx), create)
     kind = "fenced topic" if fenced else "topic"
-    click.echo(f"{kind} {name}: {count} queues on {', '.join(masters)}")
+    click.echo(f"{kind} {name}: {count} queues on {', '.join(masters) or 'no master yet'}")
+    waiting = (
+        [g.broker_name for g in placement.groups if g.state == "no master"] if placement else []
+    )
+    if waiting:
+        click.echo(
+            f"pending on {', '.join(waiting)}: no master; it gets the topic when one returns"
+        )
 
 
 @topic_group.command("fence")
@@ -165,10 +178,28 @@ def topic_route(ctx: click.Context, name: str, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def topic_status(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Every queue's offsets (TopicStatsTable)."""
-    entries = _run(_namesrv(ctx), lambda a: a.topic_status(name))
+    """Every queue's offsets (TopicStatsTable); controller mode: placement, desired vs actual."""
+
+    async def status(admin: AdminClient) -> tuple[TopicPlacementStatus | None, list[Any]]:
+        placement = await admin.topic_placement(name)
+        try:
+            entries = await admin.topic_status(name)
+        except FerryError:
+            if placement is None:
+                raise
+            entries = []  # not routed anywhere (yet, or any more): the placement says why
+        return placement, entries
+
+    placement, entries = _run(_namesrv(ctx), status)
     if as_json:
-        emit_json({"offsetTable": entries})
+        found: dict[str, Any] = {"offsetTable": entries}
+        if placement is not None:
+            found["placement"] = _placement_json(placement)
+        emit_json(found)
+        return
+    if placement is not None:
+        _show_placement(placement)
+    if not entries:
         return
     emit_table(
         f"status of {name}",
@@ -176,6 +207,55 @@ def topic_status(ctx: click.Context, name: str, as_json: bool) -> None:
         [
             (e.broker_name, e.queue_id, e.min_offset, e.max_offset, e.last_update_timestamp)
             for e in entries
+        ],
+    )
+
+
+def _placement_json(placement: TopicPlacementStatus) -> dict[str, Any]:
+    record = placement.record
+    return {
+        "topicVersion": placement.topic_version,
+        "version": record.version if record is not None else None,
+        "deletedAtVersion": placement.deleted_at,
+        "groups": [
+            {
+                "brokerName": g.broker_name,
+                "desired": g.desired,
+                "master": g.master,
+                "onBroker": g.on_broker,
+                "routed": g.routed,
+                "state": g.state,
+            }
+            for g in placement.groups
+        ],
+    }
+
+
+def _show_placement(placement: TopicPlacementStatus) -> None:
+    record = placement.record
+    if record is not None:
+        title = f"placement of {placement.topic} (version {record.version})"
+    elif placement.deleted_at is not None:
+        title = f"placement of {placement.topic} (deleted at version {placement.deleted_at})"
+    else:
+        title = f"placement of {placement.topic} (not known to the controller)"
+
+    def shown(value: int | str | None) -> str:
+        return "-" if value is None else str(value)
+
+    emit_table(
+        title,
+        ["broker", "desired queues", "master", "on master", "routed", "state"],
+        [
+            (
+                g.broker_name,
+                shown(g.desired),
+                shown(g.master),
+                shown(g.on_broker),
+                shown(g.routed),
+                g.state,
+            )
+            for g in placement.groups
         ],
     )
 

@@ -1,16 +1,27 @@
-"""The admin client: topics, clusters and routes (the parts of RocketMQ's `MQAdminExt` served)."""
+"""The admin client: topics, clusters and routes (the parts of RocketMQ's `MQAdminExt` served).
+
+Controller mode (issue 20 section 3): topics are the controller's. The client learns whether a
+cluster runs controllers from a broker's config (GET_BROKER_CONFIG: `enableControllerMode`,
+`controllerAddr`), once per client; `create_topic` and `delete_topic` then go to the controller,
+which decides the placement for every group (those without a master included), and wait as in
+classic mode until the NameServers route what the live masters now hold. `topic_placement`
+shows the controller's desired placement against each group's master and the routes.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
 from ferrymq import clock
 from ferrymq.client.consumer import decode_messages
+from ferrymq.client.controller_admin import ControllerAdmin
 from ferrymq.client.fenced import FenceHolder, fence_holder, route_queue
 from ferrymq.client.message import Message
 from ferrymq.client.routing import TopicRoute
+from ferrymq.config import ConfigError, parse_properties
 from ferrymq.errors import FerryError, RemoteError, RpcError
 from ferrymq.model import format_address, validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
@@ -46,8 +57,53 @@ from ferrymq.wire.namesrv import (
     WipeWritePermOfBrokerRequestHeader,
 )
 from ferrymq.wire.records import unpack_host
+from ferrymq.wire.topics import ControllerUpdateTopicRequestHeader, TopicPlacement
 
-__all__ = ["AdminClient"]
+__all__ = ["AdminClient", "GroupPlacement", "TopicPlacementStatus"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPlacement:
+    """One broker group of a topic in controller mode: desired against actual (write queues)."""
+
+    broker_name: str
+    desired: int | None
+    """Queues the controller placed on the group (None: not placed there)."""
+    master: str | None
+    """The group's master, as the NameServer routes it (None: no master)."""
+    on_broker: int | None
+    """Queues the master holds (None: it does not hold the topic, or no master)."""
+    routed: int | None
+    """Queues the NameServer routes for the group (None: not routed)."""
+    managed: bool = True
+    """Whether the controller knows the topic (False: made before controller mode; kept)."""
+
+    @property
+    def state(self) -> str:
+        """`ok`, `pending` (brokers catching up), `no master`, `to drop` or `not managed`."""
+        if self.desired is None:
+            if self.on_broker is None and self.routed is None:
+                return "ok"
+            return "to drop" if self.managed else "not managed"
+        if self.master is None:
+            return "no master"
+        if self.on_broker == self.desired and self.routed == self.desired:
+            return "ok"
+        return "pending"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPlacementStatus:
+    """A topic as the controller keeps it and as the cluster holds it (`topic_placement`)."""
+
+    topic: str
+    topic_version: int
+    """The controller's topic version."""
+    record: TopicPlacement | None
+    """The controller's record of the topic (None: deleted, or never created through it)."""
+    deleted_at: int | None
+    """The version that deleted it (None: not deleted)."""
+    groups: list[GroupPlacement]
 
 
 class AdminClient:
@@ -60,6 +116,8 @@ class AdminClient:
         self._rpc = rpc or RpcClient()
         self._owns_rpc = rpc is None
         self._timeout = timeout
+        self._controllers: ControllerAdmin | None = None
+        self._mode_known = False
 
     async def close(self) -> None:
         """Close connections (when this client owns them)."""
@@ -175,6 +233,33 @@ class AdminClient:
             raise FerryError(f"no master found in {where}")
         return found
 
+    async def controllers(self) -> ControllerAdmin | None:
+        """The controllers of a controller-mode cluster (None: classic mode).
+
+        Learned once from the first broker that answers GET_BROKER_CONFIG (`controllerAddr`).
+        """
+        if self._mode_known:
+            return self._controllers
+        info = await self.cluster_info()
+        request = RemotingCommand(code=RequestCode.GET_BROKER_CONFIG)
+        for name in sorted(info.broker_addr_table):
+            for _, address in sorted(info.broker_addr_table[name].broker_addrs.items()):
+                try:
+                    response = await self._rpc.call(address, request, self._timeout)
+                    if response.code != ResponseCode.SUCCESS:
+                        continue
+                    config = parse_properties(response.body.decode(), "GET_BROKER_CONFIG")
+                except (FerryError, ConfigError, UnicodeDecodeError):
+                    continue
+                controller_addr = config.get("controllerAddr", "")
+                if config.get("enableControllerMode") == "true" and controller_addr.strip():
+                    self._controllers = ControllerAdmin(
+                        controller_addr, timeout=self._timeout, rpc=self._rpc
+                    )
+                self._mode_known = True
+                return self._controllers
+        return None
+
     async def create_topic(
         self,
         topic: str,
@@ -217,6 +302,9 @@ class AdminClient:
             order=order,
             attributes=format_attribute_changes(changes) or None,
         )
+        controllers = await self.controllers()
+        if controllers is not None:
+            return await self._create_by_controller(controllers, header, cluster, broker_name)
         masters = await self._masters(cluster, broker_name)
         for address in masters.values():
             await self._broker_call(
@@ -233,6 +321,48 @@ class AdminClient:
             except RpcError as exc:
                 unreachable.append(exc)  # it learns the topic from the next registration
         if len(unreachable) == len(self._namesrvs):
+            raise unreachable[-1]
+        return list(masters.values())
+
+    async def _create_by_controller(
+        self,
+        controllers: ControllerAdmin,
+        header: CreateTopicRequestHeader,
+        cluster: str | None,
+        broker_name: str | None,
+    ) -> list[str]:
+        """Controller mode: the controller decides; wait until the live masters' groups route it.
+
+        Groups without a master get the topic when a master returns (not waited for).
+        """
+        decided = await controllers.update_topic(
+            ControllerUpdateTopicRequestHeader(
+                topic=header.topic,
+                read_queue_nums=header.read_queue_nums,
+                write_queue_nums=header.write_queue_nums,
+                perm=header.perm,
+                order=header.order,
+                attributes=header.attributes,
+                cluster_name=cluster,
+                broker_name=broker_name,
+            )
+        )
+        (record,) = decided.topics
+        info = await self.cluster_info()
+        masters: dict[str, str] = {}
+        for name, queues in sorted(record.placement.items()):
+            data = info.broker_addr_table.get(name)
+            master = data.broker_addrs.get(0) if data is not None else None
+            if master is not None and queues.read_queue_nums == queues.write_queue_nums:
+                masters[name] = master
+        wanted = {name: record.placement[name].write_queue_nums for name in masters}
+        unreachable: list[FerryError] = []
+        for namesrv in self._namesrvs if wanted else []:
+            try:
+                await self._await_routed(namesrv, header.topic, wanted)
+            except RpcError as exc:
+                unreachable.append(exc)
+        if unreachable and len(unreachable) == len(self._namesrvs):
             raise unreachable[-1]
         return list(masters.values())
 
@@ -266,13 +396,28 @@ class AdminClient:
             await asyncio.sleep(0.05)
 
     async def delete_topic(self, topic: str, *, cluster: str | None = None) -> None:
-        """Delete a topic from the masters of a cluster (or all) and from the NameServers."""
-        header = to_ext_fields(DeleteTopicRequestHeader(topic=topic))
-        for address in (await self._masters(cluster, None)).values():
-            await self._broker_call(
-                address,
-                RemotingCommand(code=RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields=dict(header)),
-            )
+        """Delete a topic from the masters of a cluster (or all) and from the NameServers.
+
+        Controller mode: the controller deletes it (every group, or the groups of `cluster`),
+        leaving a tombstone so a broker that is down now drops it when it returns; this waits
+        (up to the timeout) until the live masters no longer register it.
+
+        Raises:
+            RemoteError: NO_PERMISSION when the controller runs with deleteTopicEnable=false.
+        """
+        controllers = await self.controllers()
+        if controllers is not None:
+            await controllers.delete_topic(topic, cluster_name=cluster)
+            await self._await_unrouted(topic, cluster)
+        else:
+            header = to_ext_fields(DeleteTopicRequestHeader(topic=topic))
+            for address in (await self._masters(cluster, None)).values():
+                await self._broker_call(
+                    address,
+                    RemotingCommand(
+                        code=RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields=dict(header)
+                    ),
+                )
         names = to_ext_fields(
             DeleteTopicFromNamesrvRequestHeader(topic=topic, cluster_name=cluster)
         )
@@ -282,6 +427,86 @@ class AdminClient:
                 RemotingCommand(code=RequestCode.DELETE_TOPIC_IN_NAMESRV, ext_fields=dict(names)),
                 self._timeout,
             )
+
+    async def _await_unrouted(self, topic: str, cluster: str | None) -> None:
+        """Wait (up to the timeout) until no NameServer routes `topic` on a live master's group.
+
+        Those masters drop it when the controller's push or their next heartbeat reaches them,
+        and register again without it; groups without a master are removed from the routes
+        with DELETE_TOPIC_IN_NAMESRV afterwards.
+        """
+        info = await self.cluster_info()
+        groups = {name for name, data in info.broker_addr_table.items() if 0 in data.broker_addrs}
+        if cluster is not None:
+            groups &= set(info.cluster_addr_table.get(cluster, []))
+        deadline = clock.mono() + self._timeout
+        for namesrv in self._namesrvs:
+            request = RemotingCommand(
+                code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                ext_fields=to_ext_fields(GetRouteInfoRequestHeader(topic=topic)),
+            )
+            while clock.mono() < deadline:
+                try:
+                    response = await self._rpc.call(namesrv, request, self._timeout)
+                except RpcError:
+                    break
+                if response.code != ResponseCode.SUCCESS:
+                    break
+                routed = decode_body(response.body, TopicRouteData).queue_datas
+                if not groups & {queue.broker_name for queue in routed}:
+                    break
+                await asyncio.sleep(0.05)
+
+    async def topic_placement(self, topic: str) -> TopicPlacementStatus | None:
+        """Controller mode: the controller's placement of a topic against what each group holds.
+
+        None in classic mode. Every group with a master is asked (GET_TOPIC_STATS_INFO), so a
+        group that still holds a deleted topic shows up as `to drop`.
+        """
+        controllers = await self.controllers()
+        if controllers is None:
+            return None
+        body = await controllers.topics(topic)
+        record = body.topics[0] if body.topics else None
+        route = await self.route(topic)
+        routed = {q.broker_name: q.write_queue_nums for q in route.queue_datas} if route else {}
+        info = await self.cluster_info()
+        masters = {
+            name: data.broker_addrs[0]
+            for name, data in info.broker_addr_table.items()
+            if 0 in data.broker_addrs
+        }
+        held: dict[str, int] = {}
+        header = to_ext_fields(GetTopicStatsInfoRequestHeader(topic=topic))
+        for name, address in sorted(masters.items()):
+            request = RemotingCommand(code=RequestCode.GET_TOPIC_STATS_INFO, ext_fields=header)
+            try:
+                response = await self._rpc.call(address, request, self._timeout)
+            except RpcError:
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                held[name] = len(decode_body(response.body, TopicStatsTable).offset_table)
+        desired = (
+            {name: q.write_queue_nums for name, q in record.placement.items()} if record else {}
+        )
+        names = sorted(desired.keys() | routed.keys() | held.keys())
+        return TopicPlacementStatus(
+            topic=topic,
+            topic_version=body.topic_version,
+            record=record,
+            deleted_at=body.deleted.get(topic),
+            groups=[
+                GroupPlacement(
+                    broker_name=name,
+                    desired=desired.get(name),
+                    master=masters.get(name),
+                    on_broker=held.get(name),
+                    routed=routed.get(name),
+                    managed=record is not None or topic in body.deleted,
+                )
+                for name in names
+            ],
+        )
 
     async def fence(self, topic: str) -> FenceHolder:
         """A fenced topic's holder and live start, from its master (GET_FENCE).

@@ -2,7 +2,8 @@
 
 Spec: reference/rocketmq-controller-spec.md sections 1.4, 1.9 and 5 (`mqadmin getSyncStateSet`,
 `electMaster`, `getControllerMetaData`, `getControllerConfig`, `updateControllerConfig`,
-`cleanBrokerMetadata`).
+`cleanBrokerMetadata`), and ferrymq's topics kept by the controller (issue 20 section 3,
+`wire.topics`).
 
 Requests go to the controller leader. The client finds it with GET_METADATA_INFO, follows the
 leader named in a CONTROLLER_NOT_LEADER answer, and moves on to the next address when one cannot
@@ -46,6 +47,12 @@ from ferrymq.wire.controller import (
 )
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import CommandHeader, from_ext_fields, to_ext_fields
+from ferrymq.wire.topics import (
+    ControllerDeleteTopicRequestHeader,
+    ControllerTopicsBody,
+    ControllerUpdateTopicRequestHeader,
+    GetControllerTopicsRequestHeader,
+)
 
 __all__ = ["ControllerAdmin", "ElectResult", "ReplicaInfo", "broker_epoch_cache"]
 
@@ -357,6 +364,38 @@ class ControllerAdmin:
         """UPDATE_CONTROLLER_CONFIG: replicated to every controller."""
         text = "".join(f"{key}={value}\n" for key, value in properties.items())
         await self._ok(RequestCode.UPDATE_CONTROLLER_CONFIG, body=text.encode())
+
+    # ------------------------------------------------------------------ topics (issue 20 s. 3)
+
+    async def update_topic(
+        self, header: ControllerUpdateTopicRequestHeader
+    ) -> ControllerTopicsBody:
+        """CONTROLLER_UPDATE_TOPIC: create or change a topic; the topic as decided."""
+        response = await self._ok(RequestCode.CONTROLLER_UPDATE_TOPIC, header)
+        return decode_body(response.body, ControllerTopicsBody)
+
+    async def delete_topic(
+        self, topic: str, *, cluster_name: str | None = None, broker_name: str | None = None
+    ) -> ControllerTopicsBody:
+        """CONTROLLER_DELETE_TOPIC: delete a topic (or take it off some groups).
+
+        Raises:
+            RemoteError: NO_PERMISSION while the controller runs with deleteTopicEnable=false.
+        """
+        response = await self._ok(
+            RequestCode.CONTROLLER_DELETE_TOPIC,
+            ControllerDeleteTopicRequestHeader(
+                topic=topic, cluster_name=cluster_name, broker_name=broker_name
+            ),
+        )
+        return decode_body(response.body, ControllerTopicsBody)
+
+    async def topics(self, topic: str | None = None) -> ControllerTopicsBody:
+        """CONTROLLER_GET_TOPICS: one topic's record or tombstone, or every live topic."""
+        response = await self._ok(
+            RequestCode.CONTROLLER_GET_TOPICS, GetControllerTopicsRequestHeader(topic=topic)
+        )
+        return decode_body(response.body, ControllerTopicsBody)
 
 
 def _check(response: RemotingCommand) -> None:
