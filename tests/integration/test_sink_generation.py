@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ferrymq.broker.sink import Begin, Decide, Done, Fence, SinkTable
+from ferrymq.broker.sink import Begin, Decide, Done, Fence, Owner, SinkTable
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.sink import SinkClient, SinkFencedError
@@ -96,6 +96,32 @@ def test_the_owner_outlives_the_forgetting_of_old_batches() -> None:
     assert list(owner.pending) == [f"{F}/s{i}" for i in range(4, 20)]
 
 
+def test_an_owner_snapshot_stands_for_the_records_retention_deletes() -> None:
+    records: list[Fence | Decide] = [
+        Fence(F, 1, start=pos(5)),
+        Decide(f"{F}/r1", 0, {"x": {"b": 1}}, generation=1, fence=F, positions=pos(9)),
+        Fence(F, 2, change="req-1", start=pos(7, "1")),
+        Decide(f"{F}/r2", 0, {"y": {"b": 2}}, generation=2, fence=F, positions=pos(11)),
+    ]
+    full = SinkTable()
+    for op in records:
+        full.apply(op)
+    snapshot = full.owners[F].snapshot(F)
+    assert isinstance(snapshot, Owner)
+    # a rebuild that finds only the snapshot (older segments deleted) and what follows it
+    rebuilt = SinkTable()
+    rebuilt.apply(snapshot)
+    assert rebuilt.owners == full.owners
+    later = Decide(f"{F}/r2", 1, {}, generation=2, fence=F, positions=pos(12))
+    for table in (full, rebuilt):
+        table.apply(snapshot)  # a full replay meets the snapshot where it was written: no change
+        table.apply(later)
+        table.apply(Decide(f"{F}/r1", 1, {}, generation=1, fence=F))
+    assert rebuilt.owners == full.owners
+    assert rebuilt.owners[F].positions == {"t": {"broker-a": {"0": 12, "1": 7}}}
+    assert rebuilt.fenced(F, 1) == 2
+
+
 def rows(prefix: str, count: int) -> list[BatchItem]:
     return [
         BatchItem.of(f"{prefix}-{i}".encode(), {props.UNIQ_KEY: f"{prefix}-{i}"})
@@ -176,6 +202,9 @@ async def test_an_older_generation_is_refused_across_a_restart_and_forgetting(
         async with SinkClient(cluster.namesrv_addr) as sink:
             with pytest.raises(SinkFencedError):
                 await sink.decide("broker-a", old, 2, {}, generation=1, fence_id=F)
+            service = cluster.broker.sink
+            assert service is not None
+            assert await service.snapshot_owners() == 1  # what the master does periodically
             state = await sink.fence("broker-a", F, 3)
             assert state.generation == 3
             assert state.run == new

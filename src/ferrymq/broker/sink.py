@@ -47,6 +47,10 @@ Source positions: a decide may carry the batch's source positions (topic -> brok
 -> next offset); the winner's are merged into the fence id's positions, in log order. A new
 owner without a checkpoint fences, finishes the pending batches and starts reading there, so
 nothing decided is read twice and nothing before it is skipped (connectors/replicator.py).
+Retention deletes old segments of `SINK_TOPIC` like any other's, so the master appends every
+owner's whole state again (an OWNER record, applied as a replacement) every quarter of
+`fileReservedTime` (at most every 6 hours): a table rebuilt after a restart still knows every
+fence id's generation and positions, however long ago its last decide was.
 """
 
 from __future__ import annotations
@@ -114,6 +118,7 @@ __all__ = [
     "SINK_TOPIC",
     "Decide",
     "Fence",
+    "Owner",
     "SinkOwner",
     "SinkService",
     "SinkTable",
@@ -137,6 +142,7 @@ _KEEP_RUNS: Final = 16
 """Per fence id, the runs whose last decided batch a new owner finishes."""
 _BORN: Final = pack_host("127.0.0.1", 0)
 _APPLY_WAIT_S: Final = 10.0
+_SNAPSHOT_MAX_S: Final = 6 * 3600.0
 
 
 # ---------------------------------------------------------------------- records
@@ -187,7 +193,18 @@ class Fence(msgspec.Struct, tag="fence", omit_defaults=True):
     replace: bool = False
 
 
-Op = Decide | Begin | Done | Expire | Fence
+class Owner(msgspec.Struct, tag="owner", omit_defaults=True):
+    """A fence id's whole `SinkOwner` state, appended again before retention deletes its records."""
+
+    fence: str
+    generation: int
+    positions: Positions | None = None
+    run: str | None = None
+    change: str | None = None
+    pending: list[SinkPending] = msgspec.field(default_factory=list)
+
+
+Op = Decide | Begin | Done | Expire | Fence | Owner
 _encode_op = msgspec.json.Encoder().encode
 _decode_op = msgspec.json.Decoder(Op).decode
 
@@ -238,6 +255,13 @@ class SinkOwner:
     def fenced(self, generation: int | None) -> bool:
         """Whether a writer of `generation` is older than the recorded owner."""
         return generation is not None and generation < self.generation
+
+    def snapshot(self, fence: str) -> Owner:
+        """This state as an OWNER record of `fence`."""
+        state = self.state()
+        return Owner(
+            fence, state.generation, state.positions, state.run, state.change, state.pending
+        )
 
     def state(self) -> SinkFenceState:
         """SINK_FENCE's answer."""
@@ -299,6 +323,15 @@ class SinkTable:
         """Apply one decision record."""
         if isinstance(op, Fence):
             self._fence(op)
+            return
+        if isinstance(op, Owner):  # the state at this point of the log: a replacement
+            self.owners[op.fence] = SinkOwner(
+                op.generation,
+                _copy(op.positions) if op.positions is not None else None,
+                op.run,
+                op.change,
+                {p.sink_id: (p.batch_id, p.transactions) for p in op.pending},
+            )
             return
         key = (op.sink, op.batch)
         if isinstance(op, Decide):
@@ -447,13 +480,28 @@ class SinkService:
                 record.store_timestamp_ms,
             )
 
+    def _snapshot_period_s(self) -> float:
+        reserved_s = self._state.config.file_reserved_time * 3600
+        return max(60.0, min(_SNAPSHOT_MAX_S, reserved_s / 4))
+
+    async def snapshot_owners(self) -> int:
+        """Append every fence id's state again (retention must never take the last copy)."""
+        owners = sorted(self.table.owners.items())
+        for fence, owner in owners:
+            await self._append_op(owner.snapshot(fence), wait=False)
+        return len(owners)
+
     async def run(self) -> None:
-        """Follow `SINK_TOPIC` and expire old prepared batches (as master), forever."""
+        """Follow `SINK_TOPIC`; as master expire old prepared batches and snapshot owners."""
         state = self._state
         next_expiry = time.monotonic()
+        next_snapshot = time.monotonic() + self._snapshot_period_s()
         period = max(1.0, min(60.0, self.prepared_timeout_ms / 4000))
         while True:
             self.catch_up()
+            if state.is_master and time.monotonic() >= next_snapshot:
+                next_snapshot = time.monotonic() + self._snapshot_period_s()
+                await self.snapshot_owners()
             if state.is_master and time.monotonic() >= next_expiry:
                 next_expiry = time.monotonic() + period
                 for sink, batch in self.table.expired(state.wall_ms(), self.prepared_timeout_ms):
