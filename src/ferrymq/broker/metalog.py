@@ -13,10 +13,10 @@ whole.
 A topic deleted on the master (a TopicChange to None, or missing from a snapshot) also loses its
 consume queues on the slave, so a topic created again under the same name starts from queue
 offset 0 on every replica. Records are applied again at every start (from the oldest one kept):
-a queue is dropped only if none of its entries lies after the delete record in the log, so
-replaying an old delete never drops a later incarnation of the topic. Offsets follow the
-master's own offset records. In controller mode the table's controller topic version
-(`TopicTable.controller_version`) travels too.
+a queue is dropped only if none of its entries lies after the delete record in the log and it
+holds no record waiting above the confirm offset, so replaying an old delete never drops a later
+incarnation of the topic. Offsets follow the master's own offset records. In controller mode
+the table's controller topic version (`TopicTable.controller_version`) travels too.
 """
 
 from __future__ import annotations
@@ -325,7 +325,12 @@ class MetadataFollower:
         store = self._state.store
         store.dispatch()
         queues = store.queues.queues_of(topic)
-        if not queues or any(queue.max_log_offset > log_offset for queue in queues):
+        if not queues or any(
+            # an entry after the delete record, or records held above the confirm offset (so
+            # after it too) that own the next queue offsets: a later incarnation, or a replay
+            queue.max_log_offset > log_offset or queue.next_queue_offset > queue.max_queue_offset
+            for queue in queues
+        ):
             return
         self._state.fences.forget(topic)
         store.delete_topic(topic, log_offset)
