@@ -78,8 +78,10 @@ class History:
         }
         self.add("connect-observer", "ok", "cview", node=node, off=offset, view=shown)
 
-    def log(self, records: list[LogEntry]) -> None:
-        self.add("connect-observer", "ok", "clog", node=WORKERS[0], records=records)
+    def log(self, records: list[LogEntry], end: int | None = None) -> None:
+        shown = records[-1].offset + 1 if records else 0
+        fields = {"node": WORKERS[0], "records": records, "off": shown if end is None else end}
+        self.add("connect-observer", "ok", "clog", **fields)
 
 
 def _claim(offset: int, epoch: int, writer: str) -> LogEntry:
@@ -268,6 +270,15 @@ def test_an_unreadable_record_is_corrupt() -> None:
     h = History()
     h.log([*_good_log(), LogEntry(6, 6, "unreadable", 2, "w2")])
     assert _found(h) == {"connect-corrupt-record": 1}
+
+
+def test_a_raw_log_shown_short_of_the_workers_offset_is_short() -> None:
+    h = History()
+    h.log(_good_log(), end=9)  # the workers applied records 6, 7 and 8
+    h.add("connect-observer", "fail", "clog", off=9, error="n15-worker1: ReadTimeout")
+    results = check(h.events)
+    assert {k: v for k, v in results.anomalies.items() if v} == {"connect-short-log": 2}
+    assert "shown up to offset 6, the workers reached 9" in results.examples["connect-short-log"][0]
 
 
 def test_a_write_answered_500_is_an_unexpected_status() -> None:

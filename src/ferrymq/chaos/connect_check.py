@@ -31,6 +31,9 @@ Anomalies (each counted once per connector and worker, or per log record):
 - `connect-stale-record`: a record whose epoch or writer is not the latest claim's before it (a
   record of an older epoch after a newer claim, or of another worker);
 - `connect-corrupt-record`: a config-log record that is not a config record;
+- `connect-short-log`: no worker shows the raw config log (`GET /log`) up to the config offset
+  the workers reached: records they applied are missing from the log as stored, or from what
+  the API shows of it;
 - `connect-unexpected-status`: a write answered with a status the API never gives a write
   (500, 502, ...: docs/connect.md promises 2xx, 400, 404, 409 or 504).
 """
@@ -63,6 +66,7 @@ CONNECT_ANOMALIES: Final = (
     "connect-claim-order",
     "connect-stale-record",
     "connect-corrupt-record",
+    "connect-short-log",
     "connect-unexpected-status",
 )
 """Every Connect anomaly; each is a hard failure."""
@@ -225,7 +229,7 @@ def _collect(events: Sequence[Event], report: Reporter) -> _Connect:
             (found.views if event.type == "ok" else found.unanswered).append(event)
         elif event.f == "cconverged" and event.type != "invoke":
             found.converged.append(event)
-        elif event.f == "clog" and event.type == "ok":
+        elif event.f == "clog" and event.type != "invoke":
             found.logs.append(event)
         elif event.f == "cexit":
             found.exits += 1
@@ -356,7 +360,15 @@ def check_connect(events: Sequence[Event], report: Reporter) -> dict[str, int]:
     _check_convergence(found, report)
     claims = 0
     for event in found.logs:
-        claims = check_log(event.records or [], report)
+        records = event.records or []
+        claims = check_log(records, report)
+        shown = records[-1].offset + 1 if records else 0
+        if event.type != "ok" or (event.off is not None and shown < event.off):
+            report(
+                "connect-short-log",
+                f"the raw config log is shown up to offset {shown}, the workers reached "
+                f"{event.off}: {event.error}",
+            )
     return {
         "connect_acked": found.statuses["ok"],
         "connect_failed": found.statuses["fail"],

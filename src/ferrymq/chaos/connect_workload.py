@@ -13,12 +13,13 @@
   connector again and goes on with a fresh one: the unknown write may still land much later (a
   paused follower forwards it when it resumes), and as the last write of its connector it
   cannot be reordered with a later one.
-- An observer asks every worker for its leader each second and records each new claim
+- An observer asks every worker for its leader twice a second and records each new claim
   (`cleader`), and a worker that exited by itself (not killed by the nemesis: exit status other
   than SIGKILL's) as `cexit`.
 - `final` (after the faults, once the brokers converged): waits until every worker shows the
   same config offset and connectors twice in a row, records each worker's final state (`cview`)
-  and whether they converged (`cconverged`), then the raw config log (`clog`).
+  and whether they converged (`cconverged`), then the raw config log (`clog`) up to the offset
+  the workers reached.
 
 The clients and the observer bind 127.0.0.13 (CONNECT_CLIENT_IP), so partitions cut them off too.
 """
@@ -50,6 +51,10 @@ CONNECT_OBSERVER: Final = "connect-observer"
 _KINDS: Final = ("create", "create-stopped", "patch", "patch", "pause", "stop", "delete")
 _NOT_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _LOG_PAGE: Final = 1000
+_LOG_WAIT_S: Final = 40.0
+"""How long the final check waits for a worker to show the whole raw config log: longer than a
+client's route refresh (30 s), since a worker whose cached route names only slaves shows an
+empty log until then (its pulls get "pull the master", which `GET /log` takes for the end)."""
 
 
 def connector_config(value: str) -> dict[str, str]:
@@ -192,17 +197,16 @@ class ConnectWorkload:
     async def _observe(self) -> None:
         epoch = -1
         exits: dict[str, int] = {}
-        async with self._http(1.0) as http:
+        transport = httpx.AsyncHTTPTransport(local_address=CONNECT_CLIENT_IP)
+        async with httpx.AsyncClient(transport=transport, timeout=0.8) as http:
             while not self.stop.is_set():
                 for worker in self.cluster.workers:
                     self._note_exit(worker, exits)
-                    if not worker.running or worker.paused:
-                        continue
-                    try:
-                        leader = (await http.get(worker.url + "/")).json()["leader"]
-                        seen, leader_id = int(leader["epoch"]), str(leader["worker_id"])
-                    except (httpx.HTTPError, ValueError, KeyError, TypeError):
-                        continue
+                asked = [w for w in self.cluster.workers if w.running and not w.paused]
+                # all at once: a worker cut off (it answers nothing) delays no other's answer
+                for seen, leader_id in await asyncio.gather(
+                    *(self._leader(http, w) for w in asked)
+                ):
                     if seen > epoch and leader_id:
                         epoch = seen
                         node = self.cluster.worker(leader_id)
@@ -214,7 +218,16 @@ class ConnectWorkload:
                             epoch=seen,
                         )
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stop.wait(), 1.0)
+                    await asyncio.wait_for(self.stop.wait(), 0.5)
+
+    @staticmethod
+    async def _leader(http: httpx.AsyncClient, worker: Node) -> tuple[int, str]:
+        """(epoch, leader id) as the worker reports them; (-1, "") when it does not answer."""
+        try:
+            leader = (await http.get(worker.url + "/")).json()["leader"]
+            return int(leader["epoch"]), str(leader["worker_id"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return -1, ""
 
     def _note_exit(self, worker: Node, exits: dict[str, int]) -> None:
         process = worker.process
@@ -297,32 +310,66 @@ class ConnectWorkload:
                 else f"not converged in {timeout:g} s: {len(answered)} of {len(views)} workers "
                 f"answered, config offsets {offsets}",
             )
-            await self._record_log(http)
+            await self._record_log(http, max(offsets, default=0))
         return converged
 
-    async def _record_log(self, http: httpx.AsyncClient) -> None:
-        """The raw config log, as the first worker that answers reads it (`clog`)."""
-        for worker in self.cluster.workers:
-            if not worker.running or worker.paused:
-                continue
-            records: list[LogEntry] = []
-            try:
-                while True:
-                    start = records[-1].offset + 1 if records else 0
-                    answer = await http.get(
-                        worker.url + "/log", params={"from": start, "limit": _LOG_PAGE}
-                    )
-                    answer.raise_for_status()
-                    page = answer.json()
-                    records += [_entry(r) for r in page]
-                    if len(page) < _LOG_PAGE:
-                        break
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-                log.warning("the raw config log from %s: %s", worker.name, exc)
-                continue
-            self.recorder.record(CONNECT_OBSERVER, "ok", "clog", node=worker.name, records=records)
+    async def _record_log(self, http: httpx.AsyncClient, end: int) -> None:
+        """The raw config log as the workers show it (`clog`, `off` = the workers' offset).
+
+        Asks each running worker in turn, for up to `_LOG_WAIT_S`, until one shows the log up to
+        the config offset `end` the workers reached; records the longest it was shown, and why
+        it fell short when it did.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _LOG_WAIT_S
+        best: tuple[list[LogEntry], str] | None = None
+        problems: list[str] = []
+        while True:
+            for worker in self.cluster.workers:
+                if not worker.running or worker.paused:
+                    continue
+                try:
+                    records = await self._read_log(http, worker)
+                except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                    problems.append(f"{worker.name}: {type(exc).__name__}: {exc}")
+                    continue
+                shown = records[-1].offset + 1 if records else 0
+                if best is None or shown > (best[0][-1].offset + 1 if best[0] else 0):
+                    best = (records, worker.name)
+                if shown >= end:
+                    break
+                problems.append(f"{worker.name} showed it up to {shown}")
+            else:
+                if loop.time() < deadline:
+                    await asyncio.sleep(1.0)
+                    continue
+            break
+        if best is None:
+            error = "; ".join(problems[-3:]) or "no worker running"
+            self.recorder.record(CONNECT_OBSERVER, "fail", "clog", off=end, error=error)
             return
-        self.recorder.record(CONNECT_OBSERVER, "fail", "clog", error="no worker showed the log")
+        records, node = best
+        self.recorder.record(
+            CONNECT_OBSERVER,
+            "ok",
+            "clog",
+            node=node,
+            off=end,
+            records=records,
+            error="; ".join(problems[-3:]) or None,
+        )
+
+    @staticmethod
+    async def _read_log(http: httpx.AsyncClient, worker: Node) -> list[LogEntry]:
+        records: list[LogEntry] = []
+        while True:
+            start = records[-1].offset + 1 if records else 0
+            answer = await http.get(worker.url + "/log", params={"from": start, "limit": _LOG_PAGE})
+            answer.raise_for_status()
+            page = answer.json()
+            records += [_entry(r) for r in page]
+            if len(page) < _LOG_PAGE:
+                return records
 
 
 def _entry(raw: dict[str, Any]) -> LogEntry:

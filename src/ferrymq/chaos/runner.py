@@ -277,7 +277,7 @@ def connect_gaps(events: list[Event], *, min_gap_s: float = 2.0) -> list[dict[st
 def connect_failovers(events: list[Event]) -> list[dict[str, object]]:
     """Each fault aimed at the Connect leader that moved the leadership, and how long it took.
 
-    `claimed_after_s`: until the observer (polling each second) saw a newer claim by another
+    `claimed_after_s`: until the observer (polling every 0.5 s) saw a newer claim by another
     worker; `acked_after_s`: until the next acknowledged Connect write.
     """
     out: list[dict[str, object]] = []
