@@ -13,14 +13,18 @@ FileSource (rules):
    column whose value (as text) becomes the key, so rows of one key share a queue.
 2. Exactly once: Spark's file source records which files every micro-batch reads in the
    checkpoint (`sources/0`, next to `offsets/N`), so a batch replayed after a crash reads the
-   same files; the ferrymq sink commits each (sink id, batch id) once and finishes a replayed
-   batch's first decided commit instead of writing a second copy. Files must be complete when
-   they appear in the directory (write elsewhere, then rename into it), as Spark's file source
-   requires.
-3. `json` and `csv` need `schema` (Spark DDL); `parquet` infers it from the files already there
+   same files; the ferrymq sink commits each batch of the checkpoint once and finishes a
+   replayed batch's first decided commit instead of writing a second copy. Files must be
+   complete when they appear in the directory (write elsewhere, then rename into it), as Spark's
+   file source requires. Which files were read lives in the checkpoint only: a task that lost
+   its checkpoint reads every file again.
+3. Fencing: `build` fences the sink id with the task's generation before the query starts
+   (`spark.sink.start_sink`, which also finishes the last decided batch of earlier runs), so an
+   older owner still running elsewhere has its next batch refused (`WriterFencedError`).
+4. `json` and `csv` need `schema` (Spark DDL); `parquet` infers it from the files already there
    when it is absent. `errors.tolerance=none` (default) reads with Spark's FAILFAST mode, so a
    malformed line fails the task with Spark's reason; `all` drops such lines (DROPMALFORMED).
-4. One task: a directory is one stream (Spark reads its files in parallel inside the query).
+5. One task: a directory is one stream (Spark reads its files in parallel inside the query).
 
 FileSink (rules):
 1. A task is one query: `readStream.format("ferrymq")` of `topics` or `topics.regex` into
@@ -46,6 +50,7 @@ task FAILED with that trace.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Mapping
@@ -408,12 +413,15 @@ class FileSource(ConnectorPlugin):
         return _source_errors(config)
 
     def task_configs(self, config: Mapping[str, str], max_tasks: int) -> list[dict[str, str]]:
-        """One task: a directory is one stream (rule 4)."""
+        """One task: a directory is one stream (rule 5)."""
         return [dict(config)]
 
     def build(self, spark: Any, config: Mapping[str, str], context: TaskContext) -> Any:
-        """Start the task's query: the directory's files into the topic, exactly once."""
+        """Fence older owners, then start the task's query: the files into the topic."""
         from pyspark.sql import functions
+
+        from ferrymq.spark.options import WriteOptions
+        from ferrymq.spark.sink import start_sink
 
         _raise_invalid("FileSource", _source_errors(config) | _missing(self, config))
         who = f"FileSource {context.connector}"
@@ -459,12 +467,17 @@ class FileSource(ConnectorPlugin):
                 )
             columns.append(functions.col(f"`{key_field}`").cast("string").alias("key"))
         interval = int(config.get("trigger.interval.ms") or "1000")
+        topic, fence = config["topic"].strip(), sink_id(context)
+        owner = WriteOptions(
+            servers=context.namesrv_addr, topic=topic, sink_id=fence, generation=context.generation
+        )
+        asyncio.run(start_sink(owner))  # rule 3
         return (
             frame.select(*columns)
             .writeStream.format("ferrymq")
             .option("servers", context.namesrv_addr)
-            .option("topic", config["topic"].strip())
-            .option("sinkId", sink_id(context))
+            .option("topic", topic)
+            .option("sinkId", fence)
             .option("generation", str(context.generation))
             .option("checkpointLocation", context.checkpoint_dir)
             .queryName(f"{context.connector}-{context.task}")
