@@ -509,6 +509,106 @@ def bench_spark(rows: int, size: int, repeat: int, as_json: bool) -> None:
     click.echo(" ".join(f"{k}={v}x" for k, v in to_parquet.items()) + " (ferrymq/Parquet)")
 
 
+@bench.command("connectors")
+@click.option("--rows", type=click.IntRange(min=1000), default=200_000, show_default=True)
+@click.option(
+    "--size",
+    type=click.IntRange(min=16),
+    default=100,
+    show_default=True,
+    help="Body bytes of the FileSource rows and of ferry bench produce beside them.",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1, max=20),
+    default=3,
+    show_default=True,
+    help="Runs of each throughput job (alternating order); the median is reported.",
+)
+@click.option(
+    "--latency-seconds",
+    type=click.FloatRange(min=0),
+    default=20.0,
+    show_default=True,
+    help="Measured seconds of the PostgreSQL -> PostgreSQL latency run (0 skips it).",
+)
+@click.option(
+    "--latency-rate",
+    type=click.FloatRange(min=1, max=5000),
+    default=200.0,
+    show_default=True,
+    help="Rows inserted per second during the latency run.",
+)
+@click.option(
+    "--interval-ms",
+    type=click.IntRange(min=10),
+    default=200,
+    show_default=True,
+    help="The latency run's poll.interval.ms (source) and trigger.interval.ms (sink).",
+)
+@click.option(
+    "--warmup/--no-warmup",
+    default=True,
+    show_default=True,
+    help="Unmeasured small runs of every job first (--no-warmup: the first job pays Spark's).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def bench_connectors(
+    rows: int,
+    size: int,
+    repeat: int,
+    latency_seconds: float,
+    latency_rate: float,
+    interval_ms: int,
+    warmup: bool,
+    as_json: bool,
+) -> None:
+    """Connectors beside their baselines: PostgreSQL sink, writes into ferrymq, latency."""
+    from ferrymq.cmd.bench_connectors import ConnectorsBenchConfig, run_connectors_bench
+
+    config = ConnectorsBenchConfig(
+        rows=rows,
+        size=size,
+        repeat=repeat,
+        latency_seconds=latency_seconds,
+        latency_rate=latency_rate,
+        interval_ms=interval_ms,
+        warmup=warmup,
+    )
+    console = Console(stderr=True)
+    with console.status("measuring") as status:
+        try:
+            result = asyncio.run(run_connectors_bench(config, status.update))
+        except (RuntimeError, ImportError) as exc:
+            raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(
+            json.dumps({"benchmark": "connectors", "machine": _machine(), **result.as_json()})
+        )
+        return
+    table = Table(title=f"ferry bench connectors ({rows:,} rows, local[2], median of {repeat})")
+    for column in ("group", "system", "rows", "body B", "seconds", "rows/s"):
+        table.add_column(column, justify="left" if column in ("group", "system") else "right")
+    for r in result.rows:
+        seconds = f"{r.seconds:.2f}"
+        if len(r.runs) > 1:
+            seconds += " (" + ", ".join(f"{run:.2f}" for run in r.runs) + ")"
+        table.add_row(
+            r.group, r.system, f"{r.rows:,}", str(r.size), seconds, f"{r.rows_per_s:,.0f}"
+        )
+    _wide_console().print(table)
+    for name, reason in result.skipped.items():
+        click.echo(f"skipped {name}: {reason}")
+    click.echo(" ".join(f"{k}={v}x" for k, v in result.ratios().items()))
+    if result.latency is not None:
+        latency = result.latency
+        click.echo(
+            f"latency PostgreSQL commit -> copy committed ({latency.rows} rows at "
+            f"{latency.rate:.0f}/s, intervals {latency.interval_ms} ms): p50 {latency.p50_ms} ms, "
+            f"p99 {latency.p99_ms} ms, max {latency.max_ms} ms"
+        )
+
+
 def _print_rows(title: str, rows: list[Row]) -> None:
     table = Table(title=title)
     for column in (
