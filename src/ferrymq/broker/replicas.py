@@ -196,8 +196,8 @@ class ReplicasManager:
         )
         await self._send_heartbeat()  # the controller learns this broker's offsets first
         # what the group should hold, before any role (topicsync rule 2); raises to retry
-        await self.topics.fetch()
-        self.broker.state.topic_authority = self.topics
+        if await self.topics.fetch() is not None:
+            self.broker.state.topic_authority = self.topics
         await self.apply(
             header.master_broker_id, header.master_address, header.master_epoch, members
         )

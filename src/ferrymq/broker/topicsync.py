@@ -155,6 +155,9 @@ class TopicSync:
         self.link = link
         self.view: GroupTopicsBody | None = None
         """The newest answer of CONTROLLER_GET_GROUP_TOPICS."""
+        self.supported = True
+        """False once a controller answered REQUEST_CODE_NOT_SUPPORTED (older than topics as
+        controller state): this broker then keeps its topics itself, as before."""
         self._wake = asyncio.Event()
 
     @property
@@ -183,19 +186,30 @@ class TopicSync:
                 await asyncio.sleep(_RETRY_S)
                 self._wake.set()
 
-    async def fetch(self) -> GroupTopicsBody:
+    async def fetch(self) -> GroupTopicsBody | None:
         """Ask the controller what this group should hold (keeps the newest answer).
+
+        None when the controller does not keep topics (`supported`).
 
         Raises:
             FerryError: no controller leader answered, or it refused.
             ProtocolError: the answer does not decode.
         """
+        if not self.supported:
+            return None
         state = self.broker.state
         response = await self.link.call(
             RequestCode.CONTROLLER_GET_GROUP_TOPICS,
             GetGroupTopicsRequestHeader(broker_name=state.config.broker_name),
             encode_body(GroupTopicsRequestBody(held=held_topics(state.topics))),
         )
+        if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            log.warning(
+                "the controller does not keep topics (an older version): this broker keeps its "
+                "own, as in classic mode, until it restarts against a newer controller"
+            )
+            self.supported = False
+            return None
         if response.code != ResponseCode.SUCCESS:
             raise FerryError(f"CONTROLLER_GET_GROUP_TOPICS: {response.code} {response.remark}")
         body = decode_body(response.body, GroupTopicsBody)
