@@ -256,3 +256,13 @@ async def test_auto_create_asks_the_controller(cluster: _Cluster) -> None:
         refused = await send(rpc, cluster.brokers["broker-b"].address, "Auto2", b"x")
         assert refused.code == ResponseCode.TOPIC_NOT_EXIST
         assert "Auto2" not in cluster.controller.node.state.topics
+
+
+async def test_broker_local_topics_stay_with_the_brokers(cluster: _Cluster) -> None:
+    async with AdminClient(cluster.namesrv.address) as admin:
+        await admin.create_topic("%RETRY%readers", 1)
+        assert "%RETRY%readers" not in cluster.controller.node.state.topics
+        assert all(_holds(b, "%RETRY%readers") == 1 for b in cluster.brokers.values())
+        await admin.delete_topic("%RETRY%readers")
+        assert all(_holds(b, "%RETRY%readers") is None for b in cluster.brokers.values())
+        assert cluster.controller.node.state.deleted_topics == {}

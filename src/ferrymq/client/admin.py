@@ -4,7 +4,8 @@ Controller mode (issue 20 section 3): topics are the controller's. The client le
 cluster runs controllers from a broker's config (GET_BROKER_CONFIG: `enableControllerMode`,
 `controllerAddr`), once per client; `create_topic` and `delete_topic` then go to the controller,
 which decides the placement for every group (those without a master included), and wait as in
-classic mode until the NameServers route what the live masters now hold. `topic_placement`
+classic mode until the NameServers route what the live masters now hold. Broker-local topics
+(system, retry, dead-letter) still go to the masters themselves. `topic_placement`
 shows the controller's desired placement against each group's master and the routes.
 """
 
@@ -57,7 +58,11 @@ from ferrymq.wire.namesrv import (
     WipeWritePermOfBrokerRequestHeader,
 )
 from ferrymq.wire.records import unpack_host
-from ferrymq.wire.topics import ControllerUpdateTopicRequestHeader, TopicPlacement
+from ferrymq.wire.topics import (
+    ControllerUpdateTopicRequestHeader,
+    TopicPlacement,
+    is_broker_local_topic,
+)
 
 __all__ = ["AdminClient", "GroupPlacement", "TopicPlacementStatus"]
 
@@ -302,7 +307,7 @@ class AdminClient:
             order=order,
             attributes=format_attribute_changes(changes) or None,
         )
-        controllers = await self.controllers()
+        controllers = None if is_broker_local_topic(topic) else await self.controllers()
         if controllers is not None:
             return await self._create_by_controller(controllers, header, cluster, broker_name)
         masters = await self._masters(cluster, broker_name)
@@ -405,7 +410,7 @@ class AdminClient:
         Raises:
             RemoteError: NO_PERMISSION when the controller runs with deleteTopicEnable=false.
         """
-        controllers = await self.controllers()
+        controllers = None if is_broker_local_topic(topic) else await self.controllers()
         if controllers is not None:
             await controllers.delete_topic(topic, cluster_name=cluster)
             await self._await_unrouted(topic, cluster)
