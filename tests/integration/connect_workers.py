@@ -61,17 +61,20 @@ def replicator(topics: str = "src", **extra: str) -> dict[str, str]:
 
 
 def make_worker(cluster: LocalCluster, root: Path, name: str, **changes: Any) -> Worker:
+    settings: dict[str, Any] = {
+        "heartbeat_interval_ms": 100,
+        "session_timeout_ms": 1000,
+        "leader_failover_grace_ms": 200,
+        "task_reassign_grace_ms": 300,
+        "rest_request_timeout_ms": 10_000,
+        **changes,
+    }
     config = WorkerConfig(
         namesrv_addr=cluster.namesrv_addr,
         worker_id=name,
         http_port=0,
         store_path_root_dir=root / name,
-        heartbeat_interval_ms=100,
-        session_timeout_ms=1000,
-        leader_failover_grace_ms=200,
-        task_reassign_grace_ms=300,
-        rest_request_timeout_ms=10_000,
-        **changes,
+        **settings,
     )
     return Worker(config, runner=NullRunner(), plugins=Plugins())
 

@@ -123,7 +123,7 @@ def task_configs(plugin: ConnectorPlugin, config: Mapping[str, str]) -> list[dic
     Raises:
         BadRequestError: the plugin returned none or more than `tasks.max`, or failed.
     """
-    max_tasks = int(config.get("tasks.max", "1"))
+    max_tasks = int(config.get("tasks.max") or "1")  # empty: not given (ConfigKey.errors)
     try:
         tasks = plugin.task_configs(config, max_tasks)
     except (ValueError, PluginError) as exc:

@@ -23,6 +23,7 @@ Contract (reference/connect-anchors.md sections 1.1 and 3b):
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Final, Protocol
+from urllib.parse import quote, urlencode
 
 import httpx
 import msgspec
@@ -69,6 +70,11 @@ class WorkerHandle(Protocol):
 
     async def raw_log(self, start: int, limit: int) -> list[LoggedRecord]:
         """The config log's records from queue offset `start`."""
+
+
+def _location(name: str) -> str:
+    """A connector's path for `Location`, percent-encoded (a header holds Latin-1 at most)."""
+    return "/connectors/" + quote(name, safe="")
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -243,12 +249,12 @@ def build_app(worker: WorkerHandle) -> FastAPI:
     # ------------------------------------------------------------------ writes
 
     async def forward(request: Request, leader_url: str) -> Response:
-        url = leader_url.rstrip("/") + request.url.path
+        url = leader_url.rstrip("/") + quote(request.scope["path"])  # decoded: encode it again
         params: list[tuple[str, str | int | float | bool | None]] = [
             (k, v) for k, v in request.query_params.multi_items() if k != "forward"
         ]
         if config.rest_follower_mode == "redirect":
-            query = "&".join(f"{k}={v}" for k, v in params)
+            query = urlencode(params)
             location = url + (f"?{query}" if query else "")
             status_code = 307 if request.method == "POST" else 308
             return Response(status_code=status_code, headers={"Location": location})
@@ -482,7 +488,7 @@ def build_app(worker: WorkerHandle) -> FastAPI:
         def answer(result: WriteResult | None) -> Response:
             created = result is not None and herder.created(result)
             body = msgspec.json.encode(info(name))
-            headers_ = {"Location": f"/connectors/{name}"} if created else {}
+            headers_ = {"Location": _location(name)} if created else {}
             return Response(body, 201 if created else 200, headers_, "application/json")
 
         return answer
@@ -509,7 +515,7 @@ def build_app(worker: WorkerHandle) -> FastAPI:
             return Response(
                 msgspec.json.encode(info(name)),
                 201,
-                {"Location": f"/connectors/{name}"},
+                {"Location": _location(name)},
                 "application/json",
             )
 
@@ -786,7 +792,140 @@ def build_app(worker: WorkerHandle) -> FastAPI:
         app.get(path)(_all_route(herder, write, forwarded, wrapped, target))
     app.get("/connectors/stop/all")(_all_route(herder, write, forwarded, wrapped, None))
 
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's spec, completed (`_document`) the first time it is asked for."""
+        if app.openapi_schema is None:
+            _document(generate())  # FastAPI keeps it in app.openapi_schema
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's way to extend the spec
     return app
+
+
+_STRINGS: Final[dict[str, Any]] = {
+    "type": "object",
+    "additionalProperties": {"type": ["string", "number"]},
+}
+_OFFSET_MAP: Final[dict[str, Any]] = {
+    "type": "object",
+    "additionalProperties": {"type": ["string", "integer"]},
+}
+_BODIES: Final[dict[tuple[str, str], dict[str, Any]]] = {
+    ("post", "/connectors"): {
+        "type": "object",
+        "required": ["name", "config"],
+        "properties": {
+            "name": {"type": "string"},
+            "config": _STRINGS,
+            "initial_state": {"type": "string", "enum": ["RUNNING", "PAUSED", "STOPPED"]},
+        },
+    },
+    ("put", "/connectors/{name}/config"): _STRINGS,
+    ("patch", "/connectors/{name}/config"): {
+        "type": "object",
+        "additionalProperties": {"type": ["string", "number", "null"]},
+    },
+    ("post", "/connectors/{name}"): _STRINGS,
+    ("patch", "/connectors/{name}/offsets"): {
+        "type": "object",
+        "required": ["offsets"],
+        "properties": {
+            "offsets": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["partition", "offset"],
+                    "properties": {
+                        "partition": _OFFSET_MAP,
+                        "offset": {**_OFFSET_MAP, "type": ["object", "null"]},
+                    },
+                },
+            }
+        },
+    },
+    ("put", "/connector-plugins/{plugin}/config/validate"): _STRINGS,
+    ("put", "/plugin/config/validate"): _STRINGS,
+}
+"""The JSON bodies of the routes that read their body themselves (to answer 400, never 422)."""
+_SUCCESS: Final[dict[tuple[str, str], dict[str, bool]]] = {
+    ("post", "/connectors"): {"201": True},
+    ("put", "/connectors/{name}/config"): {"200": True, "201": True},
+    ("post", "/connectors/{name}/restart"): {"202": True, "204": False},
+    ("put", "/connectors/{name}/pause"): {"202": False},
+    ("put", "/connectors/{name}/resume"): {"202": False},
+    ("get", "/connectors/{name}/pause"): {"202": True},
+    ("get", "/connectors/{name}/resume"): {"202": True},
+}
+"""Success statuses (with a JSON body or none) where the route answers with its own Response."""
+_WRITES: Final = frozenset(
+    {"/connectors/{name}/pause", "/connectors/{name}/resume", "/connectors/{name}/stop"}
+    | {"/connectors/pause/all", "/connectors/resume/all", "/connectors/stop/all"}
+)
+"""RocketMQ's GET paths that write."""
+_ERRORS: Final[dict[str, str]] = {
+    "307": "A follower in restFollowerMode=redirect: the leader's URL is in Location (POST).",
+    "308": "A follower in restFollowerMode=redirect: the leader's URL is in Location.",
+    "400": "A bad body, name, parameter or config value, or a state the request does not fit.",
+    "404": "No such connector, task or plugin.",
+    "409": "The connector exists; or no leader is known (Retry-After: 1); or this worker has not "
+    "read the config log up to minOffset within the request timeout.",
+    "500": "The config topic's broker is unreachable.",
+    "503": "Reading the config log, or no leader known yet.",
+    "504": "The leader was lost in mid-call: the outcome is unknown (X-Ferry-Outcome: unknown).",
+}
+
+
+def _document(spec: dict[str, Any]) -> None:
+    """Complete FastAPI's spec: the bodies, the real success codes, and the errors as they are.
+
+    Every error is Kafka's `{"error_code", "message"}` with a 400 for anything malformed, so
+    FastAPI's 422 and its validation schemas go.
+    """
+    schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    schemas["ErrorMessage"] = {
+        "type": "object",
+        "required": ["error_code", "message"],
+        "properties": {"error_code": {"type": "integer"}, "message": {"type": "string"}},
+    }
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            error: dict[str, Any] = {"$ref": "#/components/schemas/ErrorMessage"}
+            responses: dict[str, Any] = operation["responses"]
+            responses.pop("422", None)
+            success = _SUCCESS.get((method, path))
+            if success is not None:
+                generated = [responses.pop(c) for c in list(responses) if c.startswith("2")]
+                template = generated[0] if generated else {"description": "Successful Response"}
+                for code, with_body in success.items():
+                    responses[code] = {
+                        k: v for k, v in template.items() if with_body or k != "content"
+                    }
+            body = _BODIES.get((method, path))
+            if body is not None:
+                operation["requestBody"] = {
+                    "required": True,
+                    "content": {"application/json": {"schema": body}},
+                }
+            names = {p["name"] for p in operation.get("parameters", [])}
+            codes = ["400"] if names or body is not None else []
+            if "{" in path or path.startswith("/plugin/config"):
+                codes.append("404")
+            write = method != "get" or path in _WRITES
+            if write and "validate" not in path:
+                codes += ["307", "308", "409", "504"]
+            elif "minOffset" in names:
+                codes.append("409")
+            if path == "/health":
+                codes, error = ["500", "503"], {"type": "object"}  # {status, message}
+            for code in codes:
+                answer: dict[str, Any] = {"description": _ERRORS[code]}
+                if not code.startswith("3"):
+                    answer["content"] = {"application/json": {"schema": error}}
+                responses.setdefault(code, answer)
 
 
 def _all_route(
