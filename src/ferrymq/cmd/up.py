@@ -7,7 +7,7 @@ SLAVEs); `--embedded-controller` runs the controller nodes inside NameServers (o
 per controller node) instead of as their own processes.
 
 `--connect N` (2 by default in `ferry up`) adds Connect workers (`ferry connect worker`, REST
-on free ports, one store directory each), listed in the ready file as
+on free ports, sharing one store directory for task checkpoints), listed in the ready file as
 `"connect": [{"id", "url", "pid"}, ...]`; a worker that dies is reported and the cluster goes on.
 
 `ProcessCluster` is also what `ferry demo` and `ferry bench failover` drive: it can kill and
@@ -211,7 +211,8 @@ class ProcessCluster:
                 "--http-port",
                 "0",
                 "--store-path-root-dir",
-                str(config.data_dir / worker_id),
+                # shared by the cluster's workers: a task that moves continues from its checkpoint
+                str(config.data_dir / "connect"),
                 *extra,
             ],
             config.data_dir,
