@@ -43,16 +43,20 @@ bench-store: setup
 demo: setup
 	$(BIN)/ferry demo
 
-# About 5 minutes: 3 controllers and a 3-replica group in controller mode under every nemesis
+# About 7 minutes: 3 controllers and a 3-replica group in controller mode under every nemesis
 # (failovers, controller leader and follower kills, a master cut off from the cluster, disk
-# faults, clock jumps), fixed seed, checked history; fails on any anomaly. CHAOS_TOPOLOGY=classic runs static
+# faults, clock jumps), plus 3 Connect workers taking config writes (their leader killed, paused,
+# cut off; a follower paused), fixed seed, checked history; fails on any anomaly (Connect's too:
+# an acknowledged config write lost, workers ending apart, two claims of one epoch, ...).
+# CHAOS_ARGS=--connect-workers=0 leaves Connect out. CHAOS_TOPOLOGY=classic runs static
 # master/slave roles instead; CHAOS_TOPOLOGY=controller-2groups runs two broker groups under the same
 # controllers, faults aimed at both. Needs root, unshare, nftables, mkfs.ext4. Not part of `make test`.
 CHAOS_SEED     ?= 1
 CHAOS_OUT      ?= chaos-out
 CHAOS_TOPOLOGY ?= controller
+CHAOS_ARGS     ?=
 chaos: setup
-	$(BIN)/ferry chaos --schedule standard --topology $(CHAOS_TOPOLOGY) --seed $(CHAOS_SEED) --out $(CHAOS_OUT)
+	$(BIN)/ferry chaos --schedule standard --topology $(CHAOS_TOPOLOGY) --seed $(CHAOS_SEED) --out $(CHAOS_OUT) $(CHAOS_ARGS)
 
 # A long chaos run: seeded rounds of every fault for DURATION (seconds, or 20m, 1h), one history,
 # one check.

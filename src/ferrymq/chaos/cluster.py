@@ -398,7 +398,7 @@ class Cluster:
             "--http-port",
             str(CONNECT_PORT),
             "--store-path-root-dir",
-            str(self.config.out_dir / "data" / name),
+            str(self.config.out_dir / "data" / "connect"),  # shared, as docs/connect.md says
             *_WORKER_TIMINGS,
         ]
         return Node(
