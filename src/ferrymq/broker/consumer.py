@@ -124,12 +124,34 @@ def _check_member_fields(data: HeartbeatData) -> None:
             )
 
 
+def _check_master_for_members(state: BrokerState, what: str) -> None:
+    """Group membership with member data lives on the group's master only.
+
+    A broker that stopped being master still holds the members it had; answering from there
+    would split a group across two tables after a failover (seen by `ferry chaos`: Connect
+    workers heartbeating the old master and the new one each took the others for gone).
+
+    Raises:
+        RequestError: NO_PERMISSION, which makes the client ask for a fresh route.
+    """
+    if not state.is_master:
+        raise RequestError(
+            ResponseCode.NO_PERMISSION,
+            f"the broker[{state.address}] is not its group's master: {what} go to the master",
+        )
+
+
 async def heartbeat(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
     """HEART_BEAT (34): register the client's producer and consumer groups."""
     data = decode_body(request.body, HeartbeatData)
     _check_member_fields(data)
+    if any(
+        c.member_data is not None or c.session_timeout_ms is not None
+        for c in data.consumer_data_set
+    ):
+        _check_master_for_members(state, "heartbeats with member data")
     now = state.clock()
     for producer in data.producer_data_set:
         state.clients.register_producer(data.client_id, conn, producer.group_name, now)
@@ -160,6 +182,7 @@ async def get_group_members(
     served in its role: a master elected a moment ago has heard no heartbeat yet.
     """
     header = from_ext_fields(GetGroupMembersRequestHeader, request.ext_fields)
+    _check_master_for_members(state, "member lists")
     expire_clients(state)
     now = state.clock()
     group = state.clients.consumers.get(header.consumer_group)

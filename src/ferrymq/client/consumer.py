@@ -142,6 +142,11 @@ class PullConsumer:
     ) -> RemotingCommand:
         route = await self.routes.get(queue.topic)
         address = route.brokers.get(queue.broker_name, {}).get(broker_id)
+        if address is None and broker_id == MASTER_ID:
+            # a route fetched while the group had no master: the new one registers within
+            # moments, so fetch again soon instead of reading a slave until the route's timer
+            # (a slave that tells the reader to pull the master would hold it there: `ferry chaos`)
+            self.routes.refetch_soon(queue.topic)
         if address is None and not master_only:
             address = route.any_replica(queue.broker_name)
         if address is None:

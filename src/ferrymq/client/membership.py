@@ -136,6 +136,11 @@ class GroupMembership:
                 self.routes.invalidate(self.topic)
                 refresh = True
                 continue
+            if response.code == ResponseCode.NO_PERMISSION and not refresh:
+                # not the master any more (a failover): nothing was registered; ask again
+                self.routes.invalidate(self.topic)
+                refresh = True
+                continue
             if response.code != ResponseCode.SUCCESS:
                 raise RemoteError(response.code, response.remark)
             return response, address

@@ -16,7 +16,9 @@ __all__ = [
     "ConnectRestError",
     "NotFoundError",
     "NotLeaderError",
+    "NotWrittenError",
     "OutcomeUnknownError",
+    "UnavailableError",
 ]
 
 
@@ -62,6 +64,19 @@ class NotLeaderError(ConflictError):
         )
         self.leader_id = leader_id
         self.leader_url = leader_url
+
+
+class NotWrittenError(ConflictError):
+    """The broker refused the record for a passing reason: nothing was written (409).
+
+    No master yet, or too few in-sync replicas; the answer carries Retry-After.
+    """
+
+
+class UnavailableError(ConnectRestError):
+    """The worker cannot answer now (its broker is catching up); nothing changed (503)."""
+
+    status = 503
 
 
 class OutcomeUnknownError(ConnectRestError):

@@ -46,7 +46,7 @@ from ferrymq.client.membership import GroupMembership
 from ferrymq.connect.assignment import rebalance
 from ferrymq.connect.config import WorkerConfig
 from ferrymq.connect.configlog import ConfigLog
-from ferrymq.connect.errors import NotLeaderError, OutcomeUnknownError
+from ferrymq.connect.errors import NotLeaderError, NotWrittenError, OutcomeUnknownError
 from ferrymq.connect.membership import MemberData, MemberView, encode_member_data
 from ferrymq.connect.plugin import Plugins
 from ferrymq.connect.records import (
@@ -62,7 +62,7 @@ from ferrymq.connect.records import (
 from ferrymq.connect.state import ConfigState
 from ferrymq.connect.statuslog import StatusLog
 from ferrymq.connect.tasks import TaskManager
-from ferrymq.errors import FencedError, FerryError, SendOutcomeUnknownError
+from ferrymq.errors import FencedError, FerryError, SendFailedError, SendOutcomeUnknownError
 
 __all__ = ["CRASH_POINTS", "Herder", "WriteResult", "crash_point"]
 
@@ -247,6 +247,8 @@ class Herder:
         if self._claiming or not self.log.replayed or self.is_leader:
             return
         state = self.state
+        if self._refused_at_epoch > state.epoch:
+            return  # a refusal named a newer claim than this worker has read: read it first
         if state.leader_id == self.worker_id and state.epoch in self._claims:
             if self._leading_epoch != state.epoch:  # our claim landed though its answer did not
                 self._spawn(self._lead_once(state.epoch))
@@ -317,7 +319,7 @@ class Herder:
         async with self._write_lock:
             try:
                 await self._append(Snapshot(self.state.image()), epoch)
-            except (NotLeaderError, OutcomeUnknownError) as exc:
+            except (NotLeaderError, NotWrittenError, OutcomeUnknownError) as exc:
                 log.warning("epoch %d: the first snapshot was not written (%s)", epoch, exc)
                 return
             self._leading_epoch = epoch
@@ -376,6 +378,8 @@ class Herder:
             raise OutcomeUnknownError(
                 f"the config record may or may not be stored ({exc}); GET to check"
             ) from None
+        except SendFailedError as exc:  # refused before anything was stored
+            raise NotWrittenError(f"nothing was written: {exc}; retry") from None
         except (FerryError, OSError) as exc:
             raise OutcomeUnknownError(
                 f"the config record may or may not be stored ({exc}); GET to check"
@@ -434,7 +438,7 @@ class Herder:
                 await self._rebalance()
                 if self._clock() - self._last_snapshot >= snapshot_every:
                     await self._snapshot()
-            except (NotLeaderError, OutcomeUnknownError) as exc:
+            except (NotLeaderError, NotWrittenError, OutcomeUnknownError) as exc:
                 log.warning("leader duty not done: %s", exc)
 
     async def _quiet(self) -> None:

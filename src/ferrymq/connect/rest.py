@@ -42,6 +42,7 @@ from ferrymq.connect.errors import (
     ConnectRestError,
     NotFoundError,
     NotLeaderError,
+    NotWrittenError,
 )
 from ferrymq.connect.herder import Herder, WriteResult
 from ferrymq.connect.plugin import PluginError, config_infos
@@ -154,7 +155,7 @@ def build_app(worker: WorkerHandle) -> FastAPI:
 
     @app.exception_handler(ConnectRestError)
     async def rest_error(request: Request, exc: ConnectRestError) -> Response:
-        extra = {"Retry-After": "1"} if isinstance(exc, NotLeaderError) else None
+        extra = {"Retry-After": "1"} if isinstance(exc, NotLeaderError | NotWrittenError) else None
         if exc.status == 504:
             extra = {"X-Ferry-Outcome": "unknown"}
         return _error(exc.status, exc.message, extra)

@@ -34,6 +34,7 @@ from ferrymq.client.membership import GroupMembership
 from ferrymq.client.producer import Producer
 from ferrymq.connect.config import WorkerConfig
 from ferrymq.connect.configlog import LoggedRecord, decode_logged
+from ferrymq.connect.errors import UnavailableError
 from ferrymq.connect.herder import Herder
 from ferrymq.connect.plugin import Plugins
 from ferrymq.connect.rest import build_app
@@ -47,6 +48,7 @@ __all__ = ["Worker", "WorkerStartError"]
 log = logging.getLogger(__name__)
 
 _SELF_CHECK_S = 5.0
+_RAW_LOG_WAIT_S = 5.0
 _SHUTDOWN_S = 5.0
 """How long REST calls in progress may take to finish when the worker stops."""
 
@@ -259,19 +261,28 @@ class Worker:
         """The config log's records from queue offset `start`, as stored (`ferry connect log`)."""
         assert self._consumer is not None
         queue: MessageQueue = await self.herder.log.queue()
+        end = await self._consumer.max_offset(queue)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _RAW_LOG_WAIT_S
         found: list[LoggedRecord] = []
         offset = start
-        while len(found) < limit:
+        while offset < end and len(found) < limit:
             result = await self._consumer.pull(
                 queue, offset, max_messages=min(256, limit - len(found))
             )
-            if result.status is not PullStatus.FOUND:
-                if result.next_offset > offset and result.status is not PullStatus.NO_NEW_MSG:
-                    offset = result.next_offset
-                    continue
-                break
-            found += [decode_logged(m) for m in result.messages]
-            offset = result.next_offset
+            if result.status is PullStatus.FOUND:
+                found += [decode_logged(m) for m in result.messages]
+                offset = result.next_offset
+                continue
+            if result.next_offset > offset:  # below the first stored record: retention
+                offset = result.next_offset
+                continue
+            if loop.time() >= deadline:  # never a short answer that looks like the whole log
+                raise UnavailableError(
+                    f"the config log's broker answered {result.status.name} at offset {offset} "
+                    f"(the log ends at {end}) for {_RAW_LOG_WAIT_S:g} s; retry"
+                )
+            await asyncio.sleep(0.1)  # a replica catching up after a failover
         return found[:limit]
 
     # ------------------------------------------------------------------ stop
