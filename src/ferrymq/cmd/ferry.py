@@ -27,6 +27,8 @@ from ferrymq.cli.connect import connect_group
 from ferrymq.cli.duration import Duration
 from ferrymq.cli.stream import consume_command, produce_command
 from ferrymq.cmd.bench_broker import BrokerBenchConfig, ratios_to_nats, run_broker_bench
+from ferrymq.cmd.bench_connect import TIMINGS as CONNECT_TIMINGS
+from ferrymq.cmd.bench_connect import ConnectBenchConfig, run_connect_bench
 from ferrymq.cmd.bench_controller import ControllerBenchConfig, run_controller_bench
 from ferrymq.cmd.bench_failover import FailoverBenchConfig, run_failover_bench
 from ferrymq.cmd.bench_replication import ReplicationBenchConfig, run_replication_bench
@@ -870,6 +872,133 @@ def bench_failover(
             str(s.duplicated),
         )
     _wide_console().print(table)
+
+
+@bench.command("connect")
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1, max=100),
+    default=10,
+    show_default=True,
+    help="Leader kills (kill -9) per timing profile.",
+)
+@click.option(
+    "--timings",
+    "timings",
+    type=click.Choice(list(CONNECT_TIMINGS)),
+    multiple=True,
+    default=tuple(CONNECT_TIMINGS),
+    show_default=True,
+    help="Worker timing profiles for the failover rounds (repeat for several); the REST "
+    "latency runs on the first one's cluster.",
+)
+@click.option(
+    "--writes",
+    type=click.IntRange(min=0),
+    default=400,
+    show_default=True,
+    help="Measured writes per side (leader, follower); 0 skips the latency phase.",
+)
+@click.option(
+    "--slice-writes",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Writes per slice; the sides alternate every slice.",
+)
+@click.option(
+    "--connectors",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="STOPPED connectors in the log a starting worker replays.",
+)
+@click.option(
+    "--start-samples",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Worker starts per log (empty, full); 0 skips the start phase.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def bench_connect(
+    rounds: int,
+    timings: tuple[str, ...],
+    writes: int,
+    slice_writes: int,
+    connectors: int,
+    start_samples: int,
+    as_json: bool,
+) -> None:
+    """Connect workers: leader failover after kill -9, REST writes via a follower, start time."""
+    config = ConnectBenchConfig(
+        rounds=rounds,
+        timings=tuple(dict.fromkeys(timings)),
+        writes=writes,
+        slice_writes=slice_writes,
+        connectors=connectors,
+        start_samples=start_samples,
+    )
+    console = Console(stderr=True)
+    with console.status("measuring") as status:
+        try:
+            result = asyncio.run(run_connect_bench(config, status.update))
+        except RuntimeError as exc:  # a server did not start, or a failover never finished
+            raise click.ClickException(str(exc)) from None
+    failovers = [f.as_json() for f in result.failovers]
+    latency = result.latency.as_json() if result.latency else None
+    start = result.start.as_json() if result.start else None
+    if as_json:
+        summary = {"benchmark": "connect", "machine": _machine(), "rounds": rounds}
+        click.echo(
+            json.dumps({**summary, "failover": failovers, "latency": latency, "start": start})
+        )
+        return
+    console = _wide_console()
+    table = Table(title=f"ferry bench connect: leader failover after kill -9 ({rounds} rounds, s)")
+    for column in ("timings", "write median", "write p90", "write max", "claim median",
+                   "claim p90", "claim max"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for failover in failovers:
+        table.add_row(
+            f"{failover['timing']} (heartbeat {failover['heartbeat_interval_ms']} ms, "
+            f"grace {failover['leader_failover_grace_ms']} ms)",
+            *(
+                f"{failover[f'{figure}_{label}_s']:.2f}"
+                for figure in ("write", "claim")
+                for label in ("median", "p90", "max")
+            ),
+        )
+    console.print(table)
+    if latency:
+        table = Table(
+            title=f"REST write latency, ms ({latency['writes_per_side']} writes per side, "
+            f"{latency['timing']} timings)"
+        )
+        for column in ("side", "p50", "p99"):
+            table.add_column(column, justify="right")
+        for side in ("leader", "follower"):
+            table.add_row(side, f"{latency[f'{side}_p50_ms']}", f"{latency[f'{side}_p99_ms']}")
+        table.add_row(
+            "follower / leader",
+            f"{latency['follower_over_leader_p50']}x",
+            f"{latency['follower_over_leader_p99']}x",
+        )
+        console.print(table)
+    if start:
+        table = Table(title="worker start to serve, median s")
+        for column in ("config log", "ready file", "GET /health 200"):
+            table.add_column(column, justify="right")
+        table.add_row(
+            "empty", f"{start['empty_ready_median_s']}", f"{start['empty_serve_median_s']}"
+        )
+        table.add_row(
+            f"{start['connectors']} connectors ({start['log_records']} records)",
+            f"{start['full_ready_median_s']}",
+            f"{start['full_serve_median_s']}",
+        )
+        console.print(table)
+        console.print(f"full / empty (serve): {start['full_over_empty']}x")
 
 
 def _machine() -> dict[str, object]:
