@@ -301,7 +301,11 @@ async def test_rocketmq_aliases_answer_real_http_codes_in_their_wrapper(
 
 
 async def ferry_connect(url: str, *args: str, code: int = 0) -> Result:
-    """`ferry connect --url URL ARGS` in a thread (the workers answer on this loop)."""
+    """`ferry connect --url URL ARGS` in a thread (the workers answer on this loop).
+
+    CliRunner swaps the process-wide sys.stdout; pytest's live logging (--log-cli-level) swaps
+    it too, from this loop's thread, and can take the CLI's output: run these without it.
+    """
     result = await asyncio.to_thread(
         CliRunner().invoke, connect_group, ["--url", url, *args], catch_exceptions=False
     )

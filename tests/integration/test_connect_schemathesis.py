@@ -21,7 +21,6 @@ worker has read, so a read does not wait out the request timeout for an offset n
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,9 +61,12 @@ CHECKS = [
     response_schema_conformance,
     negative_data_rejection,
 ]
-FREE_EXAMPLES = int(os.environ.get("ST_FREE", "15"))
-AIMED_EXAMPLES = int(os.environ.get("ST_AIMED", "5"))
-CONFIG_EXAMPLES = int(os.environ.get("ST_CONFIG", "60"))
+FREE_EXAMPLES = 15
+"""Per operation and mode, with free path parameters."""
+AIMED_EXAMPLES = 5
+"""Per operation, mode and fixture connector."""
+CONFIG_EXAMPLES = 60
+"""Per route that takes a connector config."""
 VALID: dict[str, dict[str, str]] = {
     "FerrymqReplicator": {"topics": "src", "target.topic.format": "${topic}-copy"},
     "PostgresSink": {
