@@ -870,8 +870,9 @@ _ERRORS: Final[dict[str, str]] = {
     "308": "A follower in restFollowerMode=redirect: the leader's URL is in Location.",
     "400": "A bad body, name, parameter or config value, or a state the request does not fit.",
     "404": "No such connector, task or plugin.",
-    "409": "The connector exists; or no leader is known (Retry-After: 1); or this worker has not "
-    "read the config log up to minOffset within the request timeout.",
+    "409": "The connector exists; or no leader is known, or the broker refused the record before "
+    "storing it (Retry-After: 1); or this worker has not read the config log up to minOffset "
+    "within the request timeout.",
     "500": "The config topic's broker is unreachable.",
     "503": "Reading the config log, or no leader known yet.",
     "504": "The leader was lost in mid-call: the outcome is unknown (X-Ferry-Outcome: unknown).",
@@ -922,8 +923,12 @@ def _document(spec: dict[str, Any]) -> None:
                 codes.append("409")
             if path == "/health":
                 codes, error = ["500", "503"], {"type": "object"}  # {status, message}
+            if path == "/log":
+                codes.append("503")
             for code in codes:
                 answer: dict[str, Any] = {"description": _ERRORS[code]}
+                if path == "/log" and code == "503":
+                    answer["description"] = "The config log's broker kept answering 'retry'."
                 if not code.startswith("3"):
                     answer["content"] = {"application/json": {"schema": error}}
                 responses.setdefault(code, answer)
