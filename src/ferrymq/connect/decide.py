@@ -28,9 +28,11 @@ from ferrymq.connect.records import (
     ConnectorPut,
     OffsetEntry,
     OffsetsPut,
+    Record,
     RestartRequest,
     TargetPut,
     TargetState,
+    encode_record,
 )
 from ferrymq.connect.state import ConfigState, Connector
 
@@ -52,6 +54,9 @@ __all__ = [
 ]
 
 NAME_MAX_LENGTH = 249
+MAX_RECORD_BYTES = 1 << 20
+"""The largest config record a write may make (the broker takes 4 MiB; a connector's config and
+task configs that need more are refused as a bad request, not retried)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -135,6 +140,21 @@ def task_configs(plugin: ConnectorPlugin, config: Mapping[str, str]) -> list[dic
     return [dict(t) for t in tasks]
 
 
+def check_size(record: Record) -> Record:
+    """`record` when it fits in one config-log record.
+
+    Raises:
+        BadRequestError: its encoding is over `MAX_RECORD_BYTES`.
+    """
+    size = len(encode_record(record))
+    if size > MAX_RECORD_BYTES:
+        raise BadRequestError(
+            f"the connector's config and task configs take {size} bytes, over the limit of "
+            f"{MAX_RECORD_BYTES}: use fewer tasks or a smaller config"
+        )
+    return record
+
+
 def _with_name(name: str, config: Mapping[str, str]) -> dict[str, str]:
     given = config.get("name")
     if given is not None and given != name:
@@ -162,7 +182,11 @@ def create(
         raise ConflictError(f"Connector {name} already exists")
     plugin = validate_config(plugins, full)
     tasks = [] if initial is TargetState.STOPPED else task_configs(plugin, full)
-    return ConnectorPut(name=name, incarnation=make_id(), config=full, tasks=tasks, target=initial)
+    created = ConnectorPut(
+        name=name, incarnation=make_id(), config=full, tasks=tasks, target=initial
+    )
+    check_size(created)
+    return created
 
 
 def put_config(
@@ -181,7 +205,9 @@ def put_config(
     full = _with_name(name, config)
     plugin = validate_config(plugins, full)
     tasks = [] if current.target is TargetState.STOPPED else task_configs(plugin, full)
-    return ConnectorPut(name=name, incarnation=current.incarnation, config=full, tasks=tasks)
+    updated = ConnectorPut(name=name, incarnation=current.incarnation, config=full, tasks=tasks)
+    check_size(updated)
+    return updated
 
 
 def patch_config(
@@ -208,7 +234,9 @@ def set_target(
     tasks: list[dict[str, str]] | None = None
     if current.target is TargetState.STOPPED:  # leaving STOPPED: split the work again
         tasks = task_configs(validate_config(plugins, current.config), current.config)
-    return TargetPut(name=name, incarnation=current.incarnation, state=target, tasks=tasks)
+    put = TargetPut(name=name, incarnation=current.incarnation, state=target, tasks=tasks)
+    check_size(put)
+    return put
 
 
 def restart(
@@ -235,7 +263,7 @@ def restart(
     configs: list[dict[str, str]] | None = None
     if restart_connector and current.target is not TargetState.STOPPED:
         configs = task_configs(validate_config(plugins, current.config), current.config)
-    return RestartRequest(
+    request = RestartRequest(
         name=name,
         incarnation=current.incarnation,
         request_id=make_id(),
@@ -243,6 +271,8 @@ def restart(
         tasks=tasks,
         task_configs=configs,
     )
+    check_size(request)
+    return request
 
 
 def restart_task(

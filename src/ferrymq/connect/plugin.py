@@ -68,6 +68,7 @@ class ConfigKey:
     group: str = "Common"
     choices: tuple[str, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
     display_name: str = ""
 
     def info(self, order: int) -> dict[str, Any]:
@@ -105,13 +106,25 @@ class ConfigKey:
                 f"Invalid value {value} for configuration {self.name}: "
                 f"Value must be at least {self.minimum:g}"
             ]
+        if self.maximum is not None and float(value) > self.maximum:
+            return [
+                f"Invalid value {value} for configuration {self.name}: "
+                f"Value must be no more than {self.maximum:g}"
+            ]
         return []
+
+
+_INT_BITS = {ConfigType.INT: 31, ConfigType.LONG: 63}
+"""Kafka's INT is a Java int, LONG a Java long."""
 
 
 def _type_error(kind: ConfigType, value: str) -> str:
     try:
-        if kind in (ConfigType.INT, ConfigType.LONG):
-            int(value)
+        if kind in _INT_BITS:
+            number = int(value)
+            bits = _INT_BITS[kind]
+            if not -(2**bits) <= number < 2**bits:
+                return f"Not a number of type {kind.value} (out of range)"
         elif kind is ConfigType.DOUBLE:
             float(value)
         elif kind is ConfigType.BOOLEAN and value.lower() not in ("true", "false"):
@@ -120,6 +133,9 @@ def _type_error(kind: ConfigType, value: str) -> str:
         return f"Not a number of type {kind.value}"
     return ""
 
+
+MAX_TASKS = 1024
+"""A connector's task limit: each task is a Spark query, and its configs are one log record."""
 
 COMMON_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("name", ConfigType.STRING, "Globally unique name of this connector.", True),
@@ -132,9 +148,10 @@ COMMON_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "tasks.max",
         ConfigType.INT,
-        "Maximum number of tasks (Spark queries).",
+        "Maximum number of tasks (Spark queries), at most 1024.",
         default="1",
         minimum=1,
+        maximum=MAX_TASKS,
     ),
 )
 
