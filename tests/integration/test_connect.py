@@ -288,3 +288,15 @@ async def test_a_worker_with_a_wrong_advertised_url_does_not_start(
     wrong = r"advertisedUrl http://127\.0\.0\.1:9 does not reach"
     with pytest.raises(WorkerStartError, match=wrong):
         await worker.start()
+
+
+async def test_a_body_over_the_limit_is_refused_413_before_it_is_read(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    async with workers(cluster, tmp_path, 1) as group:
+        url = (await leader_of(group)).url
+        huge = {"name": "big", "config": {**replicator(), "pad": "x" * (2 << 20)}}
+        answer = await call(url, "POST", "/connectors", huge)
+        assert answer.status_code == 413
+        assert answer.json()["error_code"] == 413
+        assert (await call(url, "GET", "/connectors")).json() == []

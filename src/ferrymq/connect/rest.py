@@ -54,6 +54,8 @@ __all__ = ["WorkerHandle", "build_app"]
 
 log = logging.getLogger(__name__)
 
+MAX_BODY_BYTES: Final = 1 << 20
+"""The largest request body a worker reads (a config is a few KiB; the log record is <= 1 MiB)."""
 _FORWARD_TIMEOUT_S: Final = 5.0
 """Connect timeout of a forwarded request (the whole call takes up to the request timeout)."""
 
@@ -143,8 +145,15 @@ def build_app(worker: WorkerHandle) -> FastAPI:
     async def add_headers(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
+        length = request.headers.get("content-length", "")
+        response: Response
         try:
-            response = await call_next(request)
+            if length.isdigit() and int(length) > MAX_BODY_BYTES:
+                response = _error(
+                    413, f"the request body is {length} bytes, over the limit of {MAX_BODY_BYTES}"
+                )
+            else:
+                response = await call_next(request)
         except Exception as exc:
             log.exception("%s %s failed", request.method, request.url.path)
             response = _error(500, f"{type(exc).__name__}: {exc}")
