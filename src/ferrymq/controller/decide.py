@@ -22,7 +22,8 @@ Where ferrymq differs from RocketMQ:
 - A controller-triggered election that finds no candidate records "no master" (bumping the
   epoch) only when there was a master to remove.
 - Topics are controller state (issue 20 section 3): the topic requests are decided in
-  `controller.topics` and answered here with the controller's topic version.
+  `controller.topics` and answered here with the controller's topic version; so are moves of
+  queues between groups (issue 20 section 4), and the leader's own FinishMove.
 """
 
 from __future__ import annotations
@@ -38,12 +39,16 @@ from ferrymq.controller.liveness import BrokerLiveInfo, Liveness
 from ferrymq.controller.state import BrokerGroup, ControllerState
 from ferrymq.controller.topics import (
     DeleteTopic,
+    FinishMove,
     GetGroupTopics,
     GetTopics,
+    ReassignQueues,
     TopicOutcome,
     UpdateTopic,
     group_topics,
     plan_delete,
+    plan_finish,
+    plan_reassign,
     plan_update,
     topics_body,
 )
@@ -166,6 +171,8 @@ ControllerRequest = (
     | DeleteTopic
     | GetGroupTopics
     | GetTopics
+    | ReassignQueues
+    | FinishMove
 )
 """Every request the leader decides."""
 
@@ -210,6 +217,10 @@ def decide(request: ControllerRequest, view: View, now: float) -> Decision:
                 header=TopicVersionResponseHeader(topic_version=topics.topic_version),
                 body=encode_body(topics),
             )
+        case ReassignQueues():
+            return _topic_decision(plan_reassign(view.state, request.header))
+        case FinishMove():
+            return _topic_decision(plan_finish(view.state, request))
 
 
 def _topic_decision(outcome: TopicOutcome) -> Decision:

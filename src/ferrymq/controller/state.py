@@ -20,6 +20,12 @@ Rules:
    `topic_version`. A name is live or deleted, never both. A live topic is placed on at least
    one group. Tombstones (`deleted_topics`, name -> version) are kept for ever: a name and an
    int each, and what tells a broker back from any downtime that its copy was deleted.
+5. Moved queues (issue 20 section 4, `wire.queuemap`): a topic's `queues` lists its logical
+   queues that moved or are moving, their segments contiguous, the last one open. A move starts
+   (`StartQueueMoveEvent`), finishes with the offset the source sealed the queue at
+   (`FinishQueueMoveEvent`: the open segment closes there, the target opens from it) or is given
+   up (`CancelQueueMoveEvent`); closed segments of a leaving group can be forgotten
+   (`ForgetSegmentsEvent`). Each bumps the topic version; a PutTopicEvent keeps `queues`.
 
 Where ferrymq differs from RocketMQ (each keeps an invariant above):
 - `next_broker_id` becomes `max(next, id + 1)`, not `next + 1`, so an id applied out of order is
@@ -30,6 +36,7 @@ Where ferrymq differs from RocketMQ (each keeps an invariant above):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,15 +45,19 @@ from ferrymq.errors import ProtocolError
 from ferrymq.wire.controller_log import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
+    CancelQueueMoveEvent,
     CleanBrokerDataEvent,
     DeleteTopicEvent,
     ElectMasterEvent,
     Event,
+    FinishQueueMoveEvent,
+    ForgetSegmentsEvent,
     GroupRecord,
     PutTopicEvent,
     QueueNumsRecord,
     ReplicaRecord,
     SnapshotRecord,
+    StartQueueMoveEvent,
     TopicRecord,
     UpdateBrokerAddressEvent,
     UpdateControllerConfigEvent,
@@ -54,8 +65,9 @@ from ferrymq.wire.controller_log import (
     decode_snapshot,
     encode_snapshot,
 )
+from ferrymq.wire.queuemap import LogicalQueue, QueueMap, QueueMove, QueueSegment
 
-__all__ = ["BrokerGroup", "ControllerState", "Replica", "TopicState"]
+__all__ = ["BrokerGroup", "ControllerState", "Replica", "TopicState", "leading_kept"]
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +135,23 @@ class TopicState:
     topic_sys_flag: int = 0
     order: bool = False
     attributes: dict[str, str] = field(default_factory=dict)
+    queues: dict[tuple[str, int], LogicalQueue] = field(default_factory=dict)
+    """Logical queues that moved or are moving, by name (rule 5); the others never moved."""
+
+    @property
+    def queue_map(self) -> QueueMap:
+        """The topic's logical queues as brokers and clients get them (`wire.queuemap`)."""
+        return QueueMap(
+            version=self.version,
+            placement=dict(sorted(self.placement.items())),
+            queues=tuple(queue for _, queue in sorted(self.queues.items())),
+        )
+
+    def with_queue(self, queue: LogicalQueue, version: int) -> TopicState:
+        """This topic at `version` with one logical queue replaced."""
+        queues = dict(self.queues)
+        queues[queue.name] = queue
+        return dataclasses.replace(self, version=version, queues=queues)
 
     def record(self) -> TopicRecord:
         """This topic as a snapshot holds it."""
@@ -138,6 +167,7 @@ class TopicState:
             topic_sys_flag=self.topic_sys_flag,
             order=self.order,
             attributes=dict(sorted(self.attributes.items())),
+            queues=[queue for _, queue in sorted(self.queues.items())],
         )
 
     @classmethod
@@ -155,6 +185,7 @@ class TopicState:
             topic_sys_flag=record.topic_sys_flag,
             order=record.order,
             attributes=dict(record.attributes),
+            queues={q.name: q for q in record.queues} if isinstance(record, TopicRecord) else {},
         )
 
 
@@ -295,7 +326,14 @@ class ControllerState:
     def apply_event(self, event: Event) -> bool:
         """Apply one event; False when it changed nothing (rule 2)."""
         if self._copied is not None and not isinstance(
-            event, UpdateControllerConfigEvent | PutTopicEvent | DeleteTopicEvent
+            event,
+            UpdateControllerConfigEvent
+            | PutTopicEvent
+            | DeleteTopicEvent
+            | StartQueueMoveEvent
+            | FinishQueueMoveEvent
+            | CancelQueueMoveEvent
+            | ForgetSegmentsEvent,
         ):
             name = event.broker_name
             group = self.groups.get(name)
@@ -320,13 +358,121 @@ class ControllerState:
                 return self._put_topic(event)
             case DeleteTopicEvent():
                 return self._delete_topic(event)
+            case StartQueueMoveEvent():
+                return self._start_queue_move(event)
+            case FinishQueueMoveEvent():
+                return self._finish_queue_move(event)
+            case CancelQueueMoveEvent():
+                return self._cancel_queue_move(event)
+            case ForgetSegmentsEvent():
+                return self._forget_segments(event)
 
     def _put_topic(self, event: PutTopicEvent) -> bool:
         if self.topic_version_of(event.topic) != event.expected_version or not event.placement:
             return False
         self.topic_version += 1
+        current = self.topics.get(event.topic)
         self.deleted_topics.pop(event.topic, None)
-        self.topics[event.topic] = TopicState.of(event, self.topic_version)
+        topic = TopicState.of(event, self.topic_version)
+        if current is not None and current.queues:
+            topic = dataclasses.replace(topic, queues=current.queues)
+        self.topics[event.topic] = topic
+        return True
+
+    def _moving_topic(
+        self, topic_name: str, expected_version: int, broker_name: str, queue_id: int
+    ) -> tuple[TopicState, LogicalQueue] | None:
+        topic = self.topics.get(topic_name)
+        if topic is None or topic.version != expected_version:
+            return None
+        queue = topic.queue_map.logical(broker_name, queue_id)
+        return None if queue is None else (topic, queue)
+
+    def _start_queue_move(self, event: StartQueueMoveEvent) -> bool:
+        found = self._moving_topic(
+            event.topic, event.expected_version, event.broker_name, event.queue_id
+        )
+        if found is None:
+            return False
+        topic, queue = found
+        source = (event.source_broker_name, event.source_queue_id)
+        target = (event.target_broker_name, event.target_queue_id)
+        if queue.moving is not None or queue.current.physical != source or source == target:
+            return False
+        self.topic_version += 1
+        move = QueueMove(
+            broker_name=event.target_broker_name,
+            queue_id=event.target_queue_id,
+            since_version=self.topic_version,
+        )
+        moving = LogicalQueue(
+            broker_name=queue.broker_name,
+            queue_id=queue.queue_id,
+            segments=queue.segments,
+            moving=move,
+        )
+        self.topics[event.topic] = topic.with_queue(moving, self.topic_version)
+        return True
+
+    def _finish_queue_move(self, event: FinishQueueMoveEvent) -> bool:
+        found = self._moving_topic(
+            event.topic, event.expected_version, event.broker_name, event.queue_id
+        )
+        if found is None:
+            return False
+        topic, queue = found
+        move = queue.moving
+        end = event.end_queue_offset
+        if move is None or end < queue.current.start_offset:
+            return False
+        closed = queue.current
+        segments = (
+            *queue.segments[:-1],
+            QueueSegment(closed.broker_name, closed.queue_id, closed.start_offset, end),
+            QueueSegment(move.broker_name, move.queue_id, end),
+        )
+        self.topic_version += 1
+        moved = LogicalQueue(
+            broker_name=queue.broker_name, queue_id=queue.queue_id, segments=segments
+        )
+        self.topics[event.topic] = topic.with_queue(moved, self.topic_version)
+        return True
+
+    def _cancel_queue_move(self, event: CancelQueueMoveEvent) -> bool:
+        found = self._moving_topic(
+            event.topic, event.expected_version, event.broker_name, event.queue_id
+        )
+        if found is None or found[1].moving is None:
+            return False
+        topic, queue = found
+        self.topic_version += 1
+        if len(queue.segments) == 1 and queue.segments[0] == QueueSegment(*queue.name, 0):
+            queues = dict(topic.queues)
+            queues.pop(queue.name, None)
+            self.topics[event.topic] = dataclasses.replace(
+                topic, version=self.topic_version, queues=queues
+            )
+            return True
+        kept = LogicalQueue(
+            broker_name=queue.broker_name, queue_id=queue.queue_id, segments=queue.segments
+        )
+        self.topics[event.topic] = topic.with_queue(kept, self.topic_version)
+        return True
+
+    def _forget_segments(self, event: ForgetSegmentsEvent) -> bool:
+        topic = self.topics.get(event.topic)
+        if topic is None or topic.version != event.expected_version:
+            return False
+        queues = {
+            name: _with_segments(queue, leading_kept(queue, event.broker_name))
+            for name, queue in topic.queues.items()
+        }
+        if queues == topic.queues:
+            return False
+        self.topic_version += 1
+        self.topics[event.topic] = dataclasses.replace(
+            topic, version=self.topic_version, queues=queues
+        )
         return True
 
     def _delete_topic(self, event: DeleteTopicEvent) -> bool:
@@ -427,3 +573,26 @@ class ControllerState:
     def _retire(self, group: BrokerGroup) -> None:
         del self.groups[group.broker_name]
         self.retired_epochs[group.broker_name] = (group.master_epoch, group.sync_state_set_epoch)
+
+
+def leading_kept(queue: LogicalQueue, broker_name: str) -> tuple[QueueSegment, ...]:
+    """The segments of `queue` after dropping its leading closed segments on `broker_name`.
+
+    Only a leading run can go: a closed segment between two kept ones would leave a hole.
+    """
+    segments = queue.segments
+    while len(segments) > 1 and not segments[0].is_open and segments[0].broker_name == broker_name:
+        segments = segments[1:]
+    return segments
+
+
+def _with_segments(queue: LogicalQueue, segments: tuple[QueueSegment, ...]) -> LogicalQueue:
+    """`queue` with other segments (unchanged when they are the same)."""
+    if segments == queue.segments:
+        return queue
+    return LogicalQueue(
+        broker_name=queue.broker_name,
+        queue_id=queue.queue_id,
+        segments=segments,
+        moving=queue.moving,
+    )

@@ -22,25 +22,49 @@ Rules:
    group only if it is not there yet and never changes its config; like RocketMQ's and Kafka's
    auto-create it also re-creates a deleted topic.
 7. A change that changes nothing writes no event (an idempotent retry).
+8. Moving queues (issue 20 section 4, `wire.queuemap`): `plan_reassign` starts moves (one queue,
+   or every open segment of a group being drained), gives one up, or forgets a leaving group's
+   closed segments; `plan_finish` closes a move with the offset its source sealed the queue at.
+   A fenced topic never moves, nor does a topic with unequal read and write counts on a group
+   (a moved queue's group offers every physical queue for reading and writing). Queue counts of
+   a topic with moved queues may not shrink over a moved queue, nor grow over a physical queue
+   a move placed there; a group whose queues moved or that holds moved queues leaves the topic
+   by a drain and a forget, not a delete. Asking for what is already so (a queue already on
+   the group, or already moving there) changes nothing and succeeds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ferrymq.controller.state import ControllerState, TopicState
+from ferrymq.controller.state import ControllerState, TopicState, leading_kept
 from ferrymq.errors import InvalidNameError
 from ferrymq.model import validate_topic
 from ferrymq.wire.broker import parse_attribute_changes
 from ferrymq.wire.codes import ResponseCode
-from ferrymq.wire.controller_log import DeleteTopicEvent, Event, PutTopicEvent, QueueNumsRecord
+from ferrymq.wire.controller_log import (
+    CancelQueueMoveEvent,
+    DeleteTopicEvent,
+    Event,
+    FinishQueueMoveEvent,
+    ForgetSegmentsEvent,
+    PutTopicEvent,
+    QueueNumsRecord,
+    StartQueueMoveEvent,
+)
+from ferrymq.wire.queuemap import LogicalQueue
 from ferrymq.wire.topics import (
     FENCED_ATTRIBUTE,
     ControllerDeleteTopicRequestHeader,
+    ControllerReassignRequestHeader,
     ControllerTopicsBody,
     ControllerUpdateTopicRequestHeader,
     GroupTopicsBody,
+    QueueMoveBody,
     QueueNums,
+    ReassignAction,
+    ReassignBody,
     TopicPlacement,
     alter_attributes,
     check_fenced,
@@ -50,13 +74,18 @@ from ferrymq.wire.topics import (
 __all__ = [
     "MAX_QUEUE_NUMS",
     "DeleteTopic",
+    "FinishMove",
     "GetGroupTopics",
     "GetTopics",
+    "ReassignQueues",
     "TopicOutcome",
     "UpdateTopic",
     "group_topics",
+    "moving_queues",
     "placement_body",
     "plan_delete",
+    "plan_finish",
+    "plan_reassign",
     "plan_update",
     "topics_body",
 ]
@@ -95,6 +124,24 @@ class GetTopics:
 
 
 @dataclass(frozen=True, slots=True)
+class ReassignQueues:
+    """CONTROLLER_REASSIGN_QUEUES."""
+
+    header: ControllerReassignRequestHeader
+
+
+@dataclass(frozen=True, slots=True)
+class FinishMove:
+    """The leader's own request once a source master sealed a moving queue (rule 8)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    since_version: int
+    end_queue_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicOutcome:
     """A topic decision: a refusal (`code`, `remark`), or events and the answer's body."""
 
@@ -103,7 +150,7 @@ class TopicOutcome:
     events: tuple[Event, ...] = ()
     topic_version: int = 0
     """The controller's topic version once the events are applied."""
-    body: ControllerTopicsBody | None = None
+    body: ControllerTopicsBody | ReassignBody | None = None
 
 
 def _refuse(code: int, remark: str) -> TopicOutcome:
@@ -124,6 +171,7 @@ def placement_body(topic: TopicState) -> TopicPlacement:
         topic_sys_flag=topic.topic_sys_flag,
         order=topic.order,
         attributes=dict(topic.attributes),
+        queues=[queue for _, queue in sorted(topic.queues.items())],
     )
 
 
@@ -243,6 +291,9 @@ def plan_update(state: ControllerState, header: ControllerUpdateTopicRequestHead
             )
         placement = dict(current.placement)
         placement.update(dict.fromkeys(missing, (read, write)))
+        clash = _placement_clash(current, placement) if current.queues else None
+        if clash is not None:
+            return _refuse(ResponseCode.INVALID_PARAMETER, f"topic {header.topic}: {clash}")
         new = TopicState(
             topic=current.topic,
             version=current.version,
@@ -262,6 +313,10 @@ def plan_update(state: ControllerState, header: ControllerUpdateTopicRequestHead
         return _refuse(ResponseCode.INVALID_PARAMETER, f"topic {header.topic}: {exc}")
     placement = dict(current.placement) if current is not None else {}
     placement.update(dict.fromkeys(targets, (read, write)))
+    if current is not None and current.queues:
+        clash = _placement_clash(current, placement)
+        if clash is not None:
+            return _refuse(ResponseCode.INVALID_PARAMETER, f"topic {header.topic}: {clash}")
     if fenced and len(placement) != 1:
         return _refuse(
             ResponseCode.INVALID_PARAMETER,
@@ -321,6 +376,14 @@ def plan_delete(
         }
         if not removed:
             return _answer(state, current)
+        held = sorted(removed & _groups_with_moves(current))
+        if held:
+            return _refuse(
+                ResponseCode.INVALID_PARAMETER,
+                f"topic {topic}: queues of {', '.join(held)} moved, or {', '.join(held)} holds "
+                "moved queues: take a group off a topic with moved queues by draining it "
+                "(ferry admin broker drain) and forgetting its read-only queues, not by a delete",
+            )
         remaining = {n: q for n, q in current.placement.items() if n not in removed}
         if remaining:
             return _put(
@@ -337,6 +400,39 @@ def plan_delete(
                 ),
             )
     return _tombstone(state, topic)
+
+
+def _groups_with_moves(topic: TopicState) -> set[str]:
+    """Groups whose logical queues moved, or that hold a moved queue's segment or move."""
+    groups: set[str] = set()
+    for queue in topic.queues.values():
+        groups.add(queue.broker_name)
+        groups.update(s.broker_name for s in queue.segments)
+        if queue.moving is not None:
+            groups.add(queue.moving.broker_name)
+    return groups
+
+
+def _placement_clash(current: TopicState, placement: dict[str, tuple[int, int]]) -> str | None:
+    """Why a new placement of a topic with moved queues is refused (rule 8), if it is."""
+    queue_map = current.queue_map
+    for name in sorted(set(current.placement) | set(placement)):
+        old_read = current.placement.get(name, (0, 0))[0]
+        new_read = placement.get(name, (0, 0))[0]
+        gone = [q for q in range(new_read, old_read) if (name, q) in current.queues]
+        if gone:
+            return (
+                f"queue {gone[0]} of {name} moved: {name}'s queue count cannot go below "
+                f"{gone[-1] + 1}"
+            )
+        taken = queue_map.physical_ids(name, moving_targets=True) - set(range(old_read))
+        over = sorted(q for q in taken if q < new_read)
+        if over:
+            return (
+                f"{name} holds moved queues from queue id {over[0]} on: its own queue count "
+                f"cannot grow past {over[0]}"
+            )
+    return None
 
 
 def _tombstone(state: ControllerState, topic: str) -> TopicOutcome:
@@ -382,3 +478,286 @@ def topics_body(state: ControllerState, topic: str | None) -> ControllerTopicsBo
         topics=[placement_body(live)] if live is not None else [],
         deleted={topic: deleted} if deleted is not None else {},
     )
+
+
+# ---------------------------------------------------------------------- moving queues (rule 8)
+
+
+def moving_queues(state: ControllerState) -> list[tuple[str, LogicalQueue]]:
+    """Every logical queue being moved, by topic and name (what the leader drives)."""
+    return [
+        (name, queue)
+        for name, topic in sorted(state.topics.items())
+        for _, queue in sorted(topic.queues.items())
+        if queue.moving is not None
+    ]
+
+
+def _move_body(topic: str, queue: LogicalQueue) -> QueueMoveBody:
+    assert queue.moving is not None
+    return QueueMoveBody(
+        topic=topic,
+        broker_name=queue.broker_name,
+        queue_id=queue.queue_id,
+        from_broker_name=queue.current.broker_name,
+        from_queue_id=queue.current.queue_id,
+        to_broker_name=queue.moving.broker_name,
+        to_queue_id=queue.moving.queue_id,
+    )
+
+
+def _unmovable(state: ControllerState, topic: TopicState, target: str | None) -> str | None:
+    """Why the topic's queues cannot move (to `target`), if they cannot."""
+    if topic.attributes.get(FENCED_ATTRIBUTE) == "true":
+        return f"topic {topic.topic} is fenced: its one queue stays on its group for ever"
+    uneven = sorted(name for name, (read, write) in topic.placement.items() if read != write)
+    if uneven:
+        read, write = topic.placement[uneven[0]]
+        return (
+            f"topic {topic.topic} has {read} read and {write} write queues on {uneven[0]}: "
+            "make them equal before moving its queues"
+        )
+    if target is not None:
+        group = state.groups.get(target)
+        if group is None:
+            return f"broker group {target} is not known to the controller"
+        if topic.queue_map.next_physical_id(target) >= MAX_QUEUE_NUMS:
+            return f"broker group {target} holds {MAX_QUEUE_NUMS} queues of {topic.topic} already"
+    return None
+
+
+class _Plan:
+    """Events decided one after another against an overlay (each at the version before it)."""
+
+    def __init__(self, state: ControllerState) -> None:
+        self.work = state.overlay()
+        self.events: list[Event] = []
+        self.moves: list[QueueMoveBody] = []
+        self.touched: set[str] = set()
+
+    def add(self, event: Event, topic: str) -> None:
+        applied = self.work.apply_event(event)
+        assert applied, event
+        self.events.append(event)
+        self.touched.add(topic)
+
+    def start(self, topic: TopicState, queue: LogicalQueue, target: str) -> None:
+        target_id = topic.queue_map.next_physical_id(target)
+        self.add(
+            StartQueueMoveEvent(
+                topic=topic.topic,
+                broker_name=queue.broker_name,
+                queue_id=queue.queue_id,
+                source_broker_name=queue.current.broker_name,
+                source_queue_id=queue.current.queue_id,
+                target_broker_name=target,
+                target_queue_id=target_id,
+                expected_version=topic.version,
+            ),
+            topic.topic,
+        )
+        moved = self.work.topics[topic.topic].queue_map.logical(*queue.name)
+        assert moved is not None
+        self.moves.append(_move_body(topic.topic, moved))
+
+    def outcome(self, extra: Iterable[str] = ()) -> TopicOutcome:
+        topics = sorted(self.touched | set(extra))
+        body = ReassignBody(
+            topic_version=self.work.topic_version,
+            moves=self.moves,
+            topics=[placement_body(self.work.topics[t]) for t in topics if t in self.work.topics],
+        )
+        return TopicOutcome(
+            events=tuple(self.events), topic_version=self.work.topic_version, body=body
+        )
+
+
+def plan_reassign(state: ControllerState, header: ControllerReassignRequestHeader) -> TopicOutcome:
+    """CONTROLLER_REASSIGN_QUEUES: start, give up or clean up moves (rule 8)."""
+    try:
+        action = ReassignAction(header.action)
+    except ValueError:
+        return _refuse(
+            ResponseCode.INVALID_PARAMETER,
+            f"unknown reassign action {header.action!r}: one of "
+            f"{', '.join(a.value for a in ReassignAction)}",
+        )
+    if action in (ReassignAction.MOVE, ReassignAction.CANCEL):
+        return _plan_one(state, header, action)
+    group = header.broker_name
+    if not group:
+        return _refuse(ResponseCode.INVALID_PARAMETER, f"{action.value} names a broker group")
+    if header.topic is not None and header.topic not in state.topics:
+        return _refuse(ResponseCode.TOPIC_NOT_EXIST, f"topic {header.topic} does not exist")
+    topics = [header.topic] if header.topic is not None else sorted(state.topics)
+    if action is ReassignAction.DRAIN:
+        return _plan_drain(state, group, topics, header.to_broker_name)
+    return _plan_forget(state, group, topics)
+
+
+def _plan_one(
+    state: ControllerState, header: ControllerReassignRequestHeader, action: ReassignAction
+) -> TopicOutcome:
+    if header.topic is None or header.broker_name is None or header.queue_id is None:
+        return _refuse(
+            ResponseCode.INVALID_PARAMETER,
+            f"{action.value} names a topic, the queue's broker group and its queue id",
+        )
+    topic = state.topics.get(header.topic)
+    if topic is None:
+        return _refuse(ResponseCode.TOPIC_NOT_EXIST, f"topic {header.topic} does not exist")
+    queue = topic.queue_map.logical(header.broker_name, header.queue_id)
+    if queue is None:
+        return _refuse(
+            ResponseCode.INVALID_PARAMETER,
+            f"topic {topic.topic} has no queue {header.queue_id} of {header.broker_name}",
+        )
+    plan = _Plan(state)
+    if action is ReassignAction.CANCEL:
+        if queue.moving is not None:
+            plan.add(
+                CancelQueueMoveEvent(
+                    topic=topic.topic,
+                    broker_name=queue.broker_name,
+                    queue_id=queue.queue_id,
+                    expected_version=topic.version,
+                ),
+                topic.topic,
+            )
+        return plan.outcome({topic.topic})
+    target = header.to_broker_name
+    if not target:
+        return _refuse(ResponseCode.INVALID_PARAMETER, "move names the group to move to")
+    why = _unmovable(state, topic, target)
+    if why is not None:
+        return _refuse(ResponseCode.INVALID_PARAMETER, why)
+    if queue.moving is not None:
+        if queue.moving.broker_name != target:
+            return _refuse(
+                ResponseCode.INVALID_PARAMETER,
+                f"queue {queue.queue_id} of {queue.broker_name} is moving to "
+                f"{queue.moving.broker_name} already: cancel that move first",
+            )
+        plan.moves.append(_move_body(topic.topic, queue))
+    elif queue.current.broker_name != target:
+        plan.start(topic, queue, target)
+    return plan.outcome({topic.topic})
+
+
+def _pick_target(state: ControllerState, topic: TopicState, leaving: str) -> str | None:
+    """The group a drained queue goes to: the topic's other group with fewest open segments."""
+    cluster = state.groups[leaving].cluster_name if leaving in state.groups else None
+    candidates = sorted(
+        name
+        for name, group in state.groups.items()
+        if name != leaving and (cluster is None or group.cluster_name == cluster)
+    )
+    if not candidates:
+        return None
+    placed = [name for name in candidates if name in topic.placement]
+    pool = placed or candidates
+    load = dict.fromkeys(pool, 0)
+    for queue in topic.queue_map.logical_queues():
+        at = queue.moving.broker_name if queue.moving is not None else queue.current.broker_name
+        if at in load:
+            load[at] += 1
+    return min(pool, key=lambda name: (load[name], name))
+
+
+def _plan_drain(
+    state: ControllerState, group: str, topics: list[str], to: str | None
+) -> TopicOutcome:
+    if group not in state.groups and not any(
+        group in t.placement or group in _groups_with_moves(t) for t in state.topics.values()
+    ):
+        return _refuse(ResponseCode.INVALID_PARAMETER, f"broker group {group} is not known")
+    if to == group:
+        return _refuse(ResponseCode.INVALID_PARAMETER, f"cannot drain {group} into itself")
+    plan = _Plan(state)
+    for name in topics:
+        queues = [
+            q
+            for q in state.topics[name].queue_map.logical_queues()
+            if q.current.broker_name == group or (q.moving and q.moving.broker_name == group)
+        ]
+        if not queues:
+            continue
+        incoming = [q for q in queues if q.moving is not None and q.moving.broker_name == group]
+        if incoming:
+            return _refuse(
+                ResponseCode.INVALID_PARAMETER,
+                f"queue {incoming[0].queue_id} of {incoming[0].broker_name} of topic {name} is "
+                f"moving to {group}: wait for it to finish, or cancel it, before draining {group}",
+            )
+        why = _unmovable(state, state.topics[name], to)
+        if why is not None:
+            return _refuse(ResponseCode.INVALID_PARAMETER, f"cannot drain {group}: {why}")
+        for queue in queues:
+            topic = plan.work.topics[name]
+            now = topic.queue_map.logical(*queue.name)
+            assert now is not None
+            if now.moving is not None:
+                plan.moves.append(_move_body(name, now))
+                continue
+            target = to or _pick_target(plan.work, topic, group)
+            if target is None:
+                return _refuse(
+                    ResponseCode.INVALID_PARAMETER,
+                    f"cannot drain {group}: no other broker group of its cluster is known",
+                )
+            plan.start(topic, now, target)
+    return plan.outcome()
+
+
+def _plan_forget(state: ControllerState, group: str, topics: list[str]) -> TopicOutcome:
+    plan = _Plan(state)
+    for name in topics:
+        topic = state.topics[name]
+        changed = False
+        for queue in topic.queues.values():
+            kept = leading_kept(queue, group)
+            stuck = [s for s in kept if not s.is_open and s.broker_name == group]
+            if stuck:
+                return _refuse(
+                    ResponseCode.INVALID_PARAMETER,
+                    f"topic {name}: queue {queue.queue_id} of {queue.broker_name} has a segment "
+                    f"on {group} between segments on other groups; forget those groups first",
+                )
+            changed |= kept != queue.segments
+        if changed:
+            plan.add(
+                ForgetSegmentsEvent(topic=name, broker_name=group, expected_version=topic.version),
+                name,
+            )
+    return plan.outcome()
+
+
+def plan_finish(state: ControllerState, request: FinishMove) -> TopicOutcome:
+    """The leader's FinishMove: close the move the source sealed, if it is still on (rule 8)."""
+    topic = state.topics.get(request.topic)
+    queue = topic.queue_map.logical(request.broker_name, request.queue_id) if topic else None
+    plan = _Plan(state)
+    if (
+        topic is not None
+        and queue is not None
+        and queue.moving is not None
+        and queue.moving.since_version == request.since_version
+    ):
+        if request.end_queue_offset < queue.current.start_offset:
+            return _refuse(
+                ResponseCode.SYSTEM_ERROR,
+                f"topic {topic.topic}: queue {queue.queue_id} of {queue.broker_name} was sealed "
+                f"at {request.end_queue_offset}, below its segment's start "
+                f"{queue.current.start_offset}",
+            )
+        plan.add(
+            FinishQueueMoveEvent(
+                topic=topic.topic,
+                broker_name=queue.broker_name,
+                queue_id=queue.queue_id,
+                end_queue_offset=request.end_queue_offset,
+                expected_version=topic.version,
+            ),
+            topic.topic,
+        )
+    return plan.outcome()

@@ -17,6 +17,9 @@ replicates `UPDATE_CONTROLLER_CONFIG` so every controller node uses the same ele
 PutTopicEvent and DeleteTopicEvent keep topics as controller state (issue 20 section 3,
 `wire.topics`): each carries the version of the topic (live or deleted) it was decided against,
 and applying one bumps the state's topic version, which becomes the topic's version.
+StartQueueMoveEvent, FinishQueueMoveEvent, CancelQueueMoveEvent and ForgetSegmentsEvent move
+queues between groups (issue 20 section 4, `wire.queuemap`), compare-and-set on the topic's
+version too; a PutTopicEvent keeps the topic's logical queues as they are.
 
 Rules: encoding is deterministic (sets are written sorted); decoding is strict (unknown event
 types, unknown fields, wrong types and a wrong version byte raise `ProtocolError`).
@@ -30,21 +33,26 @@ from typing import Final
 import msgspec
 
 from ferrymq.errors import ProtocolError
+from ferrymq.wire.queuemap import LogicalQueue
 
 __all__ = [
     "ENTRY_VERSION",
     "SNAPSHOT_VERSION",
     "AlterSyncStateSetEvent",
     "ApplyBrokerIdEvent",
+    "CancelQueueMoveEvent",
     "CleanBrokerDataEvent",
     "DeleteTopicEvent",
     "ElectMasterEvent",
     "Event",
+    "FinishQueueMoveEvent",
+    "ForgetSegmentsEvent",
     "GroupRecord",
     "PutTopicEvent",
     "QueueNumsRecord",
     "ReplicaRecord",
     "SnapshotRecord",
+    "StartQueueMoveEvent",
     "TopicRecord",
     "UpdateBrokerAddressEvent",
     "UpdateControllerConfigEvent",
@@ -159,6 +167,55 @@ class DeleteTopicEvent(_Event, tag="DeleteTopicEvent", frozen=True, kw_only=True
     expected_version: int
 
 
+class StartQueueMoveEvent(_Event, tag="StartQueueMoveEvent", frozen=True, kw_only=True):
+    """Start moving a topic's logical queue (broker_name, queue_id) to another group.
+
+    The source's master stops writing to it (issue 20 section 4).
+
+    Applies only at the topic's `expected_version`, while the queue is not moving and its open
+    segment is still (`source_broker_name`, `source_queue_id`).
+    """
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    source_broker_name: str
+    source_queue_id: int
+    target_broker_name: str
+    target_queue_id: int
+    expected_version: int
+
+
+class FinishQueueMoveEvent(_Event, tag="FinishQueueMoveEvent", frozen=True, kw_only=True):
+    """The source sealed the queue at `end_queue_offset`: its open segment closes there.
+
+    The move's target opens from it (compare-and-set on `expected_version`, the move still on).
+    """
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    end_queue_offset: int
+    expected_version: int
+
+
+class CancelQueueMoveEvent(_Event, tag="CancelQueueMoveEvent", frozen=True, kw_only=True):
+    """Give a move in progress up: the queue's open segment takes writes again."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    expected_version: int
+
+
+class ForgetSegmentsEvent(_Event, tag="ForgetSegmentsEvent", frozen=True, kw_only=True):
+    """Drop a topic's closed segments on one group (read to their end, the group leaving)."""
+
+    topic: str
+    broker_name: str
+    expected_version: int
+
+
 Event = (
     ApplyBrokerIdEvent
     | UpdateBrokerAddressEvent
@@ -168,6 +225,10 @@ Event = (
     | UpdateControllerConfigEvent
     | PutTopicEvent
     | DeleteTopicEvent
+    | StartQueueMoveEvent
+    | FinishQueueMoveEvent
+    | CancelQueueMoveEvent
+    | ForgetSegmentsEvent
 )
 """Every replicated controller event."""
 
@@ -193,8 +254,10 @@ class GroupRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_f
     sync_state_set_epoch: int
 
 
-class TopicRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
-    """One live topic in a snapshot."""
+class TopicRecord(
+    msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True, omit_defaults=True
+):
+    """One live topic in a snapshot (`queues`: its moved queues, written only when there are)."""
 
     topic: str
     version: int
@@ -204,6 +267,7 @@ class TopicRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_f
     topic_sys_flag: int
     order: bool
     attributes: dict[str, str]
+    queues: list[LogicalQueue] = msgspec.field(default_factory=list)
 
 
 class SnapshotRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):

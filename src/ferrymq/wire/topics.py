@@ -12,6 +12,14 @@ toward it. These are ferrymq's own requests (RocketMQ has no controller-kept top
 | 9242 | CONTROLLER_GET_GROUP_TOPICS (header + `GroupTopicsRequestBody`) | broker -> ctrl |
 | 9243 | CONTROLLER_GET_TOPICS (`GetControllerTopicsRequestHeader`) | admin -> ctrl |
 | 9244 | NOTIFY_TOPICS_CHANGED (`NotifyTopicsChangedRequestHeader`, oneway) | ctrl -> broker |
+| 9245 | CONTROLLER_REASSIGN_QUEUES (`ControllerReassignRequestHeader` -> `ReassignBody`) | admin |
+| 9246 | SEAL_QUEUE (`SealQueueRequestHeader` -> `SealQueueResponseHeader`) | ctrl -> broker |
+
+Moving queues between groups (issue 20 section 4, `wire.queuemap`): CONTROLLER_REASSIGN_QUEUES
+starts moves (one queue, or every queue of a group being drained), gives one up, or forgets a
+leaving group's read-only segments; the controller's leader then asks the source group's master
+to seal each moving queue (SEAL_QUEUE: the end offset, once every message below it is
+committed) and finishes the move with it.
 
 Every answer carries `topicVersion`: the controller's topic version, bumped by every applied
 topic change. A broker acts on an answer only if its version is not older than what its topic
@@ -27,17 +35,20 @@ Rules kept here because the controller and the broker both apply them:
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
 
 import msgspec
 
-from ferrymq.wire.bodies import TopicConfig
+from ferrymq.wire.bodies import Perm, TopicConfig
 from ferrymq.wire.headers import I32, I64, CommandHeader
+from ferrymq.wire.queuemap import QUEUE_MAP_ATTRIBUTE, LogicalQueue, QueueMap, encode_queue_map
 
 __all__ = [
     "BROKER_LOCAL_TOPICS",
     "FENCED_ATTRIBUTE",
     "ControllerDeleteTopicRequestHeader",
+    "ControllerReassignRequestHeader",
     "ControllerTopicsBody",
     "ControllerUpdateTopicRequestHeader",
     "GetControllerTopicsRequestHeader",
@@ -45,7 +56,12 @@ __all__ = [
     "GroupTopicsBody",
     "GroupTopicsRequestBody",
     "NotifyTopicsChangedRequestHeader",
+    "QueueMoveBody",
     "QueueNums",
+    "ReassignAction",
+    "ReassignBody",
+    "SealQueueRequestHeader",
+    "SealQueueResponseHeader",
     "TopicPlacement",
     "TopicVersionResponseHeader",
     "alter_attributes",
@@ -93,6 +109,10 @@ def alter_attributes(current: dict[str, str] | None, changes: dict[str, str]) ->
     attributes = dict(current) if current is not None else {}
     for key, value in changes.items():
         name = key[1:]
+        if name == QUEUE_MAP_ATTRIBUTE:
+            raise ValueError(
+                f"{QUEUE_MAP_ATTRIBUTE} is the controller's (moved queues): it cannot be set"
+            )
         if key.startswith("+"):
             attributes[name] = value
         elif current is None:
@@ -173,6 +193,48 @@ class ControllerDeleteTopicRequestHeader(CommandHeader):
     broker_name: str | None = None
 
 
+class ReassignAction(StrEnum):
+    """What CONTROLLER_REASSIGN_QUEUES does (`ControllerReassignRequestHeader.action`)."""
+
+    MOVE = "move"
+    """Move logical queue (broker_name, queue_id) of `topic` to group `to_broker_name`."""
+    DRAIN = "drain"
+    """Move every queue whose open segment is on group `broker_name` (of every topic, or of
+    `topic`) to other groups (`to_broker_name`, or the topic's other groups in turn)."""
+    CANCEL = "cancel"
+    """Give up the move of (broker_name, queue_id) of `topic` (before it finished)."""
+    FORGET = "forget"
+    """Drop the read-only segments on group `broker_name` (of every topic, or of `topic`)."""
+
+
+class ControllerReassignRequestHeader(CommandHeader):
+    """CONTROLLER_REASSIGN_QUEUES (9245): move queues between broker groups (`ReassignAction`)."""
+
+    action: str
+    topic: str | None = None
+    broker_name: str | None = None
+    queue_id: I32 | None = None
+    to_broker_name: str | None = None
+
+
+class SealQueueRequestHeader(CommandHeader):
+    """SEAL_QUEUE (9246): the controller asks a source master where a moving queue ends.
+
+    The master answers once its topic table reflects `topic_version` (the move's start: it
+    takes no more messages for the queue) and every message below the end is committed.
+    """
+
+    topic: str
+    queue_id: I32
+    topic_version: I64
+
+
+class SealQueueResponseHeader(CommandHeader):
+    """The queue offset the sealed queue ends at (the next segment's start)."""
+
+    end_queue_offset: I64
+
+
 class GetGroupTopicsRequestHeader(CommandHeader):
     """CONTROLLER_GET_GROUP_TOPICS (9242): what one broker group should hold."""
 
@@ -214,8 +276,8 @@ class QueueNums(_Body):
 class TopicPlacement(_Body):
     """A topic as the controller keeps it: config, placement and the version that set them.
 
-    Issue 20 section 4 (a logical queue mapped to physical queues across groups) is meant to add
-    its mapping beside `placement`; readers ignore keys they do not know.
+    `queues`: its moved or moving logical queues (issue 20 section 4, `wire.queuemap`); older
+    readers ignore the key.
     """
 
     topic: str
@@ -227,9 +289,28 @@ class TopicPlacement(_Body):
     topic_sys_flag: int = 0
     order: bool = False
     attributes: dict[str, str] = msgspec.field(default_factory=dict)
+    queues: list[LogicalQueue] = msgspec.field(default_factory=list)
+
+    @property
+    def queue_map(self) -> QueueMap:
+        """The topic's logical queues."""
+        return QueueMap(
+            version=self.version,
+            placement={
+                name: (q.read_queue_nums, q.write_queue_nums)
+                for name, q in sorted(self.placement.items())
+            },
+            queues=tuple(self.queues),
+        )
 
     def config_on(self, broker_name: str) -> TopicConfig | None:
-        """The TopicConfig the group's brokers hold (None when the topic is not placed there)."""
+        """The TopicConfig the group's brokers hold (None when the topic is not placed there).
+
+        A topic with moved queues: the group's physical queues (`QueueMap.physical_count`),
+        read-only when every one of them is sealed, and the map in `ferry.queueMap`.
+        """
+        if self.queues:
+            return self._mapped_config_on(broker_name)
         queues = self.placement.get(broker_name)
         if queues is None:
             return None
@@ -244,6 +325,25 @@ class TopicPlacement(_Body):
             attributes=dict(self.attributes),
         )
 
+    def _mapped_config_on(self, broker_name: str) -> TopicConfig | None:
+        queue_map = self.queue_map
+        count = queue_map.physical_count(broker_name)
+        if count == 0:
+            return None
+        perm = self.perm
+        if all(queue_map.is_sealed(broker_name, q) for q in queue_map.physical_ids(broker_name)):
+            perm &= ~Perm.WRITE
+        return TopicConfig(
+            topic_name=self.topic,
+            read_queue_nums=count,
+            write_queue_nums=count,
+            perm=perm,
+            topic_filter_type=self.topic_filter_type,
+            topic_sys_flag=self.topic_sys_flag,
+            order=self.order,
+            attributes={**self.attributes, QUEUE_MAP_ATTRIBUTE: encode_queue_map(queue_map)},
+        )
+
 
 class ControllerTopicsBody(_Body):
     """Answer of CONTROLLER_GET_TOPICS and of the update and delete requests."""
@@ -252,6 +352,26 @@ class ControllerTopicsBody(_Body):
     topics: list[TopicPlacement] = msgspec.field(default_factory=list)
     deleted: dict[str, int] = msgspec.field(default_factory=dict)
     """Tombstones asked for: topic -> the version that deleted it."""
+
+
+class QueueMoveBody(_Body):
+    """One move a CONTROLLER_REASSIGN_QUEUES started (or found already under way)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    from_broker_name: str
+    from_queue_id: int
+    to_broker_name: str
+    to_queue_id: int
+
+
+class ReassignBody(_Body):
+    """Answer of CONTROLLER_REASSIGN_QUEUES: the moves, and the topics as they are now."""
+
+    topic_version: int
+    moves: list[QueueMoveBody] = msgspec.field(default_factory=list)
+    topics: list[TopicPlacement] = msgspec.field(default_factory=list)
 
 
 class GroupTopicsRequestBody(_Body):
