@@ -161,10 +161,14 @@ async def test_follower_writes_pass_the_leader_s_status_and_body_through(
         assert len(patched.json()["tasks"]) == 2
         assert (await call(url, "PUT", "/connectors/a/pause")).status_code == 202
         assert (await call(url, "PUT", "/connectors/a/stop")).status_code == 204
-        offsets = {
-            "offsets": [{"partition": {"topic": "src", "queue": 0}, "offset": {"offset": 5}}]
-        }
+        partition = {"topic": "src", "broker": "broker-a", "queue": 0}
+        offsets = {"offsets": [{"partition": partition, "offset": {"offset": 5}}]}
         assert (await call(url, "PATCH", "/connectors/a/offsets", offsets)).status_code == 200
+        # the plugin's check_offsets: 400 with its reason, nothing written
+        bad = {"offsets": [{"partition": {"topic": "src"}, "offset": {"offset": 5}}]}
+        refused = await call(url, "PATCH", "/connectors/a/offsets", bad)
+        assert refused.status_code == 400
+        assert "a partition is" in refused.json()["message"]
         assert (await call(url, "DELETE", "/connectors/a/offsets")).status_code == 200
         assert (await call(url, "PUT", "/connectors/a/pause")).status_code == 202
         not_stopped = await call(url, "DELETE", "/connectors/a/offsets")

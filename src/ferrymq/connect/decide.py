@@ -300,25 +300,36 @@ def delete(state: ConfigState, name: str) -> ConnectorDelete:
 def _stopped(state: ConfigState, name: str) -> Connector:
     current = _existing(state, name)
     if current.target is not TargetState.STOPPED:
-        raise BadRequestError(
-            f"Connectors must be in the STOPPED state before their offsets can be modified; "
-            f"{name} is {current.target.value}. This can be done for the specified connector by "
-            "issuing a 'PUT' request to the '/connectors/" + name + "/stop' endpoint"
+        raise BadRequestError(  # Kafka's words (DistributedHerder.modifyConnectorOffsets)
+            "Connectors must be in the STOPPED state before their offsets can be modified. "
+            "This can be done for the specified connector by issuing a 'PUT' request to the "
+            "'/connectors/" + name + "/stop' endpoint"
         )
     return current
 
 
 def alter_offsets(
     state: ConfigState,
+    plugins: Plugins,
     name: str,
     offsets: list[OffsetEntry],
     *,
     make_id: Callable[[], str] = new_id,
 ) -> OffsetsPut:
-    """PATCH /connectors/{c}/offsets (KIP-875): only when STOPPED, never empty."""
+    """PATCH /connectors/{c}/offsets (KIP-875): only when STOPPED, never empty.
+
+    Only entries the connector's plugin can apply (`check_offsets`; 400 with its reasons).
+    """
     current = _stopped(state, name)
     if not offsets:
         raise BadRequestError("The offsets to alter may not be empty")
+    try:
+        _, cls = plugins.resolve(current.config.get("connector.class", ""))
+    except PluginError as exc:
+        raise BadRequestError(str(exc)) from None
+    problems = cls().check_offsets(current.config, offsets)
+    if problems:
+        raise BadRequestError("Invalid offsets for " + name + ": " + "; ".join(problems))
     return OffsetsPut(
         name=name, incarnation=current.incarnation, request_id=make_id(), offsets=offsets
     )

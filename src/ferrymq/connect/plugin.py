@@ -15,11 +15,13 @@ from __future__ import annotations
 import enum
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from ferrymq.connect.records import OffsetEntry
 from ferrymq.errors import FerryError
 
 __all__ = [
@@ -27,10 +29,12 @@ __all__ = [
     "ConfigKey",
     "ConfigType",
     "ConnectorPlugin",
+    "OffsetsScope",
     "PluginError",
     "Plugins",
     "TaskContext",
     "config_infos",
+    "task_checkpoint_dir",
 ]
 
 log = logging.getLogger(__name__)
@@ -171,6 +175,24 @@ class TaskContext:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+def task_checkpoint_dir(
+    state_dir: Path, cluster_id: str, connector: str, incarnation: str, task: int
+) -> Path:
+    """A task's checkpoint: `<storePathRootDir>/<cluster>/<connector>/<incarnation>/<task>`."""
+    return state_dir / cluster_id / connector / incarnation / str(task)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsScope:
+    """Where a connector's offsets may be read (`ConnectorPlugin.connector_offsets`)."""
+
+    connector: str
+    incarnation: str
+    namesrv_addr: str
+    checkpoint_dirs: tuple[str, ...]
+    """Each task's checkpoint directory, by task index."""
+
+
 class ConnectorPlugin(ABC):
     """A connector: its config, its task split, and (per task) a Spark streaming query."""
 
@@ -195,6 +217,22 @@ class ConnectorPlugin(ABC):
     def build(self, spark: Any, config: Mapping[str, str], context: TaskContext) -> Any:
         """The task's streaming query, started (a `pyspark.sql.streaming.StreamingQuery`)."""
         raise PluginError(f"{type(self).__name__} has no data path in this version")
+
+    def check_offsets(self, config: Mapping[str, str], entries: Sequence[OffsetEntry]) -> list[str]:
+        """What is wrong with a PATCH /offsets body's entries (none: it may be written)."""
+        return []
+
+    def connector_offsets(
+        self, config: Mapping[str, str], scope: OffsetsScope
+    ) -> list[dict[str, Any]] | None:
+        """GET /offsets: KIP-875 entries from where the plugin keeps its truth (blocking I/O).
+
+        None: the plugin keeps none the worker can read (the tasks' reported offsets are shown).
+
+        Raises:
+            Exception: the store cannot be read now (the REST API answers 503 with it).
+        """
+        return None
 
 
 def config_infos(

@@ -20,8 +20,10 @@ Contract (reference/connect-anchors.md sections 1.1 and 3b):
   record's epoch and writer) are ferrymq's own.
 """
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any, Final, Protocol
 from urllib.parse import quote, urlencode
 
@@ -43,9 +45,10 @@ from ferrymq.connect.errors import (
     NotFoundError,
     NotLeaderError,
     NotWrittenError,
+    UnavailableError,
 )
 from ferrymq.connect.herder import Herder, WriteResult
-from ferrymq.connect.plugin import PluginError, config_infos
+from ferrymq.connect.plugin import OffsetsScope, PluginError, config_infos, task_checkpoint_dir
 from ferrymq.connect.records import OffsetEntry, Record, TargetState
 from ferrymq.connect.state import ConfigState
 from ferrymq.connect.status import TaskState
@@ -485,12 +488,38 @@ def build_app(worker: WorkerHandle) -> FastAPI:
     @app.get("/connectors/{name}/offsets")
     async def get_offsets(name: str) -> dict[str, Any]:
         connector = connector_or_404(name)
-        offsets: list[dict[str, Any]] = []
-        for key in connector.task_keys():
-            report = herder.status.table.get(key)
-            if report is not None:
-                offsets += list(report.metrics.get("offsets", []))
-        return {"offsets": offsets}
+        try:
+            _, cls = herder.plugins.resolve(connector.config.get("connector.class", ""))
+        except PluginError as exc:
+            raise NotFoundError(str(exc)) from None
+        scope = OffsetsScope(
+            connector=name,
+            incarnation=connector.incarnation,
+            namesrv_addr=config.namesrv_addr,
+            checkpoint_dirs=_checkpoints(
+                task_checkpoint_dir(
+                    config.store_path_root_dir,
+                    config.connect_cluster_id,
+                    name,
+                    connector.incarnation,
+                    0,
+                ).parent,
+                len(connector.tasks),
+            ),
+        )
+        try:  # the plugin's own truth (a database, checkpoints): blocking I/O, off the loop
+            shown = await asyncio.to_thread(cls().connector_offsets, dict(connector.config), scope)
+        except Exception as exc:  # noqa: BLE001 - any store's failure is this request's only
+            raise UnavailableError(
+                f"the offsets of {name} cannot be read now: {' '.join(str(exc).split())}"
+            ) from None
+        if shown is None:  # the plugin keeps none here: what its tasks last reported
+            shown = []
+            for key in connector.task_keys():
+                report = herder.status.table.get(key)
+                if report is not None:
+                    shown += list(report.metrics.get("offsets", []))
+        return {"offsets": shown}
 
     # ------------------------------------------------------------------ connectors: writes
 
@@ -642,7 +671,7 @@ def build_app(worker: WorkerHandle) -> FastAPI:
             raise BadRequestError(f"bad offsets: {exc}") from None
 
         def decision(state: ConfigState) -> Record:
-            return decide.alter_offsets(state, name, entries)
+            return decide.alter_offsets(state, herder.plugins, name, entries)
 
         message = {"message": "The offsets for this connector have been altered successfully"}
         return await write(
@@ -888,6 +917,14 @@ _ERRORS: Final[dict[str, str]] = {
 }
 
 
+def _checkpoints(incarnation_dir: Path, tasks: int) -> tuple[str, ...]:
+    """Each task's checkpoint directory: the current tasks', and those a stop left on disk."""
+    indexes = set(range(tasks))
+    if incarnation_dir.is_dir():
+        indexes |= {int(p.name) for p in incarnation_dir.iterdir() if p.name.isdecimal()}
+    return tuple(str(incarnation_dir / str(i)) for i in sorted(indexes))
+
+
 def _document(spec: dict[str, Any]) -> None:
     """Complete FastAPI's spec: the bodies, the real success codes, and the errors as they are.
 
@@ -932,12 +969,14 @@ def _document(spec: dict[str, Any]) -> None:
                 codes.append("409")
             if path == "/health":
                 codes, error = ["500", "503"], {"type": "object"}  # {status, message}
-            if path == "/log":
+            if path == "/log" or (method, path) == ("get", "/connectors/{name}/offsets"):
                 codes.append("503")
             for code in codes:
                 answer: dict[str, Any] = {"description": _ERRORS[code]}
                 if path == "/log" and code == "503":
                     answer["description"] = "The config log's broker kept answering 'retry'."
+                elif code == "503" and path.endswith("/offsets"):
+                    answer["description"] = "The plugin's offsets store cannot be read now."
                 if not code.startswith("3"):
                     answer["content"] = {"application/json": {"schema": error}}
                 responses.setdefault(code, answer)

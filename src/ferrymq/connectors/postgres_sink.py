@@ -80,7 +80,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ferrymq.connect.plugin import ConfigKey, ConfigType, ConnectorPlugin, TaskContext
+from ferrymq.connect.plugin import (
+    ConfigKey,
+    ConfigType,
+    ConnectorPlugin,
+    OffsetsScope,
+    TaskContext,
+)
 from ferrymq.connect.records import OffsetEntry, OffsetsPut
 from ferrymq.connectors.postgres import (
     CONNECTION_KEYS,
@@ -1024,6 +1030,12 @@ class PostgresSink(ConnectorPlugin):
             }
             for topic, broker, queue, next_offset in rows
         ]
+
+    def connector_offsets(
+        self, config: Mapping[str, str], scope: OffsetsScope
+    ) -> list[dict[str, Any]]:
+        """GET /connectors/{c}/offsets: the stored offsets (`offsets`), the sink's truth."""
+        return self.offsets(config, scope.incarnation)
 
     def check_offsets(self, config: Mapping[str, str], entries: Sequence[OffsetEntry]) -> list[str]:
         """What is wrong with a PATCH /offsets body's entries (none: it may be written)."""

@@ -75,7 +75,13 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
-from ferrymq.connect.plugin import ConfigKey, ConfigType, ConnectorPlugin, TaskContext
+from ferrymq.connect.plugin import (
+    ConfigKey,
+    ConfigType,
+    ConnectorPlugin,
+    OffsetsScope,
+    TaskContext,
+)
 from ferrymq.connect.records import OffsetEntry, OffsetsPut
 from ferrymq.connectors.postgres import (
     CONNECTION_KEYS,
@@ -785,6 +791,16 @@ class PostgresSource(ConnectorPlugin):
         except ValueError as exc:
             return [str(exc)]
         return []
+
+    def connector_offsets(
+        self, config: Mapping[str, str], scope: OffsetsScope
+    ) -> list[dict[str, Any]]:
+        """GET /connectors/{c}/offsets: every task's last committed offsets, from its checkpoint.
+
+        The checkpoints are read where this worker sees them (`storePathRootDir`, shared by the
+        cluster's workers); a task whose checkpoint is elsewhere shows nothing.
+        """
+        return [entry for d in scope.checkpoint_dirs for entry in self.offsets_in_checkpoint(d)]
 
     def offsets_in_checkpoint(self, checkpoint_dir: str) -> list[dict[str, Any]]:
         """GET /connectors/{c}/offsets for one task: its last committed offsets (KIP-875 shape).

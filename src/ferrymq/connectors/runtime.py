@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import shutil
 import traceback
@@ -25,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ferrymq.connect.plugin import Plugins, TaskContext
+from ferrymq.connect.plugin import Plugins, TaskContext, task_checkpoint_dir
 from ferrymq.connect.state import TaskKey
 from ferrymq.connect.tasks import TaskSpec
 
-__all__ = ["SparkTaskRunner"]
+__all__ = ["SparkTaskRunner", "lag"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,31 @@ class _Query:
     run_id: str
     trace: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def lag(sources: list[Any]) -> int | None:
+    """Messages the sources hold beyond the last batch (`latestOffset` - `endOffset`, per leaf).
+
+    The offsets are the sources' JSON (ferrymq's: topic -> broker -> queue -> next offset); a
+    leaf that is not a number on both sides counts nothing. None: no source reports its latest.
+    """
+    total: int | None = None
+    for source in sources:
+        try:
+            end, latest = json.loads(source["endOffset"]), json.loads(source["latestOffset"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        total = (total or 0) + _behind(end, latest)
+    return total
+
+
+def _behind(end: Any, latest: Any) -> int:
+    if isinstance(latest, dict):
+        ends = end if isinstance(end, dict) else {}
+        return sum(_behind(ends.get(k), v) for k, v in latest.items())
+    if type(latest) is int and type(end) is int:
+        return max(0, latest - end)
+    return 0
 
 
 class SparkTaskRunner:
@@ -86,7 +112,7 @@ class SparkTaskRunner:
     def checkpoint_dir(self, key: TaskKey) -> Path:
         """Where a task's checkpoint lives."""
         connector, incarnation, task = key
-        return self._state_dir / self._cluster_id / connector / incarnation / str(task)
+        return task_checkpoint_dir(self._state_dir, self._cluster_id, connector, incarnation, task)
 
     async def start(self, spec: TaskSpec) -> str:
         """Start the task's query (the session first, if this is the worker's first task)."""
@@ -151,7 +177,10 @@ class SparkTaskRunner:
                         "input_rows_per_second": progress.get("inputRowsPerSecond"),
                         "processed_rows_per_second": progress.get("processedRowsPerSecond"),
                         "num_input_rows": progress.get("numInputRows"),
+                        "lag": lag(progress.get("sources") or []),
                     }
+                if query.isActive:
+                    running.metrics["query_status"] = query.status.get("message")
 
         if self._queries:
             await self._on_spark(read)
