@@ -165,8 +165,8 @@ async def test_follower_writes_pass_the_leader_s_status_and_body_through(
         offsets = {"offsets": [{"partition": partition, "offset": {"offset": 5}}]}
         assert (await call(url, "PATCH", "/connectors/a/offsets", offsets)).status_code == 200
         # the plugin's check_offsets: 400 with its reason, nothing written
-        bad = {"offsets": [{"partition": {"topic": "src"}, "offset": {"offset": 5}}]}
-        refused = await call(url, "PATCH", "/connectors/a/offsets", bad)
+        malformed = {"offsets": [{"partition": {"topic": "src"}, "offset": {"offset": 5}}]}
+        refused = await call(url, "PATCH", "/connectors/a/offsets", malformed)
         assert refused.status_code == 400
         assert "a partition is" in refused.json()["message"]
         assert (await call(url, "DELETE", "/connectors/a/offsets")).status_code == 200
