@@ -49,9 +49,15 @@ async def connect_cluster(
     *,
     env: dict[str, str] | None = None,
     broker_flags: tuple[str, ...] = (),
+    replicas: int = 3,
+    controllers: int = 3,
 ) -> AsyncIterator[ProcessCluster]:
+    """`ferry up`'s servers (controller mode with 3 replicas unless told otherwise; `replicas=1,
+    controllers=0` is one classic broker) and `workers` workers w1..wN with the FAST timings."""
     cluster = ProcessCluster(
-        UpConfig(data_dir=root, replicas=3, controllers=3, broker_flags=broker_flags)
+        UpConfig(
+            data_dir=root, replicas=replicas, controllers=controllers, broker_flags=broker_flags
+        )
     )
     try:
         await cluster.start()

@@ -1,0 +1,296 @@
+"""Issue 19's crash must-shows through real Connect workers, Spark and PostgreSQL, over REST.
+
+One ferrymq broker, three `ferry connect worker` processes (each starts its Spark driver JVM on
+its first task) and one PostgreSQL server, shared by the module's tests; every process is
+stopped by PID.
+
+- The sink: 200,000 messages with unique ids into a table with no unique constraint, one
+  PostgresSink task hit in turn by the sink's crash point (after the PostgreSQL commits, before
+  Spark records the batch), a kill -9 of the owner's process tree at a random moment, and a
+  kill -9 of the owner's Python process only (its JVM is left to die on its own). After each
+  kill the task runs on another worker; at the end count = distinct count = 200,000 and the
+  stored offsets are the topic's end offsets. A trigger on the offsets table records every
+  committed offsets row: per queue the generation never goes back (no older owner commits
+  after a newer one claimed).
+- The pipeline: PostgresSource (rows inserted by concurrent transactions that commit out of id
+  order) into a topic, and PostgresSink from it into a copy. Both owners are frozen (SIGSTOP of
+  their process trees) past the session timeout, the tasks move; their JVMs wake first, so
+  their next PostgreSQL transaction and their next batch into ferrymq are refused by generation
+  (the refusals are in their logs); then the new owner is killed -9 mid-stream. Each row is in
+  the topic once and in the copy once.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from ferrymq.cmd.up import ProcessCluster
+from ferrymq.connectors.postgres_sink import CRASH_POINT
+
+from ..connectors.conftest import (
+    count_ids,
+    create_topic,
+    end_offsets,
+    produce_json,
+    stored_offsets,
+)
+from ..connectors.postgres import Database, PostgresServer, start_postgres
+from ..spark.conftest import descendants, kill_tree, spark_env
+from .connect_cluster import connect_cluster, rest, start_worker, url
+
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.spark,
+    pytest.mark.postgres,
+    pytest.mark.asyncio(loop_scope="module"),
+]
+log = logging.getLogger(__name__)
+
+WORKERS = ("w1", "w2", "w3")
+TOTAL = 200_000
+ZOMBIE_PG = "(a zombie) is rolled back"
+"""PostgresSink's refusal of an older generation's transaction."""
+ZOMBIE_FERRY = "was not committed"
+"""The ferrymq sink's refusal of an older generation's batch (WriterFencedError)."""
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ProcessCluster]:
+    spark_env()  # the workers' Spark processes run this Python and bind loopback only
+    root = tmp_path_factory.mktemp("kills")
+    async with connect_cluster(root, len(WORKERS), replicas=1, controllers=0) as running:
+        yield running
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+async def any_url(cluster: ProcessCluster) -> str:
+    return next(url(cluster, w) for w, c in cluster.workers.items() if c.running)
+
+
+async def create(cluster: ProcessCluster, name: str, config: dict[str, str]) -> None:
+    answer = await rest(
+        await any_url(cluster), "POST", "/connectors", {"name": name, "config": config}
+    )
+    assert answer.status_code == 201, answer.text
+
+
+async def delete(cluster: ProcessCluster, name: str) -> None:
+    answer = await rest(await any_url(cluster), "DELETE", f"/connectors/{name}")
+    assert answer.status_code == 204, answer.text
+
+
+async def task_status(cluster: ProcessCluster, name: str) -> dict[str, Any]:
+    answer = await rest(await any_url(cluster), "GET", f"/connectors/{name}/status", timeout=5)
+    assert answer.status_code == 200, answer.text
+    task: dict[str, Any] = answer.json()["tasks"][0]
+    return task
+
+
+async def running_on(
+    cluster: ProcessCluster, name: str, after: int = 0, timeout: float = 150
+) -> tuple[str, int]:
+    """Wait until the task runs (RUNNING, reported by its owner) with a generation above
+    `after`; returns (worker, generation). A FAILED task fails the test with its trace."""
+    deadline = time.monotonic() + timeout
+    while True:
+        task = await task_status(cluster, name)
+        generation = int(task["ferrymq"].get("generation", 0))
+        if task["state"] == "FAILED":
+            raise AssertionError(f"{name} failed on {task['worker_id']}: {task.get('trace')}")
+        if task["state"] == "RUNNING" and generation > after:
+            return str(task["worker_id"]), generation
+        assert time.monotonic() < deadline, f"{name} not running past generation {after}: {task}"
+        await asyncio.sleep(0.25)
+
+
+async def until(what: str, check: Callable[[], bool], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not {what} in {timeout} s"
+        await asyncio.sleep(0.25)
+
+
+def jvm_of(pid: int) -> int:
+    """The Spark driver JVM below a worker's Python process."""
+    for child in descendants(pid):
+        with contextlib.suppress(OSError), open(f"/proc/{child}/comm") as comm:
+            if comm.read().strip() == "java":
+                return child
+    raise AssertionError(f"worker {pid} has no JVM")
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie entry awaiting its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def sink_config(database: Database, topic: str, table: str, **extra: str) -> dict[str, str]:
+    return {
+        "connector.class": "PostgresSink",
+        "topics": topic,
+        **database.config,
+        "table.name.format": table,
+        "fields": "id bigint not null, body text",
+        "trigger.interval.ms": "300",
+        **extra,
+    }
+
+
+AUDIT = """
+CREATE TABLE offsets_audit (seq bigserial, topic text, broker text, queue int, generation bigint,
+                            next_offset bigint);
+CREATE FUNCTION audit_offsets() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+  INSERT INTO offsets_audit (topic, broker, queue, generation, next_offset)
+  VALUES (NEW.topic, NEW.broker, NEW.queue, NEW.generation, NEW.next_offset);
+  RETURN NEW;
+END $$;
+CREATE TRIGGER audit AFTER INSERT OR UPDATE ON ferry_connect_offsets
+  FOR EACH ROW EXECUTE FUNCTION audit_offsets();
+"""
+
+
+def audit_offsets(database: Database) -> None:
+    """Record every committed write of ferry_connect_offsets, in lock order per queue (a row's
+    writers hold its lock from SELECT ... FOR UPDATE to commit, so `seq` orders them)."""
+    database.query(AUDIT)
+
+
+def check_audit(database: Database) -> int:
+    """Per queue, the generation and the next offset never go back; returns rows audited."""
+    rows = database.query(
+        "SELECT topic, broker, queue, generation, next_offset FROM offsets_audit ORDER BY seq"
+    )
+    last: dict[tuple[object, ...], tuple[int, int]] = {}
+    for topic, broker, queue, generation, next_offset in rows:
+        now = (int(str(generation)), int(str(next_offset)))
+        before = last.get((topic, broker, queue), (0, 0))
+        assert now[0] >= before[0], ("generation", topic, broker, queue, before, now)
+        assert now[1] >= before[1], ("next offset", topic, broker, queue, before, now)
+        last[(topic, broker, queue)] = now
+    return len(rows)
+
+
+# ------------------------------------------------------------------------------ the sink
+
+
+@pytest.mark.timeout(600)
+async def test_sink_exactly_once_across_three_kinds_of_kill_9(
+    cluster: ProcessCluster, postgres: PostgresServer
+) -> None:
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    log.info("seed %d", seed)
+    database = postgres.create_database("kills_sink")
+    database.query("CREATE TABLE sink_rows (id bigint, body text)")  # no unique constraint
+    topic = "kills"
+    servers = cluster.namesrv_addr
+    started = time.monotonic()
+    await create_topic(servers, topic, 4)
+    await produce_json(
+        servers, topic, [{"id": i, "body": f"m{i}"} for i in range(TOTAL)], batch=1000
+    )
+    log.info("produced %d in %.1f s", TOTAL, time.monotonic() - started)
+    # a new task goes to the least loaded worker, then by id: w1, which has the crash point
+    await cluster.workers["w1"].stop()
+    await start_worker(
+        cluster,
+        "w1",
+        env={
+            "FERRYMQ_TEST_HOOKS": "1",
+            "FERRYMQ_TEST_CRASH_AT": CRASH_POINT,
+            "FERRYMQ_TEST_CRASH_BATCH": "2",
+        },
+    )
+    await create(
+        cluster, "sink", sink_config(database, topic, "sink_rows", maxOffsetsPerTrigger="4000")
+    )
+    owner, generation = await running_on(cluster, "sink")
+    assert owner == "w1", owner
+    await until(
+        "offsets table",
+        lambda: database.query("SELECT to_regclass('ferry_connect_offsets')")[0][0] is not None,
+    )
+    audit_offsets(database)
+
+    # (b) the crash point: w1 dies after batch 2's PostgreSQL commit, before Spark records it
+    w1 = cluster.workers["w1"]
+    await asyncio.wait_for(w1.process.wait(), 180)
+    assert w1.process.returncode == -9, w1.process.returncode
+    checkpoint = cluster.config.data_dir / "connect"
+    planned = {p.name for p in checkpoint.glob("*/sink/*/0/offsets/[0-9]*")}
+    done = {p.name for p in checkpoint.glob("*/sink/*/0/commits/[0-9]*")}
+    assert "2" in planned - done, (planned, done)
+    rows, ids = count_ids(database, "sink_rows")
+    assert rows == ids > 0
+    log.info("crash point: %d rows, %.1f s", rows, time.monotonic() - started)
+    await start_worker(cluster, "w1")
+
+    # (a) kill -9 of the owner's whole process tree (Python, JVM, Spark's Python workers)
+    owner, generation = await running_on(cluster, "sink", generation)
+    written = count_ids(database, "sink_rows")[0]
+    await until("writing again", lambda: count_ids(database, "sink_rows")[0] > written)
+    await asyncio.sleep(rng.uniform(0, 2))
+    kill_tree(cluster.workers[owner].pid)
+    await cluster.workers[owner].process.wait()
+    rows, ids = count_ids(database, "sink_rows")
+    assert rows == ids
+    log.info("tree kill of %s: %d rows, %.1f s", owner, rows, time.monotonic() - started)
+    await start_worker(cluster, owner)
+
+    # (c) kill -9 of the owner's Python process only: its JVM is left to die on its own
+    owner, generation = await running_on(cluster, "sink", generation)
+    written = count_ids(database, "sink_rows")[0]
+    await until("writing again", lambda: count_ids(database, "sink_rows")[0] > written)
+    await asyncio.sleep(rng.uniform(0, 2))
+    jvm = jvm_of(cluster.workers[owner].pid)
+    os.kill(cluster.workers[owner].pid, signal.SIGKILL)
+    await cluster.workers[owner].process.wait()
+    try:
+        await until(f"the orphaned JVM {jvm} gone", lambda: not alive(jvm), 120)
+    finally:
+        kill_tree(jvm)  # only if the test failed: it was gone
+    log.info("python-only kill of %s: %.1f s", owner, time.monotonic() - started)
+    await start_worker(cluster, owner)
+
+    ends = await end_offsets(servers, topic)
+    assert sum(ends.values()) == TOTAL
+    await running_on(cluster, "sink", generation)
+    await until("caught up", lambda: stored_offsets(database, "sink") == ends, 240)
+    assert count_ids(database, "sink_rows") == (TOTAL, TOTAL), f"seed {seed}"
+    answer = await rest(await any_url(cluster), "GET", "/connectors/sink/offsets")
+    shown = {
+        (o["partition"]["broker"], o["partition"]["queue"]): o["offset"]["offset"]
+        for o in answer.json()["offsets"]
+    }
+    assert shown == ends
+    audited = check_audit(database)
+    log.info("done: %d offsets writes audited, %.1f s", audited, time.monotonic() - started)
+    await delete(cluster, "sink")
