@@ -99,7 +99,7 @@ from ferrymq.connectors.postgres import (
 )
 from ferrymq.connectors.postgres_columns import Column, parse_fields, row_of
 from ferrymq.model import validate_topic
-from ferrymq.spark.plan import QueueKey, stable_partition
+from ferrymq.spark.plan import QueueKey, group_code, partition_queue, stable_partition
 
 __all__ = [
     "CHANGES_TABLE",
@@ -166,6 +166,9 @@ class SinkSpec(msgspec.Struct, frozen=True):
     tolerate_errors: bool
     batch_size: int
     servers: str
+    groups: dict[str, dict[int, str]] = msgspec.field(default_factory=dict)
+    """Per topic, the broker group of each group code (the stable partition numbers' upper
+    bits) routed when the task started; a writer looks a code missing here up in the route."""
 
     def table(self, topic: str) -> tuple[str | None, str]:
         """(schema, table) the messages of `topic` go to."""
@@ -468,16 +471,18 @@ class _TaskWrite:
         self.conn = conn
         self.next: dict[tuple[str, QueueKey], int] = {}
         """The stored next offset of each locked queue."""
-        self.queues: dict[tuple[str, str, int], tuple[str, QueueKey]] = {}
-        self.floor: dict[tuple[str, str, int], int] = {}
-        self.top: dict[tuple[str, str, int], int] = {}
-        """By (topic, broker, queue id): the queue, its stored next offset, the highest handled."""
+        self.queues: dict[tuple[str, Any], tuple[str, QueueKey]] = {}
+        self.floor: dict[tuple[str, Any], int] = {}
+        self.top: dict[tuple[str, Any], int] = {}
+        """By (topic, partition number or (broker, queue id)): the queue, its stored next offset,
+        the highest offset handled."""
         self.tables: dict[str, sql.Identifier] = {}
         self.stages: dict[str, sql.Identifier] = {}
         self.pending: dict[str, list[tuple[Any, ...]]] = {}
         self.dead: list[tuple[bytes | None, bytes | None, dict[str, str]]] = []
         self.result = SinkCommit()
         self.seq = 0
+        self.groups = {topic: dict(codes) for topic, codes in spec.groups.items()}
 
     def lock(self, key: tuple[str, QueueKey]) -> None:
         topic, queue = key
@@ -513,14 +518,18 @@ class _TaskWrite:
 
     def add(self, batch: Any) -> None:
         columns = batch.to_pydict()
-        topics, brokers, queue_ids = columns["topic"], columns["brokerName"], columns["queueId"]
-        offsets, keys, values = columns["offset"], columns["key"], columns["value"]
+        topics, offsets = columns["topic"], columns["offset"]
+        keys, values = columns["key"], columns["value"]
+        if "brokerName" in columns:  # queues named by the ferrymq columns
+            places: list[Any] = list(zip(columns["brokerName"], columns["queueId"], strict=True))
+        else:  # by stable partition number (what the task's query reads)
+            places = columns["partition"]
         columns_spec, upsert, limit = self.spec.columns, self.spec.upsert, self.spec.batch_size
         queues, floor, top = self.queues, self.floor, self.top
         for i in range(batch.num_rows):
-            coordinates = (topics[i], brokers[i], queue_ids[i])  # plain tuples: cheap to hash
+            coordinates = (topics[i], places[i])  # plain tuples: cheap to hash
             if coordinates not in queues:
-                key = queues[coordinates] = (topics[i], QueueKey(brokers[i], queue_ids[i]))
+                key = queues[coordinates] = (topics[i], self.queue_of(topics[i], places[i]))
                 self.lock(key)
                 floor[coordinates] = self.next[key]
                 self.table(key[0])
@@ -542,6 +551,28 @@ class _TaskWrite:
             self.result.written += 1
             if len(pending) >= limit:
                 self.flush(topics[i])
+
+    def queue_of(self, topic: str, place: Any) -> QueueKey:
+        """The queue a row's (broker, queue id) or stable partition number names.
+
+        Raises:
+            PostgresConnectorError: no broker group of the topic's route has the number's code.
+        """
+        if isinstance(place, tuple):
+            return QueueKey(*place)
+        code, queue_id = partition_queue(place)
+        groups = self.groups.setdefault(topic, {})
+        broker = groups.get(code)
+        if broker is None:  # a group that joined the route after the task started
+            groups.update(asyncio.run(_route_groups(self.spec.servers, topic)))
+            broker = groups.get(code)
+        if broker is None:
+            raise PostgresConnectorError(
+                f"PostgresSink {self.spec.connector}: partition {place} of {topic} is queue "
+                f"{queue_id} of the broker group with code {code}, which the topic's route "
+                "does not have now; the task fails and a restart retries"
+            )
+        return QueueKey(broker, queue_id)
 
     def malformed(
         self,
@@ -662,6 +693,14 @@ class _TaskWrite:
         )
         for key, stored in self.next.items():
             self.result.next_offsets[_queue_name(*key)] = max(stored, handled.get(key, -1) + 1)
+
+
+async def _route_groups(servers: str, topic: str) -> dict[int, str]:
+    """The broker group of each group code in the topic's route now."""
+    from ferrymq.client.consumer import PullConsumer
+
+    async with PullConsumer(servers, "ferrymq-connect-sink") as consumer:
+        return {group_code(q.broker_name): q.broker_name for q in await consumer.queues(topic)}
 
 
 async def _send_dead(
@@ -969,10 +1008,18 @@ class PostgresSink(ConnectorPlugin):
                 offset = stored.get((topic, key), default)
                 per_topic.setdefault(key.broker_name, {})[str(key.queue_id)] = offset
         spark.dataSource.register(PostgresSinkDataSource)
+        # queues by stable partition number: the ferrymq columns (brokerName, queueId) would make
+        # the reader split every message's properties for tags, keys and msgId too
+        spec = msgspec.structs.replace(
+            spec,
+            groups={
+                topic: {group_code(k.broker_name): k.broker_name for k in queues}
+                for topic, queues in listed.items()
+            },
+        )
         reader = (
             spark.readStream.format("ferrymq")
             .option("servers", context.namesrv_addr)
-            .option("includeFerryColumns", "true")
             .option("startingOffsets", json.dumps(starting, sort_keys=True))
         )
         if count > 1:
@@ -987,7 +1034,7 @@ class PostgresSink(ConnectorPlugin):
             reader = reader.option("subscribe", ",".join(_list(config, "topics")))
         if config.get("maxOffsetsPerTrigger"):
             reader = reader.option("maxOffsetsPerTrigger", config["maxOffsetsPerTrigger"])
-        rows = reader.load().select("topic", "brokerName", "queueId", "offset", "key", "value")
+        rows = reader.load().select("topic", "partition", "offset", "key", "value")
         interval = int(config.get("trigger.interval.ms") or "1000")
         log.info(
             "PostgresSink %s task %d (generation %d): %d queues into %s",

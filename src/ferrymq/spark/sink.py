@@ -169,6 +169,32 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+_KEYS_ITEM: Final = f"{props.KEYS}{props.NAME_VALUE_SEPARATOR}"
+_UNIQ_ITEM: Final = f"{props.UNIQ_KEY}{props.NAME_VALUE_SEPARATOR}"
+
+
+def _key_properties(key: str | None, unique: str) -> bytes:
+    """`encode_properties({KEYS: key, UNIQ_KEY: unique})` (no KEYS item when `key` is None).
+
+    The properties of a row without headers or tags, formatted directly: the same bytes, and the
+    same error for a key holding a separator.
+    """
+    end = props.PROPERTY_SEPARATOR
+    if key is None:
+        return f"{_UNIQ_ITEM}{unique}{end}".encode()
+    if props.NAME_VALUE_SEPARATOR in key or end in key:
+        return encode_properties({props.KEYS: key, props.UNIQ_KEY: unique})  # raises
+    return f"{_KEYS_ITEM}{key}{end}{_UNIQ_ITEM}{unique}{end}".encode()
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """A queue's rows waiting for their prepare, and their bytes (bodies and properties)."""
+
+    items: list[BatchItem] = field(default_factory=list)
+    size: int = 0
+
+
 class _Stager:
     """Turns Arrow batches into prepared rows of one transaction (runs in a Spark task)."""
 
@@ -184,8 +210,7 @@ class _Stager:
         context = TaskContext.get()
         self._turn = itertools.count(context.partitionId() if context else 0)
         self._ids = UniqueIdGenerator(bytes([127, 0, 0, 1]), os.getpid())
-        self._pending: dict[MessageQueue, list[BatchItem]] = {}
-        self._pending_bytes: dict[MessageQueue, int] = {}
+        self._pending: dict[MessageQueue, _Chunk] = {}
         self.rows: dict[str, int] = {}
 
     def run(self, batches: Iterator[Any]) -> FerryCommit:
@@ -206,10 +231,10 @@ class _Stager:
             self.sink_id, self.transaction_id, self.rows, self.fence_id, self.positions
         )
 
-    async def _queue(
-        self, client: SinkClient, topic: str, partition: int | None, key: object
+    def _queue(
+        self, queues: list[MessageQueue], topic: str, partition: int | None, key: object
     ) -> MessageQueue:
-        queues = await client.queues(topic)
+        """The queue of a row, among its topic's writable `queues` (route order)."""
         if partition is not None:
             return queue_of_partition(topic, partition, queues)
         if key is not None:
@@ -229,30 +254,43 @@ class _Stager:
         if all(name in columns for name in SOURCE_COLUMNS):
             self._note_positions(*(columns[name] for name in SOURCE_COLUMNS))
         now_ms = time.time_ns() // 1_000_000
+        next_id = self._ids.next_id
+        routes: dict[str, list[MessageQueue]] = {}
+        """Each topic's writable queues, looked up (and its name checked) once a batch."""
+        pending = self._pending
         for i in range(count):
             topic = self.options.topic or topics[i]
-            if not topic:
-                raise OptionError("topic", "a row has no topic (and no topic option is set)")
-            validate_topic(topic)
+            queues = routes.get(topic)
+            if queues is None:
+                if not topic:
+                    raise OptionError("topic", "a row has no topic (and no topic option is set)")
+                validate_topic(topic)
+                queues = routes[topic] = await client.queues(topic)
             value = values[i]
             if value is None:
                 raise OptionError("value", "a row's value is null")
             body = value.encode() if isinstance(value, str) else bytes(value)
-            properties: dict[str, str] = {}
-            for header in headers[i] or ():
-                if header["value"] is not None:
-                    properties[header["key"]] = _text(header["value"])
-            if tags[i]:
-                properties[props.TAGS] = tags[i]
-            if keys[i] is not None:
-                properties[props.KEYS] = _text(keys[i])
-            properties[props.UNIQ_KEY] = self._ids.next_id(now_ms)
-            queue = await self._queue(client, topic, partitions[i], keys[i])
-            item = BatchItem(body, encode_properties(properties))
-            self._pending.setdefault(queue, []).append(item)
-            size = self._pending_bytes.get(queue, 0) + len(body) + len(item.properties)
-            self._pending_bytes[queue] = size
-            if len(self._pending[queue]) >= _CHUNK_ROWS or size >= _CHUNK_BYTES:
+            key = keys[i]
+            if headers[i] or tags[i]:
+                properties: dict[str, str] = {}
+                for header in headers[i] or ():
+                    if header["value"] is not None:
+                        properties[header["key"]] = _text(header["value"])
+                if tags[i]:
+                    properties[props.TAGS] = tags[i]
+                if key is not None:
+                    properties[props.KEYS] = _text(key)
+                properties[props.UNIQ_KEY] = next_id(now_ms)
+                encoded = encode_properties(properties)
+            else:
+                encoded = _key_properties(None if key is None else _text(key), next_id(now_ms))
+            queue = self._queue(queues, topic, partitions[i], key)
+            chunk = pending.get(queue)
+            if chunk is None:
+                chunk = pending[queue] = _Chunk()
+            chunk.items.append(BatchItem(body, encoded))
+            chunk.size += len(body) + len(encoded)
+            if len(chunk.items) >= _CHUNK_ROWS or chunk.size >= _CHUNK_BYTES:
                 await self._flush(client, queue)
 
     def _note_positions(
@@ -270,10 +308,10 @@ class _Stager:
             queues[key] = max(queues.get(key, 0), int(offset) + 1)
 
     async def _flush(self, client: SinkClient, queue: MessageQueue) -> None:
-        items = self._pending.pop(queue, [])
-        self._pending_bytes.pop(queue, None)
-        if not items:
+        chunk = self._pending.pop(queue, None)
+        if chunk is None or not chunk.items:
             return
+        items = chunk.items
         await client.prepare(queue, self.sink_id, self.batch_id, self.transaction_id, items)
         self.rows[queue.broker_name] = self.rows.get(queue.broker_name, 0) + len(items)
 
