@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import functools
 import logging
 import shutil
 from collections.abc import Awaitable, Callable, Coroutine
@@ -33,7 +34,7 @@ from typing import Any, Self
 import msgspec
 
 from ferrymq import clock as process_clock
-from ferrymq.broker import admin, consumer, pull, query, retention, send, switchover
+from ferrymq.broker import admin, consumer, pull, query, queuemap, retention, send, switchover
 from ferrymq.broker.clients import ClientTable, QueueLocks
 from ferrymq.broker.config import BrokerConfig, BrokerRole
 from ferrymq.broker.fenced import FencedTopics
@@ -114,6 +115,7 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.DELETE_EXPIRED_COMMITLOG: admin.delete_expired_commit_log,
     RequestCode.GET_FENCE: admin.get_fence,
     RequestCode.GET_GROUP_MEMBERS: consumer.get_group_members,
+    RequestCode.SEAL_QUEUE: queuemap.seal_queue,
 }
 """Every request code the broker serves, in one table."""
 
@@ -286,6 +288,10 @@ class Broker:
             wake_clients=self._clients_wake.set,
         )
         store.keep_log_offset = self._state.fences.keep_log_offset
+        start_queues = functools.partial(queuemap.start_hosted_queues, store, config.broker_name)
+        topics.observers.append(start_queues)
+        for topic_config in list(topics.configs.values()):
+            start_queues(topic_config)
         self.schedule = ScheduleService(self._state)
         self.timer = TimerService(self._state)
         self.transactions = TransactionService(self._state)

@@ -20,6 +20,7 @@ import asyncio
 import logging
 
 from ferrymq.broker.metadata import retry_topic
+from ferrymq.broker.queuemap import committed_floor
 from ferrymq.broker.send import topic_for_send
 from ferrymq.broker.state import BrokerState
 from ferrymq.errors import FerryError, RequestError
@@ -234,9 +235,13 @@ async def query_consumer_offset(
     A group with no committed offset gets 0 when the queue still holds its first message and
     `setZeroIfNotFound` is not false (RocketMQ's rule, which lets a new group read what was sent
     before it started); otherwise QUERY_NOT_FOUND and the client picks by consumeFromWhere.
+    A moved queue's new physical queue answers its segment's start (`queuemap.py`).
     """
     header = from_ext_fields(QueryConsumerOffsetRequestHeader, request.ext_fields)
     offset = state.offsets.query(header.topic, header.consumer_group, header.queue_id)
+    floor = committed_floor(state, header.topic, header.queue_id)
+    if offset is None and floor is not None and header.set_zero_if_not_found is not False:
+        offset = floor  # a moved queue's new physical queue: read from its start (queuemap.py)
     if offset is None:
         if (
             header.set_zero_if_not_found is False

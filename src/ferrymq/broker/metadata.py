@@ -119,6 +119,8 @@ class TopicTable:
         """Hears (topic, config) on every put and (topic, None) on every delete."""
         self.version_listener: Callable[[int], None] | None = None
         """Hears every change of `controller_version`."""
+        self.observers: list[Callable[[TopicConfig], None]] = []
+        """Hear every config put or replaced (a slave's whole table too), after the change."""
 
     def load(self, *, default_topic_queue_nums: int, auto_create: bool, delay_levels: int) -> None:
         """Read the file and make sure the system topics exist."""
@@ -169,6 +171,8 @@ class TopicTable:
         self._bump()
         if self.listener is not None:
             self.listener(config.topic_name, config)
+        for observer in self.observers:
+            observer(config)
         return True
 
     def delete(self, topic: str) -> bool:
@@ -183,8 +187,12 @@ class TopicTable:
     def replace_all(self, configs: dict[str, TopicConfig]) -> None:
         """Adopt a replicated snapshot of the whole table (a slave)."""
         if configs != self.configs:
+            changed = [c for n, c in configs.items() if self.configs.get(n) != c]
             self.configs = dict(configs)
             self._bump()
+            for config in changed:
+                for observer in self.observers:
+                    observer(config)
 
     def set_controller_version(self, version: int) -> None:
         """Record the controller's topic version this table now reflects."""

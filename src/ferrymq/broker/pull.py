@@ -23,6 +23,7 @@ import os
 from typing import Final
 
 from ferrymq.broker.metadata import GroupConfig
+from ferrymq.broker.queuemap import SEALED_FIELD, queue_map_of
 from ferrymq.broker.state import BrokerState
 from ferrymq.errors import RequestError
 from ferrymq.rpc.connection import Connection
@@ -115,7 +116,11 @@ async def pull_message(
         )
     result = _read(state, header, codes)
     code = _status_code(result.status, header.queue_offset)
-    if header.sys_flag & SYSFLAG_SUSPEND and header.suspend_timeout_millis > 0:
+    queue_map = queue_map_of(topic)
+    sealed = queue_map is not None and queue_map.is_sealed(
+        state.config.broker_name, header.queue_id
+    )
+    if header.sys_flag & SYSFLAG_SUSPEND and header.suspend_timeout_millis > 0 and not sealed:
         wait = (
             min(header.suspend_timeout_millis / 1000, _MAX_SUSPEND_S)
             if state.config.long_polling_enable
@@ -148,9 +153,12 @@ async def pull_message(
         min_offset=result.min_queue_offset,
         max_offset=result.max_queue_offset,
     )
-    return request.make_response(
-        code, ext_fields=to_ext_fields(response), body=b"".join(result.records)
-    )
+    fields = to_ext_fields(response)
+    if sealed:
+        # a moved queue's old physical queue (queuemap.py): no long poll, and ferrymq's
+        # clients read on in the queue's next segment (or refresh the route to learn it)
+        fields[SEALED_FIELD] = "true"
+    return request.make_response(code, ext_fields=fields, body=b"".join(result.records))
 
 
 def _suggest(state: BrokerState, group: GroupConfig, result: GetResult) -> int:

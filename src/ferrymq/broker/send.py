@@ -48,6 +48,7 @@ from ferrymq.broker.metadata import (
     dlq_topic,
     retry_topic,
 )
+from ferrymq.broker.queuemap import check_send
 from ferrymq.broker.state import BrokerState
 from ferrymq.broker.topicsync import auto_create_topic
 from ferrymq.errors import (
@@ -397,6 +398,8 @@ async def send_message(
             f"request queueId[{queue_id}] is illegal, {config.topic_name} has "
             f"{config.write_queue_nums} write queues. Producer: {conn.peer}",
         )
+    if config.attributes:
+        check_send(config, state.config.broker_name, queue_id)  # a moved queue (queuemap.py)
     if config.attributes and config.attributes.get(FENCED_ATTRIBUTE) == "true":
         return await _send_fenced(state, conn, request, header, items, batch, queue_id)
     reconsume_times = header.reconsume_times or 0

@@ -4,7 +4,8 @@ JSON output (`--json`) uses RocketMQ's body shapes where RocketMQ has one (Topic
 ClusterInfo, ConsumeStats, TopicStatsTable).
 
 In controller mode topic create and delete go to the controller (`AdminClient`), and
-`topic status` also shows the controller's placement against what each group holds.
+`topic status` also shows the controller's placement against what each group holds;
+`topic reassign` and `broker drain` move queues between groups (`cli/moves.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import click
 
 from ferrymq.cli.broker import broker_group
 from ferrymq.cli.controller import controller_group
+from ferrymq.cli.moves import broker_drain, broker_forget, topic_reassign
 from ferrymq.cli.output import emit_json, emit_table
 from ferrymq.client.admin import AdminClient, TopicPlacementStatus
 from ferrymq.client.message import Message
@@ -438,3 +440,6 @@ def message_by_id(ctx: click.Context, offset_msg_id: str, as_json: bool) -> None
 
 admin_group.add_command(controller_group)
 admin_group.add_command(broker_group)
+topic_group.add_command(topic_reassign)
+broker_group.add_command(broker_drain)
+broker_group.add_command(broker_forget)

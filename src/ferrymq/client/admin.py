@@ -7,6 +7,11 @@ which decides the placement for every group (those without a master included), a
 classic mode until the NameServers route what the live masters now hold. Broker-local topics
 (system, retry, dead-letter) still go to the masters themselves. `topic_placement`
 shows the controller's desired placement against each group's master and the routes.
+
+Moving queues between groups (issue 20 section 4): `reassign` asks the controller to start (or
+cancel, or clean up) moves and `move_progress` says where each one is, from the controller's
+state: `moving` (the source seals the queue), `done` (the new segment is open, with the offset
+the old one ended at) or `cancelled`.
 """
 
 from __future__ import annotations
@@ -59,12 +64,26 @@ from ferrymq.wire.namesrv import (
 )
 from ferrymq.wire.records import unpack_host
 from ferrymq.wire.topics import (
+    ControllerReassignRequestHeader,
     ControllerUpdateTopicRequestHeader,
+    QueueMoveBody,
+    ReassignBody,
     TopicPlacement,
     is_broker_local_topic,
 )
 
-__all__ = ["AdminClient", "GroupPlacement", "TopicPlacementStatus"]
+__all__ = ["AdminClient", "GroupPlacement", "MoveProgress", "TopicPlacementStatus"]
+
+
+@dataclass(frozen=True, slots=True)
+class MoveProgress:
+    """Where one move of a queue stands."""
+
+    move: QueueMoveBody
+    state: str
+    """`moving`, `done` or `cancelled` (the queue is elsewhere than the move's target)."""
+    end_offset: int | None = None
+    """Done: the offset the old segment ended at (the new one starts there)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,6 +531,58 @@ class AdminClient:
                 for name in names
             ],
         )
+
+    async def _controllers_for_moves(self) -> ControllerAdmin:
+        controllers = await self.controllers()
+        if controllers is None:
+            raise FerryError(
+                "moving queues between broker groups needs controller mode (the controller "
+                "keeps the queue map); this cluster runs without controllers"
+            )
+        return controllers
+
+    async def reassign(self, header: ControllerReassignRequestHeader) -> ReassignBody:
+        """Start, cancel or clean up moves of queues (CONTROLLER_REASSIGN_QUEUES).
+
+        Raises:
+            FerryError: classic mode (no controllers).
+            RemoteError: the controller refused; its remark says why.
+        """
+        return await (await self._controllers_for_moves()).reassign(header)
+
+    async def topic_record(self, topic: str) -> TopicPlacement | None:
+        """The controller's record of a topic (None: no such live topic)."""
+        body = await (await self._controllers_for_moves()).topics(topic)
+        return body.topics[0] if body.topics else None
+
+    async def move_progress(self, moves: list[QueueMoveBody]) -> list[MoveProgress]:
+        """Where each move stands now, by the controller's state."""
+        controllers = await self._controllers_for_moves()
+        records: dict[str, TopicPlacement | None] = {}
+        progress: list[MoveProgress] = []
+        for move in moves:
+            if move.topic not in records:
+                body = await controllers.topics(move.topic)
+                records[move.topic] = body.topics[0] if body.topics else None
+            record = records[move.topic]
+            queue = (
+                record.queue_map.logical(move.broker_name, move.queue_id)
+                if record is not None
+                else None
+            )
+            if queue is None:
+                progress.append(MoveProgress(move, "cancelled"))
+                continue
+            target = (move.to_broker_name, move.to_queue_id)
+            if queue.moving is not None and queue.moving.broker_name == move.to_broker_name:
+                progress.append(MoveProgress(move, "moving"))
+                continue
+            ends = [s for s in queue.segments if s.physical == target]
+            if ends:
+                progress.append(MoveProgress(move, "done", ends[0].start_offset))
+                continue
+            progress.append(MoveProgress(move, "cancelled"))
+        return progress
 
     async def fence(self, topic: str) -> FenceHolder:
         """A fenced topic's holder and live start, from its master (GET_FENCE).

@@ -3,10 +3,18 @@
 What the CLI, benchmarks and the Spark source use: the caller decides which queues and which
 offsets; the consumer turns that into PULL_MESSAGE requests to the broker group holding the
 queue, and commits offsets when asked. `fetch_range` reads exactly `[start, end)`.
+
+Queues moved between broker groups (issue 20 section 4, `wire.queuemap`): the caller names a
+queue as it always was (its logical queue) and gets the same offsets; each request goes to the
+physical queue of the segment holding the offset. A pull that reaches a closed segment's end
+goes on in the next one; one that reaches the end of a sealed queue whose next segment the
+route does not show yet (`ferrySealed`) asks the NameServers again. Committed offsets live on
+the physical queue of the segment read; `committed` takes the highest of the segments'.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from enum import Enum
 from types import TracebackType
@@ -28,6 +36,7 @@ from ferrymq.wire.broker import (
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import CommandHeader, to_ext_fields
+from ferrymq.wire.queuemap import QueueSegment
 from ferrymq.wire.records import (
     RecordBuffers,
     decode_buffers,
@@ -37,6 +46,17 @@ from ferrymq.wire.records import (
 
 __all__ = ["ColumnPull", "PullConsumer", "PullResult", "PullStatus"]
 
+_MAX_SEGMENT_HOPS = 8
+"""Segments one pull may step through (each closed one read to its end)."""
+
+
+def _name(queue: MessageQueue) -> tuple[str, int]:
+    return queue.broker_name, queue.queue_id
+
+
+_SEALED_FIELD = "ferrySealed"
+_SEALED_PAUSE_S = 0.05
+"""A pause before pulling a sealed queue's end again while the route shows no next segment."""
 _SYSFLAG_SUSPEND = 2
 _SYSFLAG_SUBSCRIPTION = 4
 
@@ -167,6 +187,42 @@ class PullConsumer:
             self.routes.invalidate(queue.topic)
         return response
 
+    async def _segment(
+        self, queue: MessageQueue, offset: int
+    ) -> tuple[MessageQueue, QueueSegment | None]:
+        """The physical queue holding `offset` of a (logical) queue, and its segment."""
+        segment = (await self.routes.get(queue.topic)).segment(queue, offset)
+        if segment is None:
+            return queue, None
+        return MessageQueue(queue.topic, segment.broker_name, segment.queue_id), segment
+
+    async def _pull_logical(
+        self,
+        queue: MessageQueue,
+        offset: int,
+        max_messages: int,
+        max_bytes: int | None,
+        expression: str,
+        wait: float,
+        min_bytes: int = 0,
+    ) -> tuple[PullStatus, RemotingCommand, MessageQueue]:
+        """`_pull` on the segment holding `offset`, on to the next ones past a closed end."""
+        for _ in range(_MAX_SEGMENT_HOPS):
+            physical, _ = await self._segment(queue, offset)
+            status, response = await self._pull(
+                physical, offset, max_messages, max_bytes, expression, wait, min_bytes
+            )
+            if status is PullStatus.FOUND:
+                return status, response, physical
+            if response.ext_fields.get(_SEALED_FIELD) == "true":
+                # the queue moved (or is moving) and this route does not show where: ask again
+                self.routes.invalidate(queue.topic)
+                await asyncio.sleep(_SEALED_PAUSE_S)
+                if (await self._segment(queue, offset))[0] != physical:
+                    continue  # read on in the next segment, at the same offset
+            return status, response, physical
+        raise RemoteError(ResponseCode.SYSTEM_ERROR, f"{queue}: too many segments at {offset}")
+
     async def _pull(
         self,
         queue: MessageQueue,
@@ -223,7 +279,7 @@ class PullConsumer:
         return reach `min_bytes` (or `max_messages` / `max_bytes`) or `wait` is over, and then
         answers with what there is (a RocketMQ broker ignores `min_bytes`).
         """
-        status, response = await self._pull(
+        status, response, physical = await self._pull_logical(
             queue, offset, max_messages, max_bytes, expression, wait, min_bytes
         )
         fields = response.ext_fields
@@ -232,7 +288,7 @@ class PullConsumer:
             next_offset=int(fields.get("nextBeginOffset", offset)),
             min_offset=int(fields.get("minOffset", 0)),
             max_offset=int(fields.get("maxOffset", 0)),
-            messages=decode_messages(response.body, queue.broker_name)
+            messages=decode_messages(response.body, physical.broker_name)
             if status is PullStatus.FOUND
             else [],
         )
@@ -246,7 +302,9 @@ class PullConsumer:
         max_bytes: int | None = None,
     ) -> ColumnPull:
         """`pull`, with the records as column buffers (`decode_buffers`), not `Message`s."""
-        status, response = await self._pull(queue, offset, max_messages, max_bytes, "*", 0.0)
+        status, response, _ = await self._pull_logical(
+            queue, offset, max_messages, max_bytes, "*", 0.0
+        )
         fields = response.ext_fields
         return ColumnPull(
             status=status,
@@ -285,23 +343,57 @@ class PullConsumer:
 
     async def max_offset(self, queue: MessageQueue) -> int:
         """The offset the queue's next message will get."""
+        queue = await self._last(queue)
         header = GetMaxOffsetRequestHeader(topic=queue.topic, queue_id=queue.queue_id)
         return await self._offset(queue, RequestCode.GET_MAX_OFFSET, header)
 
     async def min_offset(self, queue: MessageQueue) -> int:
         """The first offset still stored."""
+        queue, _ = await self._segment(queue, 0)
         header = GetMinOffsetRequestHeader(topic=queue.topic, queue_id=queue.queue_id)
         return await self._offset(queue, RequestCode.GET_MIN_OFFSET, header)
 
     async def offset_for_time(self, queue: MessageQueue, timestamp_ms: int) -> int:
-        """The first offset stored at or after `timestamp_ms`."""
+        """The first offset stored at or after `timestamp_ms` (in the queue's newest segment)."""
+        queue = await self._last(queue)
         header = SearchOffsetRequestHeader(
             topic=queue.topic, queue_id=queue.queue_id, timestamp=timestamp_ms
         )
         return await self._offset(queue, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)
 
+    async def _last(self, queue: MessageQueue) -> MessageQueue:
+        route = await self.routes.get(queue.topic)
+        if route.queue_map is None:
+            return queue
+        logical = route.queue_map.logical(queue.broker_name, queue.queue_id)
+        if logical is None:
+            return queue
+        current = logical.current
+        return MessageQueue(queue.topic, current.broker_name, current.queue_id)
+
     async def committed(self, queue: MessageQueue) -> int | None:
-        """The group's committed offset in the queue (asked of the master), or None."""
+        """The group's committed offset in the queue (asked of the master), or None.
+
+        A moved queue: the highest of its segments' (each commit goes to the segment read).
+        """
+        route = await self.routes.get(queue.topic)
+        logical = route.queue_map.logical(*_name(queue)) if route.queue_map else None
+        if logical is None:
+            return await self._committed(queue)
+        found: list[int] = []
+        for segment in logical.segments:
+            physical = MessageQueue(queue.topic, segment.broker_name, segment.queue_id)
+            try:
+                offset = await self._committed(physical)
+            except ConnectError:
+                if segment.is_open:
+                    raise
+                continue  # a closed segment's group gone (forgotten): the later ones count
+            if offset is not None:
+                found.append(offset)
+        return max(found) if found else None
+
+    async def _committed(self, queue: MessageQueue) -> int | None:
         header = QueryConsumerOffsetRequestHeader(
             consumer_group=self.group,
             topic=queue.topic,
@@ -322,6 +414,7 @@ class PullConsumer:
 
     async def commit(self, queue: MessageQueue, offset: int) -> None:
         """Commit the group's position in the queue (the next offset to read)."""
+        queue, _ = await self._segment(queue, offset)
         header = UpdateConsumerOffsetRequestHeader(
             consumer_group=self.group,
             topic=queue.topic,

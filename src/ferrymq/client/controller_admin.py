@@ -49,9 +49,11 @@ from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import CommandHeader, from_ext_fields, to_ext_fields
 from ferrymq.wire.topics import (
     ControllerDeleteTopicRequestHeader,
+    ControllerReassignRequestHeader,
     ControllerTopicsBody,
     ControllerUpdateTopicRequestHeader,
     GetControllerTopicsRequestHeader,
+    ReassignBody,
 )
 
 __all__ = ["ControllerAdmin", "ElectResult", "ReplicaInfo", "broker_epoch_cache"]
@@ -389,6 +391,16 @@ class ControllerAdmin:
             ),
         )
         return decode_body(response.body, ControllerTopicsBody)
+
+    async def reassign(self, header: ControllerReassignRequestHeader) -> ReassignBody:
+        """CONTROLLER_REASSIGN_QUEUES: start, cancel or clean up moves of queues between groups.
+
+        Raises:
+            RemoteError: the controller refused (unknown topic, group or queue, a move to
+                another group already running, ...): its remark says why.
+        """
+        response = await self._ok(RequestCode.CONTROLLER_REASSIGN_QUEUES, header)
+        return decode_body(response.body, ReassignBody)
 
     async def topics(self, topic: str | None = None) -> ControllerTopicsBody:
         """CONTROLLER_GET_TOPICS: one topic's record or tombstone, or every live topic."""

@@ -3,7 +3,10 @@
 - Queues are chosen round-robin over the topic's write queues, avoiding broker groups that failed
   in the last few seconds. A send that surely failed (refused, or never sent) is retried up to
   `retries` times on another queue, preferring another group, after refreshing the route.
-- A send to an explicit queue (ordered messages) is never moved to another queue.
+- A send to an explicit queue (ordered messages) is never moved to another queue. A queue
+  being moved to another broker group (issue 20 section 4) takes it once the move is over:
+  the send waits for that (up to `_MOVE_WAIT_S`), then goes to the queue's new group, so
+  the queue keeps its order.
 - A send whose request left but got no answer raises `SendOutcomeUnknownError`: the message may be
   stored. It is not retried by default, so the SDK never turns one send into two silently.
 - Scheduled messages: `delay_level` (RocketMQ 4 levels: 1 s, 5 s, 10 s, 30 s, 1 m, ...), or a
@@ -14,6 +17,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -46,6 +50,9 @@ __all__ = ["Producer"]
 
 log = logging.getLogger(__name__)
 
+_MOVE_WAIT_S: Final = 30.0
+"""How long a send to a queue being moved waits for the move to end."""
+_MOVE_POLL_S: Final = 0.1
 _RETRY_CODES: Final = frozenset(
     {
         ResponseCode.TOPIC_NOT_EXIST,
@@ -135,7 +142,8 @@ class Producer:
 
     async def queues(self, topic: str) -> list[MessageQueue]:
         """The topic's writable queues, in a stable order (to pick one by a key's hash)."""
-        return list((await self.routes.get(validate_topic(topic))).write_queues)
+        route = await self.routes.get(validate_topic(topic))
+        return list(route.named_write_queues) if route.queue_map else list(route.write_queues)
 
     def new_msg_id(self) -> str:
         """A fresh unique key in RocketMQ's UNIQ_KEY layout."""
@@ -258,6 +266,7 @@ class Producer:
         if queue is None and not route.write_queues:
             raise SendFailedError(f"topic {topic} has no writable queue")
         target = queue if queue is not None else self._choose(route.write_queues, None)
+        target = route.send_target(target) or target  # a moving queue: its source refuses
         address = route.master(target.broker_name)
         if address is None and self.routes.refetch_soon(topic):
             address = (await self.routes.get(topic)).master(target.broker_name)
@@ -320,7 +329,10 @@ class Producer:
         avoid: str | None = None
         last_failure = "no attempt"
         attempts = 1 if queue is not None else 1 + self._retries
-        for attempt in range(attempts):
+        move_deadline = time.monotonic() + _MOVE_WAIT_S
+        attempt = -1
+        while attempt + 1 < attempts:
+            attempt += 1
             route = (attempt == 0 and self.routes.fresh(topic)) or await self.routes.get(
                 topic, refresh=attempt > 0
             )
@@ -330,7 +342,16 @@ class Producer:
                 last_failure = f"topic {topic} has no writable queue"
                 self.routes.invalidate(topic)
                 continue
-            target = queue if queue is not None else self._choose(route.write_queues, avoid)
+            chosen = queue if queue is not None else self._choose(route.write_queues, avoid)
+            target = route.send_target(chosen)
+            if target is None:  # the queue is being moved: wait for its new group
+                last_failure = f"queue {chosen.queue_id} of {chosen.broker_name} is being moved"
+                if time.monotonic() >= move_deadline:
+                    break
+                await asyncio.sleep(_MOVE_POLL_S)
+                self.routes.invalidate(topic)
+                attempt -= 1
+                continue
             address = route.master(target.broker_name)
             if address is None and self.routes.refetch_soon(topic):
                 # the route may predate the election: ask again now, not at the next refresh
@@ -367,7 +388,7 @@ class Producer:
                 return SendResult(
                     msg_id=msg_id,
                     offset_msg_id=response.ext_fields.get("msgId", ""),
-                    queue=target,
+                    queue=chosen,  # the logical queue: its offsets are the same everywhere
                     queue_offset=int(response.ext_fields.get("queueOffset", "-1")),
                     transaction_id=response.ext_fields.get("transactionId"),
                 )
@@ -377,6 +398,16 @@ class Producer:
             if response.code not in _RETRY_CODES:
                 break
             self.routes.invalidate(topic)
+            if (
+                queue is not None
+                and response.code == ResponseCode.NO_PERMISSION
+                and "sealed" in (response.remark or "")
+                and time.monotonic() < move_deadline
+            ):
+                # a route older than a move: the queue's old group sealed it
+                await asyncio.sleep(_MOVE_POLL_S)
+                attempt -= 1
+                continue
             avoid = target.broker_name
         raise SendFailedError(f"send to {topic} failed: {last_failure}")
 

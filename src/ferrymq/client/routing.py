@@ -4,6 +4,11 @@ A route is refreshed on a timer (`refresh_interval`), and at once when a broker 
 is not the master or does not know the topic (`invalidate`). NameServers are tried in turn,
 starting after the last one that failed. Brokers that just failed are avoided for a while when
 choosing a queue (RocketMQ's latency fault tolerance, simplified to "failed recently").
+
+A topic with moved queues (issue 20 section 4, `wire.queuemap`) comes with its queue map: the
+route's queues are then its logical queues, named as they always were, and `segment` /
+`send_target` say which physical queue holds an offset or takes a send. Offsets are the same
+in every segment, so only the address changes.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 from ferrymq.wire.namesrv import GetRouteInfoRequestHeader
+from ferrymq.wire.queuemap import QueueMap, QueueSegment, decode_queue_map
 
 __all__ = ["Routes", "TopicRoute"]
 
@@ -43,6 +49,44 @@ class TopicRoute:
     read_queues: list[MessageQueue]
     brokers: dict[str, dict[int, str]]
     fetched_at: float
+    queue_map: QueueMap | None = None
+    """The topic's logical queues, when some moved (issue 20 section 4)."""
+    named_write_queues: tuple[MessageQueue, ...] = ()
+    """With a map: every logical queue that takes writes, moving ones too (a stable list to
+    choose from by key); the others are `write_queues`."""
+
+    def segment(self, queue: MessageQueue, offset: int) -> QueueSegment | None:
+        """The physical queue of a logical one that holds `offset` (None: no map)."""
+        if self.queue_map is None:
+            return None
+        logical = self.queue_map.logical(queue.broker_name, queue.queue_id)
+        return logical.segment_at(offset) if logical is not None else None
+
+    def next_segment(self, queue: MessageQueue, segment: QueueSegment) -> QueueSegment | None:
+        """The segment after `segment` of a logical queue, if it is known yet."""
+        if self.queue_map is None:
+            return None
+        logical = self.queue_map.logical(queue.broker_name, queue.queue_id)
+        return logical.next_after(segment) if logical is not None else None
+
+    def is_moving(self, queue: MessageQueue) -> bool:
+        """Whether the logical queue is being moved (its writes wait for the move's end)."""
+        if self.queue_map is None:
+            return False
+        logical = self.queue_map.logical(queue.broker_name, queue.queue_id)
+        return logical is not None and logical.moving is not None
+
+    def send_target(self, queue: MessageQueue) -> MessageQueue | None:
+        """The physical queue a send to `queue` goes to (None: it is moving; wait)."""
+        if self.queue_map is None:
+            return queue
+        logical = self.queue_map.logical(queue.broker_name, queue.queue_id)
+        if logical is None:
+            return queue
+        if logical.moving is not None:
+            return None
+        current = logical.current
+        return MessageQueue(queue.topic, current.broker_name, current.queue_id)
 
     def master(self, broker_name: str) -> str | None:
         """The master's address of a broker group, if it has one."""
@@ -68,7 +112,37 @@ class TopicRoute:
                     MessageQueue(topic, queue.broker_name, i) for i in range(queue.read_queue_nums)
                 ]
         brokers = {b.broker_name: dict(b.broker_addrs) for b in data.broker_datas}
+        if data.ferry_queue_map:
+            try:
+                queue_map = decode_queue_map(data.ferry_queue_map)
+            except FerryError as exc:
+                log.warning("queue map of %s ignored: %s", topic, exc)
+            else:
+                return cls._mapped(topic, data, queue_map, brokers, now)
         return cls(topic, write, read, brokers, now)
+
+    @classmethod
+    def _mapped(
+        cls,
+        topic: str,
+        data: TopicRouteData,
+        queue_map: QueueMap,
+        brokers: dict[str, dict[int, str]],
+        now: float,
+    ) -> TopicRoute:
+        writable = {q.broker_name for q in data.queue_datas if q.perm & Perm.WRITE}
+        read: list[MessageQueue] = []
+        named: list[MessageQueue] = []
+        write: list[MessageQueue] = []
+        for logical in queue_map.logical_queues():
+            name = MessageQueue(topic, logical.broker_name, logical.queue_id)
+            read.append(name)
+            if not queue_map.is_writable_name(*logical.name):
+                continue
+            named.append(name)
+            if logical.moving is None and logical.current.broker_name in writable:
+                write.append(name)
+        return cls(topic, write, read, brokers, now, queue_map, tuple(named))
 
 
 class Routes:

@@ -35,6 +35,18 @@ Rules:
    topic change is applied, the leader pushes NOTIFY_TOPICS_CHANGED (oneway, best effort) with
    the new topic version to every live broker; heartbeat answers carry the version too, so a
    broker that missed the push learns of the change at its next heartbeat.
+8. Moving queues (issue 20 section 4, `wire.queuemap`): the serving leader drives every move
+   the state holds to its end, from the state alone (so a new leader resumes what its
+   predecessor started): SEAL_QUEUE to the source group's master until it answers the end
+   offset (it answers only once its table seals the queue and everything below is committed),
+   then FinishMove (compare-and-set on the move's start version). Retried every
+   `_MOVE_RETRY_S` while the source has no master or answers not yet.
+
+Crash points for tests (`FERRYMQ_TEST_CRASH_AT=<point>`, honoured only with
+`FERRYMQ_TEST_HOOKS=1`; see `MOVE_CRASH_POINTS`): `move_started_before_reply` (a reassign's
+start is applied, the admin not answered), `move_started_before_seal` (the leader is about to
+ask the source to seal), `move_sealed_before_finish` (the leader has the end offset and has not
+proposed FinishMove), `move_finished_before_reply` (FinishMove applied, not yet acted on).
 """
 
 from __future__ import annotations
@@ -43,6 +55,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
@@ -67,7 +80,15 @@ from ferrymq.controller.decide import (
 )
 from ferrymq.controller.liveness import BrokerKey, BrokerLiveInfo, Liveness
 from ferrymq.controller.state import ControllerState
-from ferrymq.controller.topics import DeleteTopic, GetGroupTopics, GetTopics, UpdateTopic
+from ferrymq.controller.topics import (
+    DeleteTopic,
+    FinishMove,
+    GetGroupTopics,
+    GetTopics,
+    ReassignQueues,
+    UpdateTopic,
+    moving_queues,
+)
 from ferrymq.errors import FerryError, ProtocolError, RequestError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
@@ -93,11 +114,15 @@ from ferrymq.wire.controller import (
     decode_sync_state_set,
 )
 from ferrymq.wire.controller_log import (
+    CancelQueueMoveEvent,
     CleanBrokerDataEvent,
     DeleteTopicEvent,
     ElectMasterEvent,
     Event,
+    FinishQueueMoveEvent,
+    ForgetSegmentsEvent,
     PutTopicEvent,
+    StartQueueMoveEvent,
     decode_entry,
     encode_entry,
 )
@@ -105,15 +130,19 @@ from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import CommandHeader, from_ext_fields, to_ext_fields
 from ferrymq.wire.topics import (
     ControllerDeleteTopicRequestHeader,
+    ControllerReassignRequestHeader,
     ControllerUpdateTopicRequestHeader,
     GetControllerTopicsRequestHeader,
     GetGroupTopicsRequestHeader,
     GroupTopicsRequestBody,
     NotifyTopicsChangedRequestHeader,
+    SealQueueRequestHeader,
+    SealQueueResponseHeader,
 )
 
 __all__ = [
     "DEFAULT_CONTROLLER_GROUP",
+    "MOVE_CRASH_POINTS",
     "ControllerNode",
     "ControllerNodeConfig",
     "ControllerStateMachine",
@@ -129,6 +158,31 @@ _BROKER_KEYS: Final = "controller.broker_keys"
 _MAX_BATCH: Final = 256
 """Requests decided together and replicated as one log entry."""
 _BARRIER_RETRY_DELAY: Final = 0.05
+_MOVE_RETRY_S: Final = 0.2
+"""How often a move's driver asks a source that could not answer yet (rule 8)."""
+_MOVE_EVENTS: Final = (
+    PutTopicEvent,
+    DeleteTopicEvent,
+    StartQueueMoveEvent,
+    FinishQueueMoveEvent,
+    CancelQueueMoveEvent,
+    ForgetSegmentsEvent,
+)
+MOVE_CRASH_POINTS: Final = (
+    "move_started_before_reply",
+    "move_started_before_seal",
+    "move_sealed_before_finish",
+    "move_finished_before_reply",
+)
+_HOOKS: Final = os.environ.get("FERRYMQ_TEST_HOOKS") == "1"
+_CRASH_AT: Final = os.environ.get("FERRYMQ_TEST_CRASH_AT", "")
+
+
+def crash_point(name: str) -> None:
+    """Die here (exit 137, as kill -9) when the test hooks ask for this point."""
+    if _HOOKS and name == _CRASH_AT:
+        log.warning("test crash point %s reached: exiting", name)
+        os._exit(137)
 
 
 class RaftHandle(Protocol):
@@ -252,6 +306,7 @@ class ControllerNode:
         self._electing: set[str] = set()
         self._notifying: dict[str, asyncio.Task[None]] = {}
         self._topic_notifying: dict[str, asyncio.Task[None]] = {}
+        self._moving: dict[tuple[str, str, int], asyncio.Task[None]] = {}
         self._policy_key: tuple[tuple[str, str], ...] = ()
         self._policy = policy
         self._closed = False
@@ -282,6 +337,7 @@ class ControllerNode:
         add(RequestCode.CONTROLLER_DELETE_TOPIC, self._delete_topic)
         add(RequestCode.CONTROLLER_GET_GROUP_TOPICS, self._get_group_topics)
         add(RequestCode.CONTROLLER_GET_TOPICS, self._get_topics)
+        add(RequestCode.CONTROLLER_REASSIGN_QUEUES, self._reassign_queues)
         if heartbeat:
             add(RequestCode.BROKER_HEARTBEAT, self.broker_heartbeat)
 
@@ -387,6 +443,7 @@ class ControllerNode:
         )
         self._spawn(self._work(), leader=True)
         self._spawn(self._scan_loop(), leader=True)
+        self._drive_moves()
         if self.policy.notify_broker_role_changed:
             for name in sorted(self.state.groups):
                 self._notify_role_change(name, live_only=False)
@@ -402,6 +459,7 @@ class ControllerNode:
             if not job.future.done():
                 job.future.set_exception(self._not_leader())
         self._electing.clear()
+        self._moving.clear()  # their tasks were leader tasks, cancelled above
 
     def _not_leader(self) -> RequestError:
         leader = self._raft.leader_id
@@ -505,12 +563,12 @@ class ControllerNode:
         for event, applied in zip(events, outcomes, strict=True):
             if not applied:
                 continue
-            if isinstance(event, PutTopicEvent | DeleteTopicEvent):
+            if isinstance(event, _MOVE_EVENTS):
                 topics_changed = True
                 log.info(
-                    "topic %s %s (topic version %d)",
+                    "topic %s: %s (topic version %d)",
                     event.topic,
-                    "deleted" if isinstance(event, DeleteTopicEvent) else "set",
+                    type(event).__name__.removesuffix("Event"),
                     self.state.topic_version,
                 )
             if isinstance(event, CleanBrokerDataEvent):
@@ -530,6 +588,84 @@ class ControllerNode:
                     self._notify_role_change(event.broker_name)
         if topics_changed and self._serving:
             self._notify_topics()
+            self._drive_moves()
+
+    # ------------------------------------------------------------------ moving queues (rule 8)
+
+    def _drive_moves(self) -> None:
+        """Start a driver for every move the state holds that has none."""
+        for topic, queue in moving_queues(self.state):
+            key = (topic, queue.broker_name, queue.queue_id)
+            if key not in self._moving or self._moving[key].done():
+                task = asyncio.get_running_loop().create_task(self._drive_move(key))
+                self._moving[key] = task
+                self._leader_tasks.add(task)
+                task.add_done_callback(self._leader_tasks.discard)
+
+    async def _drive_move(self, key: tuple[str, str, int]) -> None:
+        """Seal the move's source and finish the move, until it is no longer on (rule 8)."""
+        topic_name, broker_name, queue_id = key
+        crash_point("move_started_before_seal")
+        while self._serving:
+            topic = self.state.topics.get(topic_name)
+            queue = topic.queue_map.logical(broker_name, queue_id) if topic else None
+            if queue is None or queue.moving is None:
+                return
+            since = queue.moving.since_version
+            source = queue.current
+            group = self.state.groups.get(source.broker_name)
+            address = group.master_address if group is not None else None
+            if address is None:
+                await asyncio.sleep(_MOVE_RETRY_S)
+                continue
+            request = RemotingCommand(
+                code=RequestCode.SEAL_QUEUE,
+                ext_fields=to_ext_fields(
+                    SealQueueRequestHeader(
+                        topic=topic_name, queue_id=source.queue_id, topic_version=since
+                    )
+                ),
+            )
+            try:
+                response = await self._client.call(address, request, self.config.request_timeout)
+            except (FerryError, TimeoutError) as exc:
+                log.info("seal of %s queue %d at %s: %s", topic_name, queue_id, address, exc)
+                await asyncio.sleep(_MOVE_RETRY_S)
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                log.info(
+                    "seal of %s queue %d of %s: %s",
+                    topic_name,
+                    queue_id,
+                    broker_name,
+                    response.remark,
+                )
+                await asyncio.sleep(_MOVE_RETRY_S)
+                continue
+            end = from_ext_fields(SealQueueResponseHeader, response.ext_fields).end_queue_offset
+            crash_point("move_sealed_before_finish")
+            try:
+                decision = await self._submit(
+                    FinishMove(topic_name, broker_name, queue_id, since, end)
+                )
+            except RequestError as exc:
+                log.info("finishing the move of %s queue %d: %s", topic_name, queue_id, exc)
+                await asyncio.sleep(_MOVE_RETRY_S)
+                continue
+            if decision.code != ResponseCode.SUCCESS:
+                log.warning("move of %s queue %d: %s", topic_name, queue_id, decision.remark)
+                await asyncio.sleep(_MOVE_RETRY_S)
+                continue
+            crash_point("move_finished_before_reply")
+            log.info(
+                "queue %d of %s of topic %s moved: %s queue %d ends at %d",
+                queue_id,
+                broker_name,
+                topic_name,
+                source.broker_name,
+                source.queue_id,
+                end,
+            )
 
     # ------------------------------------------------------------------ liveness and elections
 
@@ -773,6 +909,14 @@ class ControllerNode:
             raise RequestError(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc)) from None
         item = GetGroupTopics(header.broker_name, tuple(body.held))
         return await self._serve(request, item, is_read=True)
+
+    async def _reassign_queues(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """CONTROLLER_REASSIGN_QUEUES (9245, ferrymq's own): move queues between groups."""
+        header = self._header(ControllerReassignRequestHeader, request)
+        response = await self._serve(request, ReassignQueues(header))
+        if response.code == ResponseCode.SUCCESS:
+            crash_point("move_started_before_reply")
+        return response
 
     async def _get_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """CONTROLLER_GET_TOPICS (9243, ferrymq's own): a topic's record, or every live topic."""

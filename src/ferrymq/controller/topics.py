@@ -29,8 +29,9 @@ Rules:
    (a moved queue's group offers every physical queue for reading and writing). Queue counts of
    a topic with moved queues may not shrink over a moved queue, nor grow over a physical queue
    a move placed there; a group whose queues moved or that holds moved queues leaves the topic
-   by a drain and a forget, not a delete. Asking for what is already so (a queue already on
-   the group, or already moving there) changes nothing and succeeds.
+   by a drain and a forget, not a delete; a topic with a queue moving is not deleted. Asking
+   for what is already so (a queue already on the group, or already moving there) changes
+   nothing and succeeds.
 """
 
 from __future__ import annotations
@@ -363,6 +364,14 @@ def plan_delete(
                 ),
             )
         return _tombstone(state, topic)
+    for queue in current.queues.values():
+        if queue.moving is not None:
+            return _refuse(
+                ResponseCode.INVALID_PARAMETER,
+                f"topic {topic}: queue {queue.queue_id} of {queue.broker_name} is moving to "
+                f"{queue.moving.broker_name}: wait for the move to finish, or cancel it, "
+                "before deleting the topic",
+            )
     if header.broker_name or header.cluster_name:
         removed = {
             name

@@ -15,6 +15,8 @@ Rules:
    maintenance) is offered read-only in every route until it is added back, whatever its brokers
    register meanwhile (RocketMQ rewrites the stored queue data instead, which the group's next
    changed registration undoes).
+5. A topic with moved queues (issue 20 section 4): each group's registration carries the
+   controller's queue map in the `ferry.queueMap` attribute; routes offer the newest one.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from ferrymq.errors import ProtocolError
 from ferrymq.wire.bodies import (
     BrokerData,
     ClusterInfo,
@@ -33,6 +36,7 @@ from ferrymq.wire.bodies import (
     TopicConfig,
     TopicRouteData,
 )
+from ferrymq.wire.queuemap import QUEUE_MAP_ATTRIBUTE, decode_queue_map
 
 __all__ = ["MASTER_ID", "RegisterResult", "RouteTable"]
 
@@ -74,6 +78,8 @@ class RouteTable:
 
     def __init__(self) -> None:
         self._topics: dict[str, dict[str, QueueData]] = {}
+        self._maps: dict[str, dict[str, tuple[int, str]]] = {}
+        """topic -> group -> (map version, map text) of topics with moved queues (rule 5)."""
         self._groups: dict[str, _Group] = {}
         self._clusters: dict[str, set[str]] = {}
         self._live: dict[str, _Live] = {}
@@ -164,12 +170,32 @@ class RouteTable:
             if queues.get(broker_name) != queue:
                 queues[broker_name] = queue
                 changed = True
+            changed |= self._set_map(topic, broker_name, config.attributes.get(QUEUE_MAP_ATTRIBUTE))
         for topic in [t for t, q in self._topics.items() if broker_name in q and t not in topics]:
             changed |= self._remove_topic_from_group(topic, broker_name)
         return changed
 
+    def _set_map(self, topic: str, broker_name: str, text: str | None) -> bool:
+        maps = self._maps.get(topic, {})
+        if text is None:
+            if maps.pop(broker_name, None) is None:
+                return False
+            if not maps:
+                self._maps.pop(topic, None)
+            return True
+        try:
+            version = decode_queue_map(text).version
+        except ProtocolError as exc:
+            log.warning("%s's queue map of %s ignored: %s", broker_name, topic, exc)
+            return False
+        if maps.get(broker_name) == (version, text):
+            return False
+        self._maps.setdefault(topic, {})[broker_name] = (version, text)
+        return True
+
     def _remove_topic_from_group(self, topic: str, broker_name: str) -> bool:
         queues = self._topics.get(topic)
+        self._set_map(topic, broker_name, None)
         if queues is None or broker_name not in queues:
             return False
         del queues[broker_name]
@@ -249,6 +275,7 @@ class RouteTable:
             return False
         if cluster is None:
             del self._topics[topic]
+            self._maps.pop(topic, None)
         else:
             for broker_name in self._clusters.get(cluster, set()):
                 queues.pop(broker_name, None)
@@ -284,9 +311,11 @@ class RouteTable:
         groups = [self._groups[name] for name in sorted(queues) if name in self._groups]
         if not groups:
             return None
+        maps = self._maps.get(topic)
         return TopicRouteData(
             queue_datas=[self._offered(queues[name]) for name in sorted(queues)],
             broker_datas=[self._broker_data(group) for group in groups],
+            ferry_queue_map=max(maps.values())[1] if maps else None,
         )
 
     def _offered(self, queue: QueueData) -> QueueData:

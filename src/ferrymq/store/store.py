@@ -939,6 +939,21 @@ class Store:
             )
         )
 
+    def start_queue_at(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Make an empty queue begin at `queue_offset` (a moved queue's new segment, issue 20).
+
+        Its first message takes that offset and reads below it see an emptied queue, as if
+        retention had deleted them. False (nothing done) when the queue holds or owns any
+        offset at or above it.
+        """
+        self._check_open()
+        self.dispatch()
+        queue = self.queues.get_or_create(topic, queue_id)
+        if not queue.chain.is_empty or queue.next_queue_offset >= queue_offset:
+            return False
+        queue.min_queue_offset = queue.max_queue_offset = queue.next_queue_offset = queue_offset
+        return True
+
     # ------------------------------------------------------------------ reads
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:

@@ -129,12 +129,17 @@ class BrokerData(_Body, kw_only=True):
 
 
 class TopicRouteData(_Body, kw_only=True):
-    """Answer to GET_ROUTEINFO_BY_TOPIC."""
+    """Answer to GET_ROUTEINFO_BY_TOPIC.
+
+    `ferry_queue_map`: a topic with moved queues (issue 20 section 4, `wire.queuemap`), the
+    newest map a group registered (JSON text; null otherwise). RocketMQ clients ignore it.
+    """
 
     order_topic_conf: str | None = None
     queue_datas: list[QueueData] = msgspec.field(default_factory=list)
     broker_datas: list[BrokerData] = msgspec.field(default_factory=list)
     filter_server_table: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    ferry_queue_map: str | None = None
 
 
 class ClusterInfo(_Body):

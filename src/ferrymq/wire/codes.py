@@ -190,6 +190,9 @@ class RequestCode(IntEnum):
     CONTROLLER_GET_GROUP_TOPICS = 9242
     CONTROLLER_GET_TOPICS = 9243
     NOTIFY_TOPICS_CHANGED = 9244
+    # ferrymq's own: moving queues between broker groups (wire/queuemap.py, issue 20 section 4)
+    CONTROLLER_REASSIGN_QUEUES = 9245
+    SEAL_QUEUE = 9246
     # ferrymq's own, test-only: move this process's clock (wire/testclock.py, rpc/testclock.py);
     # refused unless the server started with FERRYMQ_TEST_CLOCK=1
     TEST_CLOCK = 9900

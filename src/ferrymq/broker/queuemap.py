@@ -1,0 +1,166 @@
+"""A broker's side of moved queues (issue 20 section 4; the design is `wire/queuemap.py`).
+
+The controller puts a topic's queue map in the `ferry.queueMap` attribute of each group's
+TopicConfig; masters reconcile it (`topicsync.py`) and slaves get it with the topic table. Here:
+- `check_send`: a physical queue the map seals (its segment closed, or its logical queue
+  moving away) takes no message: NO_PERMISSION, which makes every client (ferrymq's and the
+  official ones) refresh its route and send elsewhere. The check and the append run with no
+  await between them (`send.py`), so once the table seals a queue nothing more lands in it.
+- `start_hosted_queues`: a moved queue's new physical queue begins at its segment's start
+  offset (`Store.start_queue_at`), on master and slaves, whenever the table changes.
+- SEAL_QUEUE (`seal_queue`): the controller's leader asks the source master where a moving
+  queue ends. The master answers once its table reflects the move (the queue is sealed) and
+  every record it appended is committed (the confirm offset reached the log's end as it was
+  when the answer was decided), with the queue's next offset: the next segment's start.
+- PULL_MESSAGE on a sealed queue does not long-poll and says `ferrySealed: true`.
+- QUERY_CONSUMER_OFFSET (`committed_floor`): a group with no offset on a moved queue's new
+  physical queue starts at the segment's start (what the official client then reads), not at
+  its end: nothing written after the move is skipped.
+
+Crash points for tests (`FERRYMQ_TEST_CRASH_AT=<point>`, honoured only with
+`FERRYMQ_TEST_HOOKS=1`): `seal_answered_before_reply` (the source decided the end offset and
+dies before the controller hears it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+from typing import Final
+
+from ferrymq.broker.state import BrokerState
+from ferrymq.errors import ProtocolError, RequestError
+from ferrymq.rpc.connection import Connection
+from ferrymq.store.store import Store
+from ferrymq.wire.bodies import TopicConfig
+from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import from_ext_fields, to_ext_fields
+from ferrymq.wire.queuemap import QUEUE_MAP_ATTRIBUTE, QueueMap, decode_queue_map
+from ferrymq.wire.topics import SealQueueRequestHeader, SealQueueResponseHeader
+
+__all__ = [
+    "CRASH_POINTS",
+    "SEALED_FIELD",
+    "check_send",
+    "committed_floor",
+    "crash_point",
+    "queue_map_of",
+    "seal_queue",
+    "start_hosted_queues",
+]
+
+log = logging.getLogger(__name__)
+
+CRASH_POINTS: Final = ("seal_answered_before_reply",)
+_HOOKS: Final = os.environ.get("FERRYMQ_TEST_HOOKS") == "1"
+_CRASH_AT: Final = os.environ.get("FERRYMQ_TEST_CRASH_AT", "")
+SEALED_FIELD: Final = "ferrySealed"
+"""A pull answer's ext field: the physical queue is sealed (read it to its end, then move on)."""
+_SEAL_WAIT_S: Final = 5.0
+_SEAL_POLL_S: Final = 0.005
+
+
+def crash_point(name: str) -> None:
+    """Die here (exit 137, as kill -9) when the test hooks ask for this point."""
+    if _HOOKS and name == _CRASH_AT:
+        log.warning("test crash point %s reached: exiting", name)
+        os._exit(137)
+
+
+@functools.lru_cache(maxsize=256)
+def _decode(text: str) -> QueueMap | None:
+    try:
+        return decode_queue_map(text)
+    except ProtocolError as exc:
+        log.warning("queue map ignored: %s", exc)
+        return None
+
+
+def queue_map_of(config: TopicConfig | None) -> QueueMap | None:
+    """The topic's queue map, if the controller gave it one."""
+    if config is None or not config.attributes:
+        return None
+    text = config.attributes.get(QUEUE_MAP_ATTRIBUTE)
+    return _decode(text) if text is not None else None
+
+
+def check_send(config: TopicConfig, broker_name: str, queue_id: int) -> None:
+    """Refuse a send to a sealed physical queue.
+
+    Raises:
+        RequestError: NO_PERMISSION, the queue is sealed.
+    """
+    queue_map = queue_map_of(config)
+    if queue_map is not None and queue_map.is_sealed(broker_name, queue_id):
+        raise RequestError(
+            ResponseCode.NO_PERMISSION,
+            f"queue {queue_id} of topic {config.topic_name} on {broker_name} is sealed "
+            "(moved to another broker group): refresh the route",
+        )
+
+
+def start_hosted_queues(store: Store, broker_name: str, config: TopicConfig) -> None:
+    """Make the group's moved-in physical queues begin at their segments' starts."""
+    queue_map = queue_map_of(config)
+    if queue_map is None:
+        return
+    for queue_id, start in sorted(queue_map.hosted_starts(broker_name).items()):
+        if store.start_queue_at(config.topic_name, queue_id, start):
+            log.info(
+                "%s queue %d of %s begins at offset %d (a moved queue)",
+                broker_name,
+                queue_id,
+                config.topic_name,
+                start,
+            )
+
+
+def committed_floor(state: BrokerState, topic: str, queue_id: int) -> int | None:
+    """Where a group with no offset on the physical queue starts: a moved-in segment's start."""
+    queue_map = queue_map_of(state.topics.get(topic))
+    if queue_map is None:
+        return None
+    return queue_map.hosted_starts(state.config.broker_name).get(queue_id)
+
+
+async def seal_queue(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """SEAL_QUEUE (9246, ferrymq's own): the end offset of a moving queue, once committed."""
+    header = from_ext_fields(SealQueueRequestHeader, request.ext_fields)
+    state.check_writable()
+    topics = state.topics
+    if topics.controller_version < header.topic_version:
+        raise RequestError(
+            ResponseCode.SYSTEM_BUSY,
+            f"topic table at controller version {topics.controller_version}, the move is at "
+            f"{header.topic_version}: not sealed yet",
+        )
+    queue_map = queue_map_of(topics.get(header.topic))
+    name = state.config.broker_name
+    if queue_map is None or not queue_map.is_sealed(name, header.queue_id):
+        raise RequestError(
+            ResponseCode.INVALID_PARAMETER,
+            f"queue {header.queue_id} of {header.topic} on {name} is not being moved",
+        )
+    store = state.store
+    target = store.max_log_offset
+    deadline = state.clock() + _SEAL_WAIT_S
+    while store.confirm_offset < target:
+        if state.clock() >= deadline:
+            raise RequestError(
+                ResponseCode.SYSTEM_BUSY,
+                f"records up to log offset {target} not committed within {_SEAL_WAIT_S:g} s",
+            )
+        await asyncio.sleep(_SEAL_POLL_S)
+        state.check_writable()
+    end = store.max_queue_offset(header.topic, header.queue_id)
+    log.info("%s: queue %d of %s sealed at offset %d", name, header.queue_id, header.topic, end)
+    crash_point("seal_answered_before_reply")
+    return request.make_response(
+        ResponseCode.SUCCESS,
+        ext_fields=to_ext_fields(SealQueueResponseHeader(end_queue_offset=end)),
+    )

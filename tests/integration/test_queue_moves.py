@@ -1,0 +1,193 @@
+"""Moving a queue between broker groups (issue 20 section 4), in process: one controller node,
+a NameServer and two single-replica broker groups in controller mode (the fixture of
+test_controller_topics.py).
+
+While a producer sends to every logical queue in turn (each message naming its queue and
+sequence number) and an orderly push consumer reads them, queue 1 of broker-a moves to
+broker-b: the consumer gets every message once, each queue in order; a pull consumer reads
+each logical queue from offset 0 with contiguous offsets across the move; the old physical
+queue is sealed (a send to it is refused) and the new one starts where it ended.
+The same with real processes, kill -9 included, is tests/system/test_queue_moves.py.
+"""
+
+import asyncio
+import time
+from collections import defaultdict
+
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.message import Message, SendResult
+from ferrymq.client.producer import Producer
+from ferrymq.client.push import ConsumeFrom, PushConsumer
+from ferrymq.errors import RemoteError, SendFailedError
+from ferrymq.model import MessageQueue
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.queuemap import QueueSegment
+from ferrymq.wire.topics import ControllerReassignRequestHeader
+
+from .remoting import send
+from .test_controller_topics import _Cluster, _until, cluster  # noqa: F401 - the fixture
+
+TOPIC = "Moves"
+PER_QUEUE = 120
+
+
+async def _move(admin: AdminClient, broker: str, queue_id: int, to: str) -> int:
+    """Start a move and wait until it is done; the offset the old segment ended at."""
+    body = await admin.reassign(
+        ControllerReassignRequestHeader(
+            action="move", topic=TOPIC, broker_name=broker, queue_id=queue_id, to_broker_name=to
+        )
+    )
+    (move,) = body.moves
+    deadline = time.monotonic() + 30
+    while True:
+        (progress,) = await admin.move_progress([move])
+        if progress.state == "done":
+            assert progress.end_offset is not None
+            return progress.end_offset
+        assert progress.state == "moving", progress
+        assert time.monotonic() < deadline, "the move did not finish within 30 s"
+        await asyncio.sleep(0.05)
+
+
+async def _send(producer: Producer, body: bytes, queue: MessageQueue) -> SendResult:
+    """Send to one queue, again after a send that surely failed (nothing stored: no duplicate)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return await producer.send(TOPIC, body, queue=queue)
+        except SendFailedError:
+            assert time.monotonic() < deadline, "no send accepted within 30 s"
+            await asyncio.sleep(0.05)
+
+
+async def test_a_queue_moves_under_load_without_loss_duplicates_or_reordering(
+    cluster: _Cluster,  # noqa: F811 - the fixture
+) -> None:
+    async with AdminClient(cluster.namesrv.address) as admin:
+        await admin.create_topic(TOPIC, 2)
+        names = [MessageQueue(TOPIC, g, q) for g in ("broker-a", "broker-b") for q in (0, 1)]
+        got: dict[tuple[str, int], list[int]] = defaultdict(list)
+
+        async def listener(message: Message) -> None:
+            broker, queue_id, seq = message.body.decode().split(":")
+            got[broker, int(queue_id)].append(int(seq))
+
+        consumer = PushConsumer(
+            cluster.namesrv.address,
+            "movers",
+            listener,
+            orderly=True,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            pull_wait=0.5,
+            rebalance_interval=1.0,
+            commit_interval=0.5,
+        )
+        consumer.subscribe(TOPIC)
+        await consumer.start()
+        sent = asyncio.Event()
+        try:
+            async with Producer(cluster.namesrv.address, send_timeout=5.0) as producer:
+
+                async def produce() -> None:
+                    for seq in range(PER_QUEUE):
+                        for name in names:
+                            body = f"{name.broker_name}:{name.queue_id}:{seq}".encode()
+                            result = await _send(producer, body, name)
+                            assert result.queue == name
+                            assert result.queue_offset == seq  # offsets grow across the move
+                        if seq == PER_QUEUE // 3:
+                            sent.set()
+
+                load = asyncio.create_task(produce())
+                await sent.wait()
+                end = await _move(admin, "broker-a", 1, "broker-b")
+                await load
+            assert PER_QUEUE // 3 < end < PER_QUEUE
+            await _until(
+                lambda: sum(map(len, got.values())) >= len(names) * PER_QUEUE,
+                "the consumer got every message",
+                60,
+            )
+        finally:
+            await consumer.close()
+        # every message once, each queue in the order sent
+        assert dict(got) == {(n.broker_name, n.queue_id): list(range(PER_QUEUE)) for n in names}
+
+        queue = cluster.controller.node.state.topics[TOPIC].queue_map.logical("broker-a", 1)
+        assert queue is not None
+        assert queue.segments == (
+            QueueSegment("broker-a", 1, 0, end),
+            QueueSegment("broker-b", 2, end),  # above broker-b's own queues 0 and 1
+        )
+        a, b = cluster.brokers["broker-a"], cluster.brokers["broker-b"]
+        assert a.state.store.max_queue_offset(TOPIC, 1) == end
+        assert b.state.store.min_queue_offset(TOPIC, 2) == end
+        assert b.state.store.max_queue_offset(TOPIC, 2) == PER_QUEUE
+
+    # the logical queue reads from 0 with contiguous offsets, across both segments
+    async with PullConsumer(cluster.namesrv.address, "readers") as reader:
+        assert sorted(await reader.queues(TOPIC)) == sorted(names)
+        moved = MessageQueue(TOPIC, "broker-a", 1)
+        assert await reader.min_offset(moved) == 0
+        assert await reader.max_offset(moved) == PER_QUEUE
+        messages = await reader.fetch_range(moved, 0, PER_QUEUE)
+        assert [m.queue_offset for m in messages] == list(range(PER_QUEUE))
+        assert [int(m.body.decode().split(":")[2]) for m in messages] == list(range(PER_QUEUE))
+        assert {m.broker_name for m in messages[end:]} == {"broker-b"}
+        await reader.commit(moved, PER_QUEUE)  # goes to the new segment
+        assert await reader.committed(moved) == PER_QUEUE
+
+    # the old physical queue is sealed: a send straight to it is refused
+    rpc = RpcClient()
+    try:
+        response = await send(rpc, a.address, TOPIC, b"late", queue_id=1)
+        assert response.code == ResponseCode.NO_PERMISSION
+        assert "sealed" in (response.remark or "")
+    finally:
+        await rpc.close()
+
+
+async def test_bad_reassign_requests_are_refused_with_a_reason(
+    cluster: _Cluster,  # noqa: F811 - the fixture
+) -> None:
+    async with AdminClient(cluster.namesrv.address) as admin:
+        await admin.create_topic(TOPIC, 2)
+
+        async def refused(**fields: object) -> str:
+            header = ControllerReassignRequestHeader(**fields)  # type: ignore[arg-type]
+            with pytest.raises(RemoteError) as caught:
+                await admin.reassign(header)
+            return caught.value.remark or ""
+
+        move = {"action": "move", "topic": TOPIC, "broker_name": "broker-a", "queue_id": 1}
+        assert "does not exist" in await refused(
+            **{**move, "topic": "Nope"}, to_broker_name="broker-b"
+        )
+        assert "no queue 7" in await refused(**{**move, "queue_id": 7}, to_broker_name="broker-b")
+        assert "not known" in await refused(**move, to_broker_name="broker-z")
+        # a move while the source has no master stays on; a second one elsewhere is refused,
+        # and so is deleting the topic meanwhile
+        await cluster.stop("broker-a")
+        await admin.reassign(ControllerReassignRequestHeader(**move, to_broker_name="broker-b"))  # type: ignore[arg-type]
+        state = cluster.controller.node.state
+        queue = state.topics[TOPIC].queue_map.logical("broker-a", 1)
+        assert queue is not None
+        assert queue.moving is not None
+        assert "moving to broker-b already" in await refused(**move, to_broker_name="broker-a")
+        with pytest.raises(RemoteError, match="wait for the move to finish"):
+            await admin.delete_topic(TOPIC)
+        # the source comes back: the leader's driver seals it and finishes the move
+        await cluster.start("broker-a")
+        await _until(
+            lambda: (
+                (q := state.topics[TOPIC].queue_map.logical("broker-a", 1)) is not None
+                and q.moving is None
+            ),
+            "the move finished once broker-a had a master again",
+            30,
+        )
