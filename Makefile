@@ -40,7 +40,19 @@ bench: bench-store
 bench-store: setup
 	$(BIN)/ferry bench store
 
+# The demo's Connect pipeline needs PostgreSQL (Debian's package; the demo starts its own server)
+# and its Spark parts a JVM: installed when missing, as .ci/run does (root, or sudo without a
+# password). Without them the demo says so and fails.
 demo: setup
+	@need=""; \
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need="$$need postgresql"; \
+	command -v java >/dev/null || need="$$need openjdk-17-jre-headless"; \
+	if [ -n "$$need" ]; then \
+		sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo -n"; \
+		echo "installing$$need (apt-get)"; \
+		$$sudo apt-get update -qq && $$sudo apt-get install -y -qq $$need \
+			|| echo "could not install$$need: the demo will say what is missing"; \
+	fi
 	$(BIN)/ferry demo
 
 # About 7 minutes: 3 controllers and a 3-replica group in controller mode under every nemesis

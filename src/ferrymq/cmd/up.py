@@ -273,9 +273,12 @@ class ProcessCluster:
             return [child.addr for child in sorted(self.namesrvs, key=lambda c: c.name)]
         return list(self.controller_addrs.values())
 
-    async def restart(self, name: str) -> Child:
-        """Start broker `name` (again, on its store: after a kill it recovers and rejoins)."""
-        child = await spawn(name, self._args[name], self.config.data_dir)
+    async def restart(self, name: str, timeout: float = 30.0) -> Child:
+        """Start broker `name` (again, on its store: after a kill it recovers and rejoins).
+
+        `timeout` bounds the wait for its ready file (recovery after a kill included).
+        """
+        child = await spawn(name, self._args[name], self.config.data_dir, timeout=timeout)
         self.brokers[name] = child
         return child
 
