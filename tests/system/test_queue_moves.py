@@ -1,0 +1,237 @@
+"""Moving queues between broker groups (issue 20 section 4), as real processes.
+
+Three controllers, a NameServer and two groups of two replicas (`ferry up --groups 2`). A
+producer sends to each of a topic's 4 logical queues in turn (each body names its queue and a
+sequence number) and an orderly push consumer reads them, while:
+1. broker-a's master is stopped (SIGSTOP), broker-a's queue 1 starts moving to broker-b, and
+   the controller leader and broker-a's master are killed with SIGKILL: the move is left
+   mid-way (started, not sealed) with neither its driver nor its source; a new leader resumes
+   it once broker-a has a new master, and it finishes;
+2. `ferry admin broker drain broker-a --json` moves every other queue off broker-a.
+Then: the consumer got every acknowledged message once, each queue in the order sent, and
+nothing else but sends whose outcome was unknown (each at most once); each logical queue reads
+back from offset 0 with contiguous offsets across its segments; broker-a takes no more writes.
+Only outcomes are asserted, never how fast anything went.
+"""
+
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.message import Message
+from ferrymq.client.producer import Producer
+from ferrymq.client.push import ConsumeFrom, PushConsumer
+from ferrymq.cmd.local import Child
+from ferrymq.cmd.up import ProcessCluster, UpConfig
+from ferrymq.errors import FerryError, SendOutcomeUnknownError
+from ferrymq.model import MessageQueue
+from ferrymq.wire.topics import ControllerReassignRequestHeader
+
+log = logging.getLogger(__name__)
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
+
+TOPIC = "Moving"
+_MAX_ROUNDS = 5_000
+"""Bound on the producer loop (it ends on its stop event long before)."""
+
+
+@dataclass
+class _Tally:
+    acked: dict[tuple[str, int], list[int]] = field(default_factory=lambda: defaultdict(list))
+    unknown: dict[tuple[str, int], set[int]] = field(default_factory=lambda: defaultdict(set))
+    failed: int = 0
+
+
+async def _produce(
+    producer: Producer, queues: list[MessageQueue], tally: _Tally, stop: asyncio.Event
+) -> None:
+    for seq in range(_MAX_ROUNDS):
+        if stop.is_set():
+            return
+        for queue in queues:
+            name = (queue.broker_name, queue.queue_id)
+            body = f"{queue.broker_name}:{queue.queue_id}:{seq}".encode()
+            while True:
+                try:
+                    await producer.send(TOPIC, body, queue=queue)
+                except SendOutcomeUnknownError:
+                    tally.unknown[name].add(seq)  # maybe stored: never sent again
+                except FerryError:
+                    tally.failed += 1  # surely not stored: sent again
+                    await asyncio.sleep(0.05)
+                    continue
+                else:
+                    tally.acked[name].append(seq)
+                break
+
+
+async def _wait(what: str, predicate: Callable[[], Awaitable[bool]], limit_s: float = 90.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not await predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {limit_s:g} s"
+        await asyncio.sleep(0.1)
+
+
+def _ferry(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ferrymq.cmd.ferry", "admin", "--namesrv", namesrv, *args],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+
+
+def _child_at(children: dict[str, Child], address: str) -> str:
+    (name,) = [name for name, child in children.items() if child.addr == address]
+    return name
+
+
+def _check_queue(name: tuple[str, int], got: list[int], tally: _Tally) -> None:
+    acked, unknown = tally.acked[name], tally.unknown[name]
+    assert got == sorted(set(got)), f"{name}: out of order or repeated"
+    assert set(acked) <= set(got), f"{name}: acknowledged messages lost"
+    assert set(got) <= set(acked) | unknown, f"{name}: messages never sent"
+
+
+async def test_queues_move_under_load_across_kill_9_of_leader_and_source(tmp_path: Path) -> None:
+    cluster = ProcessCluster(UpConfig(data_dir=tmp_path, groups=2, replicas=2, controllers=3))
+    await cluster.start()
+    got: dict[tuple[str, int], list[int]] = defaultdict(list)
+
+    async def listener(message: Message) -> None:
+        broker, queue_id, seq = message.body.decode().split(":")
+        got[broker, int(queue_id)].append(int(seq))
+
+    consumer = PushConsumer(
+        cluster.namesrv_addr,
+        "movers",
+        listener,
+        orderly=True,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        pull_wait=1.0,
+        rebalance_interval=2.0,
+        commit_interval=1.0,
+    )
+    tally = _Tally()
+    stop = asyncio.Event()
+    try:
+        async with AdminClient(cluster.namesrv_addr) as admin:
+            await admin.create_topic(TOPIC, 2)
+            queues = [MessageQueue(TOPIC, g, q) for g in ("broker-a", "broker-b") for q in (0, 1)]
+            consumer.subscribe(TOPIC)
+            await consumer.start()
+            async with Producer(cluster.namesrv_addr, send_timeout=5.0) as producer:
+                load = asyncio.create_task(_produce(producer, queues, tally, stop))
+
+                async def sent(count: int) -> bool:
+                    assert not load.done(), load
+                    return sum(map(len, tally.acked.values())) >= count
+
+                await _wait("load before the move", lambda: sent(200))
+
+                # 1. broker-a's master stopped (SIGSTOP: it cannot seal, and is not replaced
+                # within the controller's 3 s heartbeat timeout), a move of its queue 1, then
+                # SIGKILL of the controller leader and of that master: the move is mid-way
+                controllers = await admin.controllers()
+                assert controllers is not None
+
+                async def in_sync() -> bool:  # broker-a's slave can take over
+                    info = await controllers.replica_info("broker-a")
+                    return len(info.sync_state_set.sync_state_set) == 2
+
+                await _wait("both of broker-a's replicas in its SyncStateSet", in_sync)
+                leader = _child_at(cluster.controllers, await controllers.leader())
+                master = (await controllers.replica_info("broker-a")).master_address
+                assert master is not None
+                source = _child_at(cluster.brokers, master)
+                cluster.brokers[source].suspend()
+                body = await admin.reassign(
+                    ControllerReassignRequestHeader(
+                        action="move",
+                        topic=TOPIC,
+                        broker_name="broker-a",
+                        queue_id=1,
+                        to_broker_name="broker-b",
+                    )
+                )
+                assert [(m.from_broker_name, m.to_broker_name) for m in body.moves] == [
+                    ("broker-a", "broker-b")
+                ]
+                (progress,) = await admin.move_progress(body.moves)
+                assert progress.state == "moving"
+                cluster.controllers[leader].kill()
+                cluster.brokers[source].kill()
+
+                async def moved() -> bool:
+                    record = await admin.topic_record(TOPIC)
+                    assert record is not None
+                    queue = record.queue_map.logical("broker-a", 1)
+                    return queue is not None and queue.moving is None
+
+                await _wait("the move finished under a new leader and a new source master", moved)
+                await cluster.restart_controller(leader)
+                await cluster.restart(source)
+                await _wait("load after the move", lambda: sent(600))
+
+                # 2. drain broker-a while the load goes on
+                drained = _ferry(cluster.namesrv_addr, "broker", "drain", "broker-a", "--json")
+                assert drained.returncode == 0, drained.stderr
+                report = json.loads(drained.stdout)
+                assert [(m["queueId"], m["toBrokerName"], m["state"]) for m in report["moves"]] == [
+                    (0, "broker-b", "done")
+                ]
+                await _wait("load after the drain", lambda: sent(1000))
+                stop.set()
+                await load
+
+            total = sum(map(len, tally.acked.values()))
+
+            async def consumed() -> bool:
+                return all(set(tally.acked[n]) <= set(got[n]) for n in tally.acked)
+
+            try:
+                await _wait("the consumer got every acknowledged message", consumed)
+            except AssertionError:
+                missing = {
+                    n: (len(tally.acked[n]), sorted(set(tally.acked[n]) - set(got[n]))[:5])
+                    for n in tally.acked
+                }
+                raise AssertionError(f"missing (acked, first missing): {missing}") from None
+            await asyncio.sleep(1.0)  # anything extra (a repeat) would arrive by now
+        for queue in queues:
+            name = (queue.broker_name, queue.queue_id)
+            _check_queue(name, got[name], tally)
+
+        # each logical queue reads back from 0, offsets contiguous across its segments
+        async with PullConsumer(cluster.namesrv_addr, "readers") as reader:
+            for queue in queues:
+                name = (queue.broker_name, queue.queue_id)
+                end = await reader.max_offset(queue)
+                messages = await reader.fetch_range(queue, 0, end)
+                assert [m.queue_offset for m in messages] == list(range(end))
+                seqs = [int(m.body.decode().split(":")[2]) for m in messages]
+                _check_queue(name, seqs, tally)
+        async with AdminClient(cluster.namesrv_addr) as admin:
+            route = await admin.route(TOPIC)
+            assert route is not None
+            perms = {q.broker_name: q.perm for q in route.queue_datas}
+            assert perms["broker-a"] & 2 == 0, "broker-a still takes writes after the drain"
+        unknown = sum(map(len, tally.unknown.values()))
+        log.info("acked %d, unknown %d, failed and sent again %d", total, unknown, tally.failed)
+    finally:
+        stop.set()
+        await consumer.close()
+        await cluster.stop()
