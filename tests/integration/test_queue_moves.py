@@ -5,12 +5,17 @@ test_controller_topics.py).
 While a producer sends to every logical queue in turn (each message naming its queue and
 sequence number) and an orderly push consumer reads them, queue 1 of broker-a moves to
 broker-b: the consumer gets every message once, each queue in order; a pull consumer reads
-each logical queue from offset 0 with contiguous offsets across the move; the old physical
+each logical queue from offset 0 with contiguous offsets across the move (and so does the
+Spark source's read path, `spark.fetch`); the old physical
 queue is sealed (a send to it is refused) and the new one starts where it ended.
-The same with real processes, kill -9 included, is tests/system/test_queue_moves.py.
+`ferry admin topic reassign` and `broker drain` print their progress (and JSON) and refuse bad
+input with one line. The same with real processes, kill -9 included, is
+tests/system/test_queue_moves.py.
 """
 
 import asyncio
+import json
+import sys
 import time
 from collections import defaultdict
 
@@ -24,6 +29,8 @@ from ferrymq.client.push import ConsumeFrom, PushConsumer
 from ferrymq.errors import RemoteError, SendFailedError
 from ferrymq.model import MessageQueue
 from ferrymq.rpc.client import RpcClient
+from ferrymq.spark.fetch import queue_bounds, read_range
+from ferrymq.spark.plan import QueueKey, QueueRange
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.queuemap import QueueSegment
 from ferrymq.wire.topics import ControllerReassignRequestHeader
@@ -141,6 +148,16 @@ async def test_a_queue_moves_under_load_without_loss_duplicates_or_reordering(
         assert {m.broker_name for m in messages[end:]} == {"broker-b"}
         await reader.commit(moved, PER_QUEUE)  # goes to the new segment
         assert await reader.committed(moved) == PER_QUEUE
+        # the Spark source's read path: its bounds and one task's range, across the move
+        bounds = await queue_bounds(reader, {TOPIC: [moved]})
+        assert bounds[TOPIC][QueueKey("broker-a", 1)] == (0, PER_QUEUE)
+        offsets: list[int] = []
+        task = QueueRange(TOPIC, 1, "broker-a", 1, 0, PER_QUEUE)
+        async for records in read_range(
+            reader, task, fail_on_data_loss=True, max_bytes=1 << 20, failover_timeout=10.0
+        ):
+            offsets += [records.queue_offset(i) for i in range(len(records))]
+        assert offsets == list(range(PER_QUEUE))
 
     # the old physical queue is sealed: a send straight to it is refused
     rpc = RpcClient()
@@ -191,3 +208,53 @@ async def test_bad_reassign_requests_are_refused_with_a_reason(
             "the move finished once broker-a had a master again",
             30,
         )
+
+
+async def _ferry(made: _Cluster, *args: str) -> tuple[int, str, str]:
+    """`ferry admin ...` as its own process against the in-process cluster."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "ferrymq.cmd.ferry",
+        "admin",
+        "--namesrv",
+        made.namesrv.address,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_the_cli_reassigns_drains_and_says_why_it_refuses(
+    cluster: _Cluster,  # noqa: F811 - the fixture
+) -> None:
+    async with AdminClient(cluster.namesrv.address) as admin:
+        await admin.create_topic(TOPIC, 2)
+    code, out, err = await _ferry(
+        cluster, "topic", "reassign", TOPIC, "--queue", "0", "--to", "broker-b", "--json"
+    )
+    assert code == 0, err
+    (move,) = json.loads(out)["moves"]
+    assert (move["fromBrokerName"], move["toBrokerName"], move["toQueueId"], move["state"]) == (
+        "broker-a",
+        "broker-b",
+        2,
+        "done",
+    )
+    code, out, err = await _ferry(cluster, "broker", "drain", "broker-a")
+    assert code == 0, err
+    assert out.splitlines() == [
+        "moving Moves queue 1 of broker-a: broker-a/1 -> broker-b/3",
+        "moved  Moves queue 1 of broker-a: broker-a/1 -> broker-b/3 at offset 0",
+    ]
+    for args, reason in (
+        (("topic", "reassign", "Nope", "--queue", "0", "--to", "broker-b"), "does not exist"),
+        (("broker", "drain", "broker-z"), "broker group broker-z is not known"),
+    ):
+        code, out, err = await _ferry(cluster, *args)
+        assert code != 0
+        assert len(err.strip().splitlines()) == 1, err
+        assert reason in err
