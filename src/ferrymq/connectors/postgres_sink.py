@@ -703,6 +703,29 @@ async def _route_groups(servers: str, topic: str) -> dict[int, str]:
         return {group_code(q.broker_name): q.broker_name for q in await consumer.queues(topic)}
 
 
+async def _ensure_topic(servers: str, topic: str, wait_s: float = 30.0) -> None:
+    """Create the dead-letter topic (one queue, as Kafka's one partition) unless it is routed.
+
+    Raises:
+        PostgresConnectorError: it is not routed within `wait_s`.
+    """
+    import time
+
+    from ferrymq.client.admin import AdminClient
+
+    async with AdminClient(servers) as admin:
+        if await admin.route(topic) is None:
+            log.info("creating the dead-letter topic %s", topic)
+            await admin.create_topic(topic, queues=1)
+        deadline = time.monotonic() + wait_s
+        while (route := await admin.route(topic)) is None or not route.queue_datas:
+            if time.monotonic() > deadline:
+                raise PostgresConnectorError(
+                    f"the dead-letter topic {topic} has no route {wait_s:g} s after its creation"
+                )
+            await asyncio.sleep(0.2)
+
+
 async def _send_dead(
     spec: SinkSpec, topic: str, dead: list[tuple[bytes | None, bytes | None, dict[str, str]]]
 ) -> None:
@@ -967,6 +990,8 @@ class PostgresSink(ConnectorPlugin):
         index = int(config.get("task.index") or context.task)
         count = int(config.get("task.count") or "1")
         listed = _queues(context.namesrv_addr, config)
+        if spec.dead_letter_topic is not None:  # as Kafka Connect's DLQ reporter does at start
+            asyncio.run(_ensure_topic(context.namesrv_addr, spec.dead_letter_topic))
         mine = {
             topic: sorted(k for k in queues if task_owner(topic, k, count) == index)
             for topic, queues in listed.items()
@@ -980,7 +1005,7 @@ class PostgresSink(ConnectorPlugin):
         with target.connect("starting a PostgresSink task", autocommit=True) as conn:
             try:
                 create_offsets_tables(conn)
-                for topic in mine:
+                for topic in [t for t, keys in mine.items() if keys]:  # the tables it writes
                     with conn.transaction():
                         _ensure_table(conn, spec, topic)
                 change = context.extra.get("offsets")
