@@ -1,66 +1,116 @@
-"""In-process Connect workers on a LocalCluster for the REST contract tests.
+"""In-process Connect workers on a LocalCluster for the REST contract tests, running real tasks.
 
 The workers are real (`connect.worker.Worker`: uvicorn on port 0, the fenced config log, group
-membership on the broker) with short timings, but their task runtime is `NullRunner`: a task
-that would run is only recorded, so a request that resumes a connector (schemathesis generates
-them) never starts Spark.
+membership on the broker) with short timings, and so is their task runtime:
+`connectors.runtime.SparkTaskRunner`, each task a Spark streaming query. The SparkSession starts
+lazily, on the first task that runs, and is shared by every worker of a test module (a process
+has one SparkContext anyway); the module's `spark` fixture stops it at the end, unless it was
+the process's session before (another suite's, which that suite stops).
+
+The connectors are FerrymqReplicators copying the LocalCluster's own topics (`src`, `more` and
+`other`, created with a few messages by `workers`) into `<topic>-copy`: their queries really run
+and their statuses come from them. They are cheap: one micro-batch a minute after the first.
 """
 
 import asyncio
 import contextlib
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.producer import Producer
 from ferrymq.connect.config import WorkerConfig
 from ferrymq.connect.plugin import Plugins
-from ferrymq.connect.state import TaskKey
-from ferrymq.connect.tasks import TaskSpec
 from ferrymq.connect.worker import Worker
+from ferrymq.connectors.runtime import SparkTaskRunner
+from ferrymq.errors import FerryError
 from ferrymq.testing import LocalCluster
 
 PAUSED = {"initial_state": "PAUSED"}
 STOPPED = {"initial_state": "STOPPED"}
+SOURCE_TOPICS = ("src", "more", "other")
+"""The topics the tests' replicators copy."""
+MESSAGES = 10
+"""Messages in each source topic."""
+TRIGGER_MS = "60000"
+"""The replicators' micro-batch interval: the first batch at start, then one a minute."""
 
 
-class NullRunner:
-    """A task runtime that runs nothing (`TaskRunner`): starts and stops are only counted."""
+class TaskSpark:
+    """One SparkSession for the workers' tasks, started by the first task that runs.
+
+    `session` is every runner's `session_factory`; it runs on the runner's Spark thread and makes
+    the session that thread's active one (Spark finds a streaming sink's Python data source
+    through the calling thread's session).
+    """
 
     def __init__(self) -> None:
-        self.started: list[TaskKey] = []
-        self.stopped: list[TaskKey] = []
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._owned = False
 
-    async def start(self, spec: TaskSpec) -> str:
-        self.started.append(spec.key)
-        return f"null-{len(self.started)}"
+    def session(self, app: str, master: str) -> Any:
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
 
-    async def stop(self, key: TaskKey) -> None:
-        self.stopped.append(key)
+        from ferrymq.spark.session import local_session
 
-    async def refresh(self) -> None:
-        return None
+        with self._lock:
+            if self._session is None:
+                self._owned = SparkContext._active_spark_context is None
+                self._session = local_session("ferrymq-connect-contract", "local[2]")
+            spark = self._session
+        SparkSession._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
+        return spark
 
-    def failure(self, key: TaskKey) -> str | None:
-        return None
+    @property
+    def started(self) -> bool:
+        """Whether a task started the session."""
+        return self._session is not None
 
-    def metrics(self, key: TaskKey) -> dict[str, Any]:
-        return {}
+    def stop_queries(self) -> None:
+        """Stop every query still active (none should be once the workers are closed)."""
+        if self._session is not None:
+            for query in self._session.streams.active:
+                query.stop()
+
+    def stop(self) -> None:
+        """Stop the session if this object started it."""
+        session, self._session = self._session, None
+        if session is not None and self._owned:
+            session.stop()
+
+
+@contextlib.contextmanager
+def task_spark() -> Iterator[TaskSpark]:
+    """A TaskSpark for a test module (its `spark` fixture), stopped at the module's end."""
+    spark = TaskSpark()
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def replicator(topics: str = "src", **extra: str) -> dict[str, str]:
-    """A valid FerrymqReplicator config."""
+    """A valid FerrymqReplicator config (one task, a micro-batch a minute)."""
     return {
         "connector.class": "FerrymqReplicator",
         "topics": topics,
         "target.topic.format": "${topic}-copy",
+        "trigger.interval.ms": TRIGGER_MS,
         **extra,
     }
 
 
-def make_worker(cluster: LocalCluster, root: Path, name: str, **changes: Any) -> Worker:
+def make_worker(
+    cluster: LocalCluster, spark: TaskSpark, root: Path, name: str, **changes: Any
+) -> Worker:
     settings: dict[str, Any] = {
         "heartbeat_interval_ms": 100,
         "session_timeout_ms": 1000,
@@ -76,20 +126,43 @@ def make_worker(cluster: LocalCluster, root: Path, name: str, **changes: Any) ->
         store_path_root_dir=root / name,
         **settings,
     )
-    return Worker(config, runner=NullRunner(), plugins=Plugins())
+    plugins = Plugins()
+    runner = SparkTaskRunner(
+        plugins,
+        cluster_id=config.connect_cluster_id,
+        namesrv_addr=config.namesrv_addr,
+        state_dir=config.store_path_root_dir,
+        session_factory=spark.session,
+    )
+    return Worker(config, runner=runner, plugins=plugins)
+
+
+async def source_topics(cluster: LocalCluster) -> None:
+    """The replicators' source topics, 2 queues each, with a few messages."""
+    async with AdminClient(cluster.namesrv_addr) as admin:
+        for topic in SOURCE_TOPICS:
+            await admin.create_topic(topic, queues=2)
+    async with Producer(cluster.namesrv_addr, "contract-tests") as producer:
+        for topic in SOURCE_TOPICS:
+            await producer.send_batch(topic, [f"{topic}-{i}".encode() for i in range(MESSAGES)])
 
 
 @contextlib.asynccontextmanager
 async def workers(
-    cluster: LocalCluster, root: Path, count: int, **changes: Any
+    cluster: LocalCluster, spark: TaskSpark, root: Path, count: int, **changes: Any
 ) -> AsyncIterator[list[Worker]]:
-    started = [make_worker(cluster, root, f"w{i}", **changes) for i in range(1, count + 1)]
+    await source_topics(cluster)
+    started = [make_worker(cluster, spark, root, f"w{i}", **changes) for i in range(1, count + 1)]
     try:
         await asyncio.gather(*(w.start() for w in started))
         yield started
     finally:
         for worker in started:
             await worker.close()
+        for worker in started:
+            assert isinstance(worker.runner, SparkTaskRunner)
+            await worker.runner.close()
+        await asyncio.to_thread(spark.stop_queries)
 
 
 async def leader_of(group: list[Worker], timeout: float = 15.0) -> Worker:
@@ -105,6 +178,32 @@ async def leader_of(group: list[Worker], timeout: float = 15.0) -> Worker:
             f"no single leader: {[w.herder.leader() for w in group]}"
         )
         await asyncio.sleep(0.05)
+
+
+async def task_states(url: str, connector: str, want: set[str], timeout: float = 120.0) -> Any:
+    """The connector's `/status` once every task's state is in `want` (its query's state)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = (await call(url, "GET", f"/connectors/{connector}/status")).json()
+        tasks = status.get("tasks") or []
+        if tasks and {t["state"] for t in tasks} <= want:
+            return status
+        assert time.monotonic() < deadline, f"{connector}'s tasks never reached {want}: {status}"
+        await asyncio.sleep(0.2)
+
+
+async def copied(cluster: LocalCluster, topic: str, want: int, timeout: float = 120.0) -> int:
+    """Messages in `topic` (a replicator's target) once it holds `want` (0 after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    async with PullConsumer(cluster.namesrv_addr, "contract-tests") as consumer:
+        while True:
+            with contextlib.suppress(FerryError):  # no route until the task created the topic
+                held = sum([await consumer.max_offset(q) for q in await consumer.queues(topic)])
+                if held >= want:
+                    return held
+            if time.monotonic() > deadline:
+                return 0
+            await asyncio.sleep(0.2)
 
 
 async def call(url: str, method: str, path: str, body: Any = None, **params: Any) -> httpx.Response:

@@ -3,22 +3,45 @@ types from Kafka's source), RocketMQ Connect's alias paths (real HTTP codes, the
 wrapper, `Deprecation` on GET mutations, also through a follower), and `ferry connect` (the CLI)
 against the workers, tables and --json.
 
-Tasks run on `NullRunner` (connect_workers.py): nothing starts Spark.
+Tasks run on the real runtime (connect_workers.py): a connector that runs is a Spark streaming
+query copying a topic of the LocalCluster, and its task's state is its query's.
 """
 
 import asyncio
 import json
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 
 from ferrymq.cli.connect import connect_group
 from ferrymq.testing import LocalCluster
 
-from .connect_workers import PAUSED, STOPPED, call, leader_of, replicator, workers
+from .connect_workers import (
+    MESSAGES,
+    PAUSED,
+    STOPPED,
+    TaskSpark,
+    call,
+    copied,
+    leader_of,
+    replicator,
+    task_spark,
+    task_states,
+    workers,
+)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[TaskSpark]:
+    """The module's SparkSession for its workers' tasks (started by the first task)."""
+    with task_spark() as shared:
+        yield shared
+
 
 GOLDEN: dict[str, Any] = json.loads(
     (Path(__file__).parent / "golden" / "kafka_connect_shapes.json").read_text()
@@ -102,8 +125,12 @@ def test_the_shape_checker_finds_missing_extra_and_mistyped_keys() -> None:
     ]
 
 
-async def test_json_shapes_are_kafka_connect_s(cluster: LocalCluster, tmp_path: Path) -> None:
-    async with workers(cluster, tmp_path / "workers", 1) as group:
+@pytest.mark.spark
+@pytest.mark.timeout(300)  # a first task starts the SparkSession
+async def test_json_shapes_are_kafka_connect_s(
+    cluster: LocalCluster, spark: TaskSpark, tmp_path: Path
+) -> None:
+    async with workers(cluster, spark, tmp_path / "workers", 1) as group:
         url = (await leader_of(group)).url
         root = (await call(url, "GET", "/")).json()
         assert_shape(root, "ServerInfo", "$.worker_id", "$.leader", "$.config_offset")
@@ -166,8 +193,11 @@ async def test_json_shapes_are_kafka_connect_s(cluster: LocalCluster, tmp_path: 
         assert_shape(offsets, "ConnectorOffsets")
         kafka_offsets = {
             "offsets": [
-                {"partition": {"topic": "src", "queue": 0}, "offset": {"offset": 7}},
-                {"partition": {"topic": "src", "queue": 1}, "offset": None},
+                {
+                    "partition": {"topic": "src", "broker": "broker-a", "queue": 0},
+                    "offset": {"offset": 7},
+                },
+                {"partition": {"topic": "src", "broker": "broker-a", "queue": 1}, "offset": None},
             ]
         }
         altered = await call(url, "PATCH", "/connectors/b/offsets", kafka_offsets)
@@ -199,10 +229,12 @@ def wrapped(answer: Any, status: int) -> Any:
     return body["body"]
 
 
+@pytest.mark.spark
+@pytest.mark.timeout(300)  # a first task starts the SparkSession
 async def test_rocketmq_aliases_answer_real_http_codes_in_their_wrapper(
-    cluster: LocalCluster, tmp_path: Path
+    cluster: LocalCluster, spark: TaskSpark, tmp_path: Path
 ) -> None:
-    async with workers(cluster, tmp_path / "workers", 2) as group:
+    async with workers(cluster, spark, tmp_path / "workers", 2) as group:
         leader = await leader_of(group)
         follower = next(w for w in group if w is not leader)
         for url in (leader.url, follower.url):
@@ -257,6 +289,10 @@ async def test_rocketmq_aliases_answer_real_http_codes_in_their_wrapper(
             assert time.monotonic() < deadline, "r1's task was never assigned"
             await asyncio.sleep(0.05)
         assert [(t["connector"], t["task"]) for t in allocated] == [("r1", 0)]
+        # the task is a Spark query: RUNNING by its query's state, and it copies `other`
+        status = await task_states(leader.url, "r1", {"RUNNING"})
+        assert status["tasks"][0]["ferrymq"]["run_id"]
+        assert await copied(cluster, "other-copy", MESSAGES) == MESSAGES
 
         plugins = wrapped(await call(follower.url, "GET", "/plugin/list"), 200)
         assert plugins == (await call(follower.url, "GET", "/connector-plugins")).json()
@@ -313,10 +349,12 @@ async def ferry_connect(url: str, *args: str, code: int = 0) -> Result:
     return result
 
 
+@pytest.mark.spark
+@pytest.mark.timeout(300)  # a first task starts the SparkSession
 async def test_the_cli_drives_every_command_and_alias(
-    cluster: LocalCluster, tmp_path: Path
+    cluster: LocalCluster, spark: TaskSpark, tmp_path: Path
 ) -> None:
-    async with workers(cluster, tmp_path / "workers", 2) as group:
+    async with workers(cluster, spark, tmp_path / "workers", 2) as group:
         leader = await leader_of(group)
         follower = next(w for w in group if w is not leader)
         # an unreachable worker first: the CLI moves on to the next URL
@@ -369,7 +407,14 @@ async def test_the_cli_drives_every_command_and_alias(
         offsets = tmp_path / "offsets.json"
         offsets.write_text(
             json.dumps(
-                {"offsets": [{"partition": {"topic": "src", "queue": 0}, "offset": {"offset": 3}}]}
+                {
+                    "offsets": [
+                        {
+                            "partition": {"topic": "src", "broker": "broker-a", "queue": 0},
+                            "offset": {"offset": 3},
+                        }
+                    ]
+                }
             )
         )
         altered = await ferry_connect(url, "offsets", "m", "alter", "-f", str(offsets))
@@ -430,8 +475,13 @@ async def test_the_cli_drives_every_command_and_alias(
         assert "no worker reachable" in nobody.stderr
 
 
-async def test_the_cli_follows_a_follower_s_redirect(cluster: LocalCluster, tmp_path: Path) -> None:
-    async with workers(cluster, tmp_path / "workers", 2, rest_follower_mode="redirect") as group:
+@pytest.mark.spark
+@pytest.mark.timeout(300)  # a first task starts the SparkSession
+async def test_the_cli_follows_a_follower_s_redirect(
+    cluster: LocalCluster, spark: TaskSpark, tmp_path: Path
+) -> None:
+    root = tmp_path / "workers"
+    async with workers(cluster, spark, root, 2, rest_follower_mode="redirect") as group:
         leader = await leader_of(group)
         follower = next(w for w in group if w is not leader)
         config = tmp_path / "r.json"

@@ -9,22 +9,43 @@ need percent-encoding, and an empty `tasks.max`.
   500. It now means the default, 1.
 """
 
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+import pytest
 
 from ferrymq.testing import LocalCluster
 
-from .connect_workers import PAUSED, STOPPED, call, leader_of, replicator, workers
+from .connect_workers import (
+    PAUSED,
+    STOPPED,
+    TaskSpark,
+    call,
+    leader_of,
+    replicator,
+    task_spark,
+    workers,
+)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[TaskSpark]:
+    """The module's SparkSession for its workers' tasks (started by the first task)."""
+    with task_spark() as shared:
+        yield shared
+
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]  # a first task starts Spark
 
 NAMES = ["ñame-\U000108a5", "a%20b", "a?b#c", "100%"]
 
 
 async def test_names_needing_encoding_work_on_the_leader_and_through_a_follower(
-    cluster: LocalCluster, tmp_path: Path
+    cluster: LocalCluster, spark: TaskSpark, tmp_path: Path
 ) -> None:
-    async with workers(cluster, tmp_path / "workers", 2) as group:
+    async with workers(cluster, spark, tmp_path / "workers", 2) as group:
         leader = await leader_of(group)
         follower = next(w for w in group if w is not leader)
         async with httpx.AsyncClient(timeout=20) as client:
@@ -63,9 +84,10 @@ async def test_names_needing_encoding_work_on_the_leader_and_through_a_follower(
 
 
 async def test_a_follower_s_redirect_names_the_same_connector(
-    cluster: LocalCluster, tmp_path: Path
+    cluster: LocalCluster, spark: TaskSpark, tmp_path: Path
 ) -> None:
-    async with workers(cluster, tmp_path / "workers", 2, rest_follower_mode="redirect") as group:
+    root = tmp_path / "workers"
+    async with workers(cluster, spark, root, 2, rest_follower_mode="redirect") as group:
         leader = await leader_of(group)
         follower = next(w for w in group if w is not leader)
         async with httpx.AsyncClient(timeout=20) as client:
@@ -88,8 +110,10 @@ async def test_a_follower_s_redirect_names_the_same_connector(
                 )
 
 
-async def test_an_empty_tasks_max_means_the_default(cluster: LocalCluster, tmp_path: Path) -> None:
-    async with workers(cluster, tmp_path / "workers", 1) as group:
+async def test_an_empty_tasks_max_means_the_default(
+    cluster: LocalCluster, spark: TaskSpark, tmp_path: Path
+) -> None:
+    async with workers(cluster, spark, tmp_path / "workers", 1) as group:
         url = (await leader_of(group)).url
         body = {"name": "e", "config": replicator("src,more", **{"tasks.max": ""}), **PAUSED}
         created = await call(url, "POST", "/connectors", body)

@@ -1,7 +1,8 @@
 """schemathesis against a Connect worker's own OpenAPI spec (`/openapi.json`).
 
-One in-process worker (the leader) on a LocalCluster, tasks on `NullRunner` (a generated resume
-starts no Spark), with connectors created PAUSED and STOPPED. Every operation of the spec gets
+One in-process worker (the leader) on a LocalCluster, tasks on the real runtime (a generated
+create or resume starts a Spark query; a PostgreSQL plugin's task fails to start, its server
+unreachable), with connectors created PAUSED and STOPPED. Every operation of the spec gets
 generated requests that fit the spec (positive) and that break it (negative), once with free
 path parameters and once aimed at each existing connector; the fixtures are put back before each
 operation. Every answer must:
@@ -45,8 +46,17 @@ from ferrymq.connect.plugin import ConfigKey, Plugins
 from ferrymq.connect.worker import Worker
 from ferrymq.testing import LocalCluster
 
-from .connect_workers import call, leader_of, replicator, workers
+from .connect_workers import TaskSpark, call, leader_of, replicator, task_spark, workers
 
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[TaskSpark]:
+    """The module's SparkSession for its workers' tasks (started by the first task)."""
+    with task_spark() as shared:
+        yield shared
+
+
+pytestmark = pytest.mark.spark
 log = logging.getLogger(__name__)
 
 FIXTURES: dict[str, tuple[dict[str, str], str]] = {
@@ -331,11 +341,12 @@ async def in_thread(function: Callable[[], None]) -> None:
     await asyncio.to_thread(function)
 
 
-@pytest.mark.timeout(300)  # ~1,600 requests: 25 s on an idle machine, a minute on a busy one
+@pytest.mark.timeout(400)  # ~1,600 requests beside a JVM's start: 96 s at load 9
 async def test_generated_requests_never_get_a_5xx_and_match_the_spec(
-    cluster: LocalCluster, tmp_path: Path
+    cluster: LocalCluster, spark: TaskSpark, tmp_path: Path
 ) -> None:
-    async with workers(cluster, tmp_path / "workers", 1, rest_request_timeout_ms=3000) as group:
+    root = tmp_path / "workers"
+    async with workers(cluster, spark, root, 1, rest_request_timeout_ms=3000) as group:
         leader = await leader_of(group)
         spec = (await call(leader.url, "GET", "/openapi.json")).json()
         fuzzer = Fuzzer(spec, leader)

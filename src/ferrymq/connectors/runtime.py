@@ -11,6 +11,9 @@ The runtime owns what a plugin's query must not choose: the checkpoint
 change is applied), the query name (`<connector>-<task>`), and the task's fencing generation
 (passed in `TaskContext`). A task's state comes from its query: active or not, its exception,
 its last progress (batch id, rows/s).
+
+A session from `session_factory` belongs to the caller (tests share one between in-process
+workers): `close` stops the runner's queries but not that session.
 """
 
 from __future__ import annotations
@@ -196,10 +199,16 @@ class SparkTaskRunner:
         return {} if running is None else dict(running.metrics)
 
     async def close(self) -> None:
-        """Stop every query and the session."""
+        """Stop every query, and the session unless it came from `session_factory`.
+
+        Spark calls queued or running first finish (a start whose caller was cancelled, when its
+        worker closed, cannot be stopped before it has started).
+        """
+        await self._on_spark(lambda: None)
         for key in list(self._queries):
             await self.stop(key)
         if self._spark is not None:
             spark, self._spark = self._spark, None
-            await self._on_spark(spark.stop)
+            if self._factory is None:
+                await self._on_spark(spark.stop)
         self._thread.shutdown(wait=False)
