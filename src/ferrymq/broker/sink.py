@@ -47,6 +47,8 @@ Source positions: a decide may carry the batch's source positions (topic -> brok
 -> next offset); the winner's are merged into the fence id's positions, in log order. A new
 owner without a checkpoint fences, finishes the pending batches and starts reading there, so
 nothing decided is read twice and nothing before it is skipped (connectors/replicator.py).
+SINK_QUERY_FENCE reads a fence id's state (generation, positions, pending batches) without
+recording anything: what GET /connectors/{c}/offsets shows for a replicator.
 Retention deletes old segments of `SINK_TOPIC` like any other's, so the master appends every
 owner's whole state again (an OWNER record, applied as a replacement) every quarter of
 `fileReservedTime` (at most every 6 hours): a table rebuilt after a restart still knows every
@@ -106,6 +108,7 @@ from ferrymq.wire.sink import (
     SinkCommit,
     SinkCommitResponseHeader,
     SinkFence,
+    SinkFenceQueryHeader,
     SinkFenceRequestHeader,
     SinkFenceState,
     SinkPending,
@@ -134,6 +137,7 @@ SINK_CODES: Final = (
     RequestCode.SINK_DECIDE,
     RequestCode.SINK_COMMIT,
     RequestCode.SINK_FENCE,
+    RequestCode.SINK_QUERY_FENCE,
 )
 
 _OP: Final = "FERRY_SINK_OP"
@@ -560,8 +564,10 @@ class SinkService:
     # -------------------------------------------------------------- handlers
 
     async def handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Serve SINK_PREPARE, SINK_DECIDE, SINK_COMMIT or SINK_FENCE."""
-        self._state.check_writable()
+        """Serve SINK_PREPARE, SINK_DECIDE, SINK_COMMIT, SINK_FENCE or SINK_QUERY_FENCE."""
+        self._state.check_writable()  # a query too: only the master's table is up to date
+        if request.code == RequestCode.SINK_QUERY_FENCE:
+            return self._query_fence(request)
         if request.code == RequestCode.SINK_PREPARE:
             return await self._prepare(conn, request)
         if request.code == RequestCode.SINK_DECIDE:
@@ -691,6 +697,23 @@ class SinkService:
         self._check_generation(fence, header.generation, "the fence")
         state = self.table.owners[fence].state()
         return request.make_response(ResponseCode.SUCCESS, body=encode_body(state))
+
+    def _query_fence(self, request: RemotingCommand) -> RemotingCommand:
+        """SINK_QUERY_FENCE: the fence id's state as applied so far; nothing is recorded.
+
+        Raises:
+            RequestError: SINK_FENCE_NOT_FOUND for a fence id with no record here.
+        """
+        header = from_ext_fields(SinkFenceQueryHeader, request.ext_fields)
+        self.catch_up()
+        owner = self.table.owners.get(header.fence_id)
+        if owner is None:
+            raise RequestError(
+                ResponseCode.SINK_FENCE_NOT_FOUND,
+                f"sink fence {header.fence_id} has no record at this coordinator (never fenced, "
+                "nor named by a decide with a generation or positions)",
+            )
+        return request.make_response(ResponseCode.SUCCESS, body=encode_body(owner.state()))
 
     async def _commit(self, request: RemotingCommand) -> RemotingCommand:
         header = from_ext_fields(SinkBatchHeader, request.ext_fields)

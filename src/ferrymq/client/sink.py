@@ -11,6 +11,8 @@ without a lease, a replication or flush timeout, SYSTEM_BUSY). Then the last err
 
 A writer with a fencing generation sends it with its decides (and a new owner `fence`s first);
 a refusal because a newer generation owns the sink is `SinkFencedError`, never retried.
+`query_fence` reads a fence id's state (positions, generation) without recording anything; a
+fence id the coordinator does not know is `SinkFenceNotFoundError`, never retried.
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ from ferrymq.wire.sink import (
     SinkCommit,
     SinkCommitResponseHeader,
     SinkFence,
+    SinkFenceQueryHeader,
     SinkFenceRequestHeader,
     SinkFenceState,
     SinkPrepareRequestHeader,
     SinkWinner,
 )
 
-__all__ = ["RETRY_CODES", "SinkClient", "SinkFencedError"]
+__all__ = ["RETRY_CODES", "SinkClient", "SinkFenceNotFoundError", "SinkFencedError"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,10 @@ RETRY_CODES: Final = frozenset(
 
 class SinkFencedError(RemoteError):
     """A newer generation owns the sink: this writer is a zombie and must stop (never retried)."""
+
+
+class SinkFenceNotFoundError(RemoteError):
+    """The coordinator has no record of the fence id (no owner ever fenced or decided under it)."""
 
 
 class SinkClient:
@@ -167,6 +174,10 @@ class SinkClient:
                     raise SinkFencedError(
                         response.code, response.remark, code_name="SINK_GENERATION_FENCED"
                     )
+                if response.code == ResponseCode.SINK_FENCE_NOT_FOUND:
+                    raise SinkFenceNotFoundError(
+                        response.code, response.remark, code_name="SINK_FENCE_NOT_FOUND"
+                    )
                 error = RemoteError(response.code, response.remark)
                 if response.code not in RETRY_CODES:
                     raise error
@@ -263,6 +274,19 @@ class SinkClient:
             code=RequestCode.SINK_FENCE,
             ext_fields=to_ext_fields(header),
             body=encode_body(SinkFence(start, replace)),
+        )
+        response = await self._call(coordinator, request)
+        return decode_body(response.body, SinkFenceState)
+
+    async def query_fence(self, coordinator: str, fence_id: str) -> SinkFenceState:
+        """What the coordinator has recorded for `fence_id` (read-only: records nothing).
+
+        Raises:
+            SinkFenceNotFoundError: the coordinator has no record of the fence id.
+        """
+        header = SinkFenceQueryHeader(fence_id=fence_id)
+        request = RemotingCommand(
+            code=RequestCode.SINK_QUERY_FENCE, ext_fields=to_ext_fields(header)
         )
         response = await self._call(coordinator, request)
         return decode_body(response.body, SinkFenceState)

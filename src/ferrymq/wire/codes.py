@@ -172,12 +172,13 @@ class RequestCode(IntEnum):
     POLLING_INFO = 3447
     BATCH_ACK_MESSAGE = 3543
     # ferrymq's own (RocketMQ's RequestCode.java uses no value in 9000-9999): the exactly-once
-    # Spark sink's prepare / decide / commit, and a new owner's fence (wire/sink.py,
-    # broker/sink.py)
+    # Spark sink's prepare / decide / commit, a new owner's fence, and a read-only query of a
+    # fence id's state (wire/sink.py, broker/sink.py)
     SINK_PREPARE = 9201
     SINK_DECIDE = 9202
     SINK_COMMIT = 9203
     SINK_FENCE = 9204
+    SINK_QUERY_FENCE = 9205
     # ferrymq's own: a fenced topic's holder (broker/fence.py) and a consumer group's members
     # with their member data (Connect workers' membership)
     GET_FENCE = 9211
@@ -268,6 +269,9 @@ class ResponseCode(IntEnum):
     # a sink decide or fence of a generation below the highest one recorded for its fence id
     # (wire/sink.py); the remark names both generations
     SINK_GENERATION_FENCED = 9204
+    # SINK_QUERY_FENCE of a fence id the coordinator has no record of (never fenced, nor named by
+    # a decide with a generation or positions); the remark names it
+    SINK_FENCE_NOT_FOUND = 9205
     RPC_UNKNOWN = -1000
     RPC_ADDR_IS_NULL = -1002
     RPC_SEND_TO_CHANNEL_FAILED = -1004

@@ -22,6 +22,11 @@
   generation (refused with SINK_GENERATION_FENCED below the highest one) and answers
   `SinkFenceState`: the fence id's source positions, the run (batch namespace) of its last
   winning decision, and the last decided batch of each recent run, for the new owner to finish.
+- SINK_QUERY_FENCE (to the coordinator; read-only): header `SinkFenceQueryHeader` (fence id).
+  Answers the same `SinkFenceState` as SINK_FENCE (generation, positions, run, last change,
+  pending batches) as the coordinator's applied log has it, and records nothing: GET
+  /connectors/{c}/offsets reads a replicator's positions with it. A fence id the coordinator
+  has no record of is refused with SINK_FENCE_NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ __all__ = [
     "SinkCommit",
     "SinkCommitResponseHeader",
     "SinkFence",
+    "SinkFenceQueryHeader",
     "SinkFenceRequestHeader",
     "SinkFenceState",
     "SinkPending",
@@ -99,6 +105,12 @@ class SinkFenceRequestHeader(CommandHeader):
     """An offsets change the owner starts from (applied once per fence id)."""
 
 
+class SinkFenceQueryHeader(CommandHeader):
+    """SINK_QUERY_FENCE: whose recorded state to answer (nothing is recorded)."""
+
+    fence_id: str
+
+
 class SinkFence(msgspec.Struct, forbid_unknown_fields=False):
     """SINK_FENCE's body: where to start.
 
@@ -120,7 +132,7 @@ class SinkPending(msgspec.Struct, forbid_unknown_fields=False):
 
 
 class SinkFenceState(msgspec.Struct, forbid_unknown_fields=False):
-    """SINK_FENCE's answer: what the fence id's decisions say, once the fence is recorded."""
+    """SINK_FENCE's answer (once the fence is recorded) and SINK_QUERY_FENCE's."""
 
     generation: int
     positions: Positions | None = None
