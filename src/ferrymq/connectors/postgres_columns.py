@@ -21,23 +21,29 @@ Rules:
 3. Fields of the body that are not columns are ignored; a missing nullable field is NULL.
    Timestamps take ISO 8601 text or epoch milliseconds (Kafka Connect's Timestamp); dates take
    ISO text; json/jsonb take any JSON value.
+4. `row_reader(columns)` is `row_of` for one column spec, made once: msgspec decodes a body
+   straight into a struct of the columns (type and range checks in C, other fields skipped),
+   and only what C cannot do runs in Python (numeric, dates, UUIDs). Whatever that fast path
+   does not accept as it is (a NUL escape, non-UTF-8 bytes, a missing NOT NULL field, any
+   type or range miss) goes through `row_of`, so the rows and the reasons are `row_of`'s own.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 from psycopg.types.json import Json, Jsonb
 
-__all__ = ["Column", "parse_fields", "row_of"]
+__all__ = ["Column", "RowReader", "parse_fields", "row_of", "row_reader"]
 
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _TYPES: Final = (
@@ -187,7 +193,17 @@ def _int(column: Column, value: object) -> int:
 def _float(column: Column, value: object) -> float:
     if type(value) not in (int, float):
         raise _MalformedError(f"expected a number, got {_show(value)}")
-    return float(value)  # type: ignore[arg-type]  # int or float, checked above
+    try:
+        return float(value)  # type: ignore[arg-type]  # int or float, checked above
+    except OverflowError:  # an integer beyond a double's range
+        raise _MalformedError(f"{value} is out of range for {column.kind}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _numeric_limit(length: int, scale: int) -> decimal.Decimal:
+    """The largest value of numeric(length, scale): 99.99 for numeric(4, 2), exact."""
+    integral = "9" * (length - scale) or "0"
+    return decimal.Decimal(f"{integral}.{'9' * scale}" if scale else integral)
 
 
 def _numeric(column: Column, value: object) -> decimal.Decimal:
@@ -204,6 +220,9 @@ def _numeric(column: Column, value: object) -> decimal.Decimal:
         raise _MalformedError(f"{value} is not a finite number")
     if column.length is not None:
         scale = column.scale or 0
+        limit = _numeric_limit(column.length, scale)
+        if -limit <= number <= limit:  # rounds to at most `limit`: fits, no rounding needed
+            return number
         try:  # PostgreSQL rounds to the scale (half away from zero), then counts digits
             with decimal.localcontext() as context:
                 context.prec = 2 * _MAX_NUMERIC_DIGITS
@@ -301,7 +320,7 @@ def row_of(columns: Sequence[Column], body: bytes | None) -> tuple[Any, ...] | s
         return "the message has no body (null value)"
     try:
         document = _decode(body)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # bad UTF-8 in a string: the latter
         try:
             body.decode()
         except UnicodeDecodeError:
@@ -322,3 +341,97 @@ def row_of(columns: Sequence[Column], body: bytes | None) -> tuple[Any, ...] | s
         except _MalformedError as exc:
             return f"field {column.name} ({column.sql_type}): {exc}"
     return tuple(row)
+
+
+RowReader = Callable[[bytes | None], tuple[Any, ...] | str]
+"""`row_of` bound to one column spec: a body's row, or the reason it is malformed."""
+
+_POST: Final[dict[str, Callable[[Column, Any], Any]]] = {
+    "numeric": _numeric,
+    "date": _date,
+    "timestamp": _timestamp,
+    "timestamptz": _timestamp,
+    "uuid": _uuid,
+    "json": _json,
+    "jsonb": _json,
+}
+"""Conversions the fast path leaves to Python, on values of the types `_fast_type` accepts."""
+
+
+def _fast_type(column: Column) -> Any:
+    """The msgspec type of a column's values in the fast path.
+
+    It accepts exactly the values `row_of` takes as they are, or more only where `_POST` checks
+    them (with `row_of`'s own converter).
+    """
+    kind = column.kind
+    if kind in _INT_RANGES:
+        low, high = _INT_RANGES[kind]
+        return Annotated[int, msgspec.Meta(ge=low, le=high)]
+    if kind in ("real", "double precision"):
+        return int | float  # converted by _float: JSON ints too, as `row_of` does
+    if kind == "numeric":
+        return int | float | str
+    if kind == "boolean":
+        return bool
+    if kind in ("text", "varchar", "char"):
+        if column.length is not None:
+            return Annotated[str, msgspec.Meta(max_length=column.length)]
+        return str
+    if kind in ("timestamp", "timestamptz"):
+        return int | str
+    if kind in ("date", "uuid"):
+        return str
+    return Any  # json, jsonb: any JSON value
+
+
+@functools.lru_cache(maxsize=64)
+def row_reader(columns: tuple[Column, ...]) -> RowReader:
+    """`row_of(columns, body)` as one function, with the fast path of rule 4."""
+    fields = [(f"f{i}", _fast_type(c) | None, None) for i, c in enumerate(columns)]
+    struct = msgspec.defstruct(
+        "Row", fields, rename={f"f{i}": c.name for i, c in enumerate(columns)}
+    )
+    decode = msgspec.json.Decoder(struct).decode
+    astuple = msgspec.structs.astuple
+    required = tuple(i for i, c in enumerate(columns) if c.not_null)
+    floats = tuple(i for i, c in enumerate(columns) if c.kind in ("real", "double precision"))
+    post = tuple((i, c, _POST[c.kind]) for i, c in enumerate(columns) if c.kind in _POST)
+    slow = functools.partial(row_of, columns)
+
+    def read(body: bytes | None) -> tuple[Any, ...] | str:
+        # NUL escapes (text refuses them) and non-UTF-8 bytes (the struct decoder skips unknown
+        # fields without checking them) take row_of's path
+        if body is None or b"\\u0000" in body or not (body.isascii() or _is_utf8(body)):
+            return slow(body)
+        try:
+            values = astuple(decode(body))
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return slow(body)
+        for i in required:
+            if values[i] is None:
+                return slow(body)
+        if not post and not floats:
+            return tuple(values)
+        row = list(values)
+        try:
+            for i in floats:
+                if row[i] is not None:
+                    row[i] = float(row[i])
+            for i, column, convert in post:
+                value = row[i]
+                if value is not None:
+                    row[i] = convert(column, value)
+        except (_MalformedError, OverflowError):
+            return slow(body)
+        return tuple(row)
+
+    return read
+
+
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

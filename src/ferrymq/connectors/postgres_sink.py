@@ -97,7 +97,7 @@ from ferrymq.connectors.postgres import (
     qualified,
     table_name,
 )
-from ferrymq.connectors.postgres_columns import Column, parse_fields, row_of
+from ferrymq.connectors.postgres_columns import Column, parse_fields, row_reader
 from ferrymq.model import validate_topic
 from ferrymq.spark.plan import QueueKey, group_code, partition_queue, stable_partition
 
@@ -483,6 +483,7 @@ class _TaskWrite:
         self.result = SinkCommit()
         self.seq = 0
         self.groups = {topic: dict(codes) for topic, codes in spec.groups.items()}
+        self.read = row_reader(spec.columns)
 
     def lock(self, key: tuple[str, QueueKey]) -> None:
         topic, queue = key
@@ -517,40 +518,99 @@ class _TaskWrite:
         return found
 
     def add(self, batch: Any) -> None:
-        columns = batch.to_pydict()
-        topics, offsets = columns["topic"], columns["offset"]
-        keys, values = columns["key"], columns["value"]
-        if "brokerName" in columns:  # queues named by the ferrymq columns
-            places: list[Any] = list(zip(columns["brokerName"], columns["queueId"], strict=True))
+        """Stage a batch's rows, a run of one queue's rows at a time (a range's come together)."""
+        count = batch.num_rows
+        if not count:
+            return
+        topics = batch.column("topic").to_pylist()
+        offsets = batch.column("offset").to_pylist()
+        values = batch.column("value").to_pylist()
+        if "brokerName" in batch.schema.names:  # queues named by the ferrymq columns
+            places: list[Any] = list(
+                zip(
+                    batch.column("brokerName").to_pylist(),
+                    batch.column("queueId").to_pylist(),
+                    strict=True,
+                )
+            )
         else:  # by stable partition number (what the task's query reads)
-            places = columns["partition"]
-        columns_spec, upsert, limit = self.spec.columns, self.spec.upsert, self.spec.batch_size
-        queues, floor, top = self.queues, self.floor, self.top
-        for i in range(batch.num_rows):
-            coordinates = (topics[i], places[i])  # plain tuples: cheap to hash
-            if coordinates not in queues:
-                key = queues[coordinates] = (topics[i], self.queue_of(topics[i], places[i]))
-                self.lock(key)
-                floor[coordinates] = self.next[key]
-                self.table(key[0])
-            offset = offsets[i]
-            if offset < floor[coordinates]:
-                self.result.skipped += 1
-                continue
-            if offset > top.get(coordinates, -1):
-                top[coordinates] = offset
-            row = row_of(columns_spec, values[i])
-            if isinstance(row, str):
-                self.malformed(queues[coordinates], offset, keys[i], values[i], row)
-                continue
-            pending = self.pending[topics[i]]
-            if upsert:
-                self.seq += 1
-                row = (self.seq, *row)
-            pending.append(row)
-            self.result.written += 1
+            places = batch.column("partition").to_pylist()
+        if topics.count(topics[0]) == count and places.count(places[0]) == count:
+            self.add_run(batch, (topics[0], places[0]), 0, offsets, values)
+            return
+        start = 0
+        while start < count:
+            end = start + 1
+            while end < count and topics[end] == topics[start] and places[end] == places[start]:
+                end += 1
+            run = (topics[start], places[start])
+            self.add_run(batch, run, start, offsets[start:end], values[start:end])
+            start = end
+
+    def add_run(
+        self,
+        batch: Any,
+        coordinates: tuple[str, Any],
+        first: int,
+        offsets: list[int],
+        values: list[bytes | None],
+    ) -> None:
+        """Stage the rows of one queue: rows `first`.. of `batch`, their offsets and bodies."""
+        key = self.queues.get(coordinates)
+        if key is None:
+            topic, place = coordinates
+            key = self.queues[coordinates] = (topic, self.queue_of(topic, place))
+            self.lock(key)
+            self.floor[coordinates] = self.next[key]
+            self.table(topic)
+        floor = self.floor[coordinates]
+        indexes: Sequence[int] = range(first, first + len(offsets))
+        if min(offsets) < floor:  # written by an earlier attempt, a replay or another owner
+            kept = [i for i, offset in enumerate(offsets) if offset >= floor]
+            self.result.skipped += len(offsets) - len(kept)
+            if not kept:
+                return
+            indexes = [first + i for i in kept]
+            offsets = [offsets[i] for i in kept]
+            values = [values[i] for i in kept]
+        self.add_rows(batch, key, coordinates, indexes, offsets, values)
+
+    def add_rows(
+        self,
+        batch: Any,
+        key: tuple[str, QueueKey],
+        coordinates: tuple[str, Any],
+        indexes: Sequence[int],
+        offsets: list[int],
+        values: list[bytes | None],
+    ) -> None:
+        """Map and stage rows of one queue at or above its stored offset (`indexes` in `batch`)."""
+        highest = max(offsets)
+        if highest > self.top.get(coordinates, -1):
+            self.top[coordinates] = highest
+        rows: list[Any] = list(map(self.read, values))
+        if any(type(row) is str for row in rows):
+            good: list[Any] = []
+            for i, row in enumerate(rows):
+                if isinstance(row, str):
+                    raw_key = batch.column("key")[indexes[i]].as_py()
+                    self.malformed(key, offsets[i], raw_key, values[i], row)
+                else:
+                    good.append(row)
+            rows = good
+        topic = key[0]
+        if self.spec.upsert:
+            seq = self.seq
+            rows = [(seq + i, *row) for i, row in enumerate(rows, 1)]
+            self.seq += len(rows)
+        self.result.written += len(rows)
+        pending, limit, done = self.pending[topic], self.spec.batch_size, 0
+        while done < len(rows):  # COPYs of `batch.size` rows
+            room = limit - len(pending)
+            pending.extend(rows[done : done + room])
+            done += room
             if len(pending) >= limit:
-                self.flush(topics[i])
+                self.flush(topic)
 
     def queue_of(self, topic: str, place: Any) -> QueueKey:
         """The queue a row's (broker, queue id) or stable partition number names.
