@@ -56,7 +56,9 @@ _VALUES = st.recursive(
 )
 
 
-_EDGES = {  # values at each column's edge, drawn for a random subset of the columns
+_EDGES: dict[
+    str, st.SearchStrategy[Any]
+] = {  # values at each column's edge, drawn for a random subset of the columns
     "small": st.sampled_from([2**15 - 1, 2**15, -(2**15), -(2**15) - 1, True]),
     "r": st.sampled_from([3, 1.5, 10**400, "1"]),
     "price": st.sampled_from([999.99, 999.994, 999.995, -999.995, "999.994 ", 1000, "1e2"]),
