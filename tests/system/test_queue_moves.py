@@ -235,3 +235,103 @@ async def test_queues_move_under_load_across_kill_9_of_leader_and_source(tmp_pat
         stop.set()
         await consumer.close()
         await cluster.stop()
+
+
+@pytest.mark.timeout(300)
+async def test_a_move_survives_its_crash_points_on_controllers_and_source(tmp_path: Path) -> None:
+    """The named crash points (FERRYMQ_TEST_HOOKS=1): every controller armed to die between
+    getting the source's end offset and recording it (`move_sealed_before_finish`), both of
+    broker-a's replicas armed to die after deciding the end and before answering
+    (`seal_answered_before_reply`). Each process that dies is started again unarmed. The move
+    ends once, at the offset every acknowledged message lies below, and the queue reads on
+    with contiguous offsets."""
+    cluster = ProcessCluster(UpConfig(data_dir=tmp_path, groups=2, replicas=2, controllers=3))
+    await cluster.start()
+    armed = {"FERRYMQ_TEST_HOOKS": "1"}
+    queue = MessageQueue(TOPIC, "broker-a", 1)
+    try:
+        async with AdminClient(cluster.namesrv_addr) as admin:
+            await admin.create_topic(TOPIC, 2)
+            async with Producer(cluster.namesrv_addr, send_timeout=5.0) as producer:
+                for seq in range(50):
+                    await producer.send(TOPIC, b"%d" % seq, queue=queue)
+            for node in list(cluster.controllers):  # one at a time: a quorum stays
+                cluster.controllers[node].kill()
+                await cluster.restart_controller(
+                    node, env={**armed, "FERRYMQ_TEST_CRASH_AT": "move_sealed_before_finish"}
+                )
+            controllers = await admin.controllers()
+            assert controllers is not None
+
+            async def in_sync() -> bool:
+                info = await controllers.replica_info("broker-a")
+                return len(info.sync_state_set.sync_state_set) == 2
+
+            a_names = [name for name in cluster.brokers if name.startswith("broker-a")]
+            for name in a_names:
+                await _wait("broker-a's replicas in sync", in_sync)
+                cluster.brokers[name].kill()
+                await cluster.restart(
+                    name, env={**armed, "FERRYMQ_TEST_CRASH_AT": "seal_answered_before_reply"}
+                )
+            await _wait("broker-a's replicas in sync", in_sync)
+
+            await admin.reassign(
+                ControllerReassignRequestHeader(
+                    action="move",
+                    topic=TOPIC,
+                    broker_name="broker-a",
+                    queue_id=1,
+                    to_broker_name="broker-b",
+                )
+            )
+            crashed: dict[str, int | None] = {}
+            restarting: dict[str, asyncio.Task[Child]] = {}
+
+            async def moved() -> bool:
+                for name, child in [*cluster.controllers.items(), *cluster.brokers.items()]:
+                    if not child.running and name not in restarting:
+                        # crashed at its point: again, unarmed, in the background (a broker
+                        # is ready once it has a role, which may need a replica still down)
+                        crashed[name] = child.process.returncode
+                        restarting[name] = asyncio.create_task(
+                            cluster.restart_controller(name)
+                            if name in cluster.controllers
+                            else cluster.restart(name, 90.0)
+                        )
+                for name, task in list(restarting.items()):
+                    if task.done():
+                        task.result()
+                        del restarting[name]
+                try:
+                    record = await admin.topic_record(TOPIC)
+                except FerryError:
+                    return False  # no controller leader at the moment
+                logical = record.queue_map.logical("broker-a", 1) if record else None
+                return logical is not None and logical.moving is None
+
+            await _wait("the move finished across the crash points", moved, 150)
+            await asyncio.gather(*restarting.values())
+            assert set(crashed.values()) == {137}
+            assert any(
+                name.startswith("controller") or name in cluster.controllers for name in crashed
+            )
+            assert any(name in a_names for name in crashed)
+            record = await admin.topic_record(TOPIC)
+            assert record is not None
+            logical = record.queue_map.logical("broker-a", 1)
+            assert logical is not None
+            assert [(s.broker_name, s.start_offset, s.end_offset) for s in logical.segments] == [
+                ("broker-a", 0, 50),
+                ("broker-b", 50, -1),
+            ]
+            async with Producer(cluster.namesrv_addr, send_timeout=5.0) as producer:
+                for seq in range(50, 60):
+                    result = await producer.send(TOPIC, b"%d" % seq, queue=queue)
+                    assert result.queue_offset == seq
+        async with PullConsumer(cluster.namesrv_addr, "readers") as reader:
+            messages = await reader.fetch_range(queue, 0, 60)
+            assert [m.queue_offset for m in messages] == list(range(60))
+            assert [int(m.body) for m in messages] == list(range(60))
+    finally:
+        await cluster.stop()

@@ -221,7 +221,9 @@ class ProcessCluster:
         self.workers[worker_id] = child
         return child
 
-    async def _start_controller(self, node: str, peers: str) -> None:
+    async def _start_controller(
+        self, node: str, peers: str, env: dict[str, str] | None = None
+    ) -> None:
         config = self.config
         self.controllers[node] = await spawn(
             f"controller-{node}",
@@ -237,6 +239,7 @@ class ProcessCluster:
                 str(config.data_dir / f"controller-{node}"),
             ],
             config.data_dir,
+            env=env,
         )
 
     async def _start_namesrv(self, name: str, listen: str, extra: list[str]) -> None:
@@ -273,19 +276,22 @@ class ProcessCluster:
             return [child.addr for child in sorted(self.namesrvs, key=lambda c: c.name)]
         return list(self.controller_addrs.values())
 
-    async def restart(self, name: str, timeout: float = 30.0) -> Child:
+    async def restart(
+        self, name: str, timeout: float = 30.0, *, env: dict[str, str] | None = None
+    ) -> Child:
         """Start broker `name` (again, on its store: after a kill it recovers and rejoins).
 
-        `timeout` bounds the wait for its ready file (recovery after a kill included).
+        `timeout` bounds the wait for its ready file (recovery after a kill included); `env`
+        adds to its environment (test hooks).
         """
-        child = await spawn(name, self._args[name], self.config.data_dir, timeout=timeout)
+        child = await spawn(name, self._args[name], self.config.data_dir, timeout=timeout, env=env)
         self.brokers[name] = child
         return child
 
-    async def restart_controller(self, node: str) -> Child:
-        """Start controller node `node` again from its data directory."""
+    async def restart_controller(self, node: str, *, env: dict[str, str] | None = None) -> Child:
+        """Start controller node `node` again from its data directory (`env`: test hooks)."""
         peers = ",".join(f"{n}={a}" for n, a in self.controller_addrs.items())
-        await self._start_controller(node, peers)
+        await self._start_controller(node, peers, env)
         return self.controllers[node]
 
     def info(self) -> ReadyInfo:
