@@ -36,7 +36,12 @@ The task's identity and where it starts (`resume`):
   So nothing decided is read again and nothing after it is skipped;
 - an offsets change (DELETE: back to `startingOffsets`; PATCH entries
   `{"partition": {"topic", "broker", "queue"}, "offset": {"offset": n}}`, `null` for earliest)
-  is applied once per task, by the fence, whatever checkpoint the task starts on afterwards.
+  is applied once per task, by the fence, whatever checkpoint the task starts on afterwards;
+  each task takes the entries of its own topics.
+
+GET /offsets (`connector_offsets`) reads each task's decided positions at the target cluster's
+sink coordinator (SINK_QUERY_FENCE: read-only, so a running task is not fenced), as PATCH
+entries of the connector's topics: the answer is a valid PATCH body.
 """
 
 from __future__ import annotations
@@ -54,19 +59,27 @@ from typing import Any, Final
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
-from ferrymq.client.sink import SinkClient
-from ferrymq.connect.plugin import ConfigKey, ConfigType, ConnectorPlugin, TaskContext
+from ferrymq.client.sink import SinkClient, SinkFenceNotFoundError
+from ferrymq.connect.plugin import (
+    ConfigKey,
+    ConfigType,
+    ConnectorPlugin,
+    OffsetsScope,
+    TaskContext,
+)
 from ferrymq.connect.records import OffsetEntry, OffsetsPut
 from ferrymq.errors import FerryError, TopicNotFoundError
 from ferrymq.model import MessageQueue, validate_topic
 
-__all__ = ["FerrymqReplicator", "queue_map", "sink_id_of"]
+__all__ = ["FerrymqReplicator", "offset_entries", "queue_map", "sink_id_for", "sink_id_of"]
 
 log = logging.getLogger(__name__)
 
 Positions = dict[str, dict[str, dict[str, int]]]
 
 _ROUTE_WAIT_S: Final = 20.0
+_OFFSETS_WAIT_S: Final = 5.0
+"""How long GET /offsets retries the target's coordinator (then the REST API answers 503)."""
 
 
 class FerrymqReplicator(ConnectorPlugin):
@@ -146,6 +159,24 @@ class FerrymqReplicator(ConnectorPlugin):
         except ValueError as exc:
             return [str(exc)]
         return []
+
+    def connector_offsets(
+        self, config: Mapping[str, str], scope: OffsetsScope
+    ) -> list[dict[str, Any]]:
+        """GET /connectors/{c}/offsets: every task's decided source positions (a PATCH body).
+
+        Read at the target cluster's sink coordinator, which holds them whether the tasks run
+        or are stopped; a task that never started shows nothing.
+
+        Raises:
+            FerryError: the coordinator cannot be asked now (the REST API answers 503).
+        """
+        tasks = {int(Path(d).name) for d in scope.checkpoint_dirs if Path(d).name.isdecimal()}
+        tasks |= set(range(len(self.task_configs(config, int(config.get("tasks.max") or "1")))))
+        fences = [sink_id_for(scope.connector, scope.incarnation, task) for task in sorted(tasks)]
+        target = config.get("target.servers") or scope.namesrv_addr
+        decided = asyncio.run(_decided_positions(target, fences))
+        return offset_entries(decided, _topics(config))
 
     def build(self, spark: Any, config: Mapping[str, str], context: TaskContext) -> Any:
         """The task's query: fence, find where to start, read its topics, write each row."""
@@ -235,10 +266,49 @@ def _clean(text: str) -> str:
 
 def sink_id_of(context: TaskContext) -> str:
     """`<connector>:<incarnation>:<task>`, with `_` for what a sink id cannot hold (<= 128)."""
-    sink_id = f"{_clean(context.connector)}:{_clean(context.incarnation)}:{context.task}"
+    return sink_id_for(context.connector, context.incarnation, context.task)
+
+
+def sink_id_for(connector: str, incarnation: str, task: int) -> str:
+    """A task's sink (and fence) id: `sink_id_of` from its parts."""
+    sink_id = f"{_clean(connector)}:{_clean(incarnation)}:{task}"
     if len(sink_id) > 128:  # still unique: the whole id's checksum stands for the cut part
-        sink_id = f"{sink_id[:110]}_{zlib.crc32(sink_id.encode()):08x}:{context.task}"[-128:]
+        sink_id = f"{sink_id[:110]}_{zlib.crc32(sink_id.encode()):08x}:{task}"[-128:]
     return sink_id
+
+
+async def _decided_positions(servers: str, fences: Sequence[str]) -> list[Positions]:
+    """The positions each fence id's decisions recorded (those the coordinator knows)."""
+    found: list[Positions] = []
+    async with SinkClient(servers, timeout=_OFFSETS_WAIT_S, retry_for=_OFFSETS_WAIT_S) as sink:
+        coordinator = await sink.coordinator(None)  # the replicator's sink names no topic
+        for fence in fences:
+            try:
+                state = await sink.query_fence(coordinator, fence)
+            except SinkFenceNotFoundError:
+                continue  # the task never started
+            if state.positions:
+                found.append(state.positions)
+    return found
+
+
+def offset_entries(decided: Sequence[Positions], topics: Sequence[str]) -> list[dict[str, Any]]:
+    """KIP-875 entries (`{"topic", "broker", "queue"}`, `{"offset": next}`) of `topics`.
+
+    Sorted by topic, broker and queue id; each position once (a later task's wins).
+    """
+    merged: dict[tuple[str, str, int], int] = {}
+    for positions in decided:
+        for topic, brokers in positions.items():
+            if topic not in topics:
+                continue  # no longer read: a PATCH naming it would be refused
+            for broker, queues in brokers.items():
+                for queue, offset in queues.items():
+                    merged[(topic, broker, int(queue))] = offset
+    return [
+        {"partition": {"topic": t, "broker": b, "queue": q}, "offset": {"offset": offset}}
+        for (t, b, q), offset in sorted(merged.items())
+    ]
 
 
 def queue_map(source: Sequence[MessageQueue], target: Sequence[MessageQueue]) -> dict[str, int]:
@@ -331,7 +401,8 @@ async def _plan(
                         str(queue.queue_id)
                     ] = offset
         if change is not None and change.offsets is not None:
-            for (topic, broker, queue_id), given in _altered(change.offsets, list(names)).items():
+            mine = [e for e in change.offsets if e.partition.get("topic") in names]
+            for (topic, broker, queue_id), given in _altered(mine, list(names)).items():
                 if given is None:  # earliest: where the queue starts now
                     given = await consumer.min_offset(MessageQueue(topic, broker, queue_id))
                 start.setdefault(topic, {}).setdefault(broker, {})[str(queue_id)] = given
