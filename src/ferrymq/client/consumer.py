@@ -208,12 +208,25 @@ class PullConsumer:
     ) -> tuple[PullStatus, RemotingCommand, MessageQueue]:
         """`_pull` on the segment holding `offset`, on to the next ones past a closed end."""
         for _ in range(_MAX_SEGMENT_HOPS):
-            physical, _ = await self._segment(queue, offset)
+            physical, segment = await self._segment(queue, offset)
             status, response = await self._pull(
                 physical, offset, max_messages, max_bytes, expression, wait, min_bytes
             )
             if status is PullStatus.FOUND:
                 return status, response, physical
+            fields = response.ext_fields
+            if (
+                segment is not None
+                and segment.start_offset > 0
+                and status is PullStatus.OFFSET_ILLEGAL
+                and int(fields.get("nextBeginOffset", offset)) < segment.start_offset
+            ):
+                # a new segment's group that has not opened it yet (a route ahead of the
+                # group): never send the reader back below the segment; ask again soon
+                self.routes.invalidate(queue.topic)
+                await asyncio.sleep(_SEALED_PAUSE_S)
+                fields["nextBeginOffset"] = str(offset)
+                return PullStatus.NO_NEW_MSG, response, physical
             if response.ext_fields.get(_SEALED_FIELD) == "true":
                 # the queue moved (or is moving) and this route does not show where: ask again
                 self.routes.invalidate(queue.topic)
