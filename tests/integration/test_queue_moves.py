@@ -131,6 +131,13 @@ async def test_a_queue_moves_under_load_without_loss_duplicates_or_reordering(
             QueueSegment("broker-a", 1, 0, end),
             QueueSegment("broker-b", 2, end),  # above broker-b's own queues 0 and 1
         )
+        placement = await admin.topic_placement(TOPIC)
+        assert placement is not None
+        # each group holds and routes its physical queues: broker-b its 2 and the moved one
+        assert [(g.broker_name, g.desired, g.state) for g in placement.groups] == [
+            ("broker-a", 2, "ok"),
+            ("broker-b", 3, "ok"),
+        ]
         a, b = cluster.brokers["broker-a"], cluster.brokers["broker-b"]
         assert a.state.store.max_queue_offset(TOPIC, 1) == end
         assert b.state.store.min_queue_offset(TOPIC, 2) == end

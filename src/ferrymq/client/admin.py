@@ -510,9 +510,15 @@ class AdminClient:
                 continue
             if response.code == ResponseCode.SUCCESS:
                 held[name] = len(decode_body(response.body, TopicStatsTable).offset_table)
-        desired = (
-            {name: q.write_queue_nums for name, q in record.placement.items()} if record else {}
-        )
+        desired: dict[str, int] = {}
+        if record is not None:  # a topic with moved queues: the physical queues each group holds
+            groups = set(record.placement) | {
+                s.broker_name for q in record.queues for s in q.segments
+            }
+            for name in groups:
+                config = record.config_on(name)
+                if config is not None:
+                    desired[name] = config.write_queue_nums
         names = sorted(desired.keys() | routed.keys() | held.keys())
         return TopicPlacementStatus(
             topic=topic,
