@@ -6,18 +6,19 @@ stopped by PID.
 
 - The sink: 200,000 messages with unique ids into a table with no unique constraint, one
   PostgresSink task hit in turn by the sink's crash point (after the PostgreSQL commits, before
-  Spark records the batch), a kill -9 of the owner's process tree at a random moment, and a
-  kill -9 of the owner's Python process only (its JVM is left to die on its own). After each
-  kill the task runs on another worker; at the end count = distinct count = 200,000 and the
-  stored offsets are the topic's end offsets. A trigger on the offsets table records every
-  committed offsets row: per queue the generation never goes back (no older owner commits
-  after a newer one claimed).
-- The pipeline: PostgresSource (rows inserted by concurrent transactions that commit out of id
-  order) into a topic, and PostgresSink from it into a copy. Both owners are frozen (SIGSTOP of
-  their process trees) past the session timeout, the tasks move; their JVMs wake first, so
-  their next PostgreSQL transaction and their next batch into ferrymq are refused by generation
-  (the refusals are in their logs); then the new owner is killed -9 mid-stream. Each row is in
-  the topic once and in the copy once.
+  Spark records the batch), a kill -9 of the owner's process tree at a random moment, a zombie
+  (the owner's tree frozen with SIGSTOP past the session timeout while a writer has begun its
+  transaction and not yet checked its generation; once the task runs elsewhere the zombie's
+  JVM wakes and that transaction is refused), and a kill -9 of the owner's Python process only
+  (its JVM is left to die on its own). After each the task runs on another worker; at the end
+  count = distinct count = 200,000 and the stored offsets are the topic's end offsets. A
+  trigger on the offsets table records every committed offsets write: per queue the
+  generation never goes back (no older owner commits after a newer one claimed).
+
+Why the zombies wake JVM first: a frozen worker's Python also holds up its JVM (Spark's
+accumulator updates go through the driver's Python), and a worker that wakes stops its queries
+once it reads the new assignment. Waking the JVM and Spark's Python workers first lets the zombie
+take its next step for certain, as a zombie whose query got there first does.
 """
 
 import asyncio
@@ -27,7 +28,8 @@ import os
 import random
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,7 +73,10 @@ def postgres() -> Iterator[PostgresServer]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ProcessCluster]:
+async def cluster(
+    tmp_path_factory: pytest.TempPathFactory, postgres: PostgresServer
+) -> AsyncIterator[ProcessCluster]:
+    """The workers stop before PostgreSQL does (their tasks would fail on its way out)."""
     spark_env()  # the workers' Spark processes run this Python and bind loopback only
     root = tmp_path_factory.mktemp("kills")
     async with connect_cluster(root, len(WORKERS), replicas=1, controllers=0) as running:
@@ -81,8 +86,14 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pro
 # ------------------------------------------------------------------------------ helpers
 
 
+FROZEN: set[str] = set()
+"""Workers the test holds stopped (SIGSTOP): REST calls go to the others."""
+
+
 async def any_url(cluster: ProcessCluster) -> str:
-    return next(url(cluster, w) for w, c in cluster.workers.items() if c.running)
+    return next(
+        url(cluster, w) for w, c in cluster.workers.items() if c.running and w not in FROZEN
+    )
 
 
 async def create(cluster: ProcessCluster, name: str, config: dict[str, str]) -> None:
@@ -121,9 +132,14 @@ async def running_on(
         await asyncio.sleep(0.25)
 
 
-async def until(what: str, check: Callable[[], bool], timeout: float = 180) -> None:
+async def until(
+    what: str, check: Callable[[], bool | Awaitable[bool]], timeout: float = 180
+) -> None:
     deadline = time.monotonic() + timeout
-    while not check():
+    while True:
+        done = check()
+        if done if isinstance(done, bool) else await done:
+            return
         assert time.monotonic() < deadline, f"not {what} in {timeout} s"
         await asyncio.sleep(0.25)
 
@@ -144,6 +160,12 @@ def alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def log_since(path: Path, start: int) -> str:
+    with path.open("rb") as text:
+        text.seek(start)
+        return text.read().decode(errors="replace")
 
 
 def signal_all(pids: list[int], sig: signal.Signals) -> None:
@@ -198,11 +220,72 @@ def check_audit(database: Database) -> int:
     return len(rows)
 
 
+SINK_APP = "kills-sink"
+"""The application_name of the sink's PostgreSQL connections (a libpq parameter in its URL)."""
+
+WINDOW = """
+SELECT a.pid, a.state = 'idle in transaction' AND a.query = 'BEGIN'
+              AND now() - a.xact_start > interval '30 milliseconds',
+       EXISTS (SELECT FROM pg_locks l
+               WHERE l.pid = a.pid AND l.relation = 'ferry_connect_offsets'::regclass)
+FROM pg_stat_activity a WHERE a.application_name = %s AND a.datname = current_database()
+"""
+
+
+def in_window(database: Database) -> bool:
+    """Whether a writer of the sink has begun its transaction and not yet locked (and checked
+    the generation of) its queues for 30 ms (it waits for its first rows from ferrymq: every
+    queue has a backlog), while no writer of it holds any queue's lock (a new owner's claim
+    would wait for that lock)."""
+    rows = database.query(WINDOW, SINK_APP)
+    return any(begun for _, begun, _ in rows) and not any(locked for _, _, locked in rows)
+
+
+def freeze(cluster: ProcessCluster, workers: list[str]) -> dict[str, list[int]]:
+    """SIGSTOP each worker's Python process, then everything below it (JVM, Spark's Python
+    workers); returns worker -> [python, descendants...]."""
+    FROZEN.update(workers)
+    pythons = {w: cluster.workers[w].pid for w in workers}
+    signal_all(list(pythons.values()), signal.SIGSTOP)
+    tree = {w: [pid, *descendants(pid)] for w, pid in pythons.items()}
+    signal_all([pid for pids in tree.values() for pid in pids[1:]], signal.SIGSTOP)
+    return tree
+
+
+async def freeze_in_window(
+    cluster: ProcessCluster, database: Database, workers: list[str]
+) -> dict[str, list[int]]:
+    """Freeze `workers` while the sink's writer is in its window (`in_window`, checked again
+    once frozen: nothing of it moves then); thaw and try again when the moment was missed."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline, "the sink's writer was never caught in its window"
+        if not in_window(database):
+            await asyncio.sleep(0.01)
+            continue
+        tree = freeze(cluster, workers)
+        await asyncio.sleep(0.2)  # a statement sent just before the freeze is executed by now
+        if in_window(database):
+            return tree
+        for pids in tree.values():
+            signal_all(pids, signal.SIGCONT)
+        FROZEN.clear()
+
+
+async def moved_from(cluster: ProcessCluster, name: str, generation: int) -> None:
+    """Wait until the task is assigned with a generation above `generation` (not yet running:
+    a frozen owner may hold the locks its new owner's claim waits for)."""
+    deadline = time.monotonic() + 60
+    while int((await task_status(cluster, name))["ferrymq"].get("generation", 0)) <= generation:
+        assert time.monotonic() < deadline, f"{name} never moved"
+        await asyncio.sleep(0.25)
+
+
 # ------------------------------------------------------------------------------ the sink
 
 
 @pytest.mark.timeout(600)
-async def test_sink_exactly_once_across_three_kinds_of_kill_9(
+async def test_sink_exactly_once_across_kill_9_and_a_zombie(
     cluster: ProcessCluster, postgres: PostgresServer
 ) -> None:
     seed = random.randrange(1 << 30)
@@ -214,10 +297,8 @@ async def test_sink_exactly_once_across_three_kinds_of_kill_9(
     servers = cluster.namesrv_addr
     started = time.monotonic()
     await create_topic(servers, topic, 4)
-    await produce_json(
-        servers, topic, [{"id": i, "body": f"m{i}"} for i in range(TOTAL)], batch=1000
-    )
-    log.info("produced %d in %.1f s", TOTAL, time.monotonic() - started)
+    half = TOTAL // 2  # the second half comes mid-run: the stream cannot end before (c)
+    await produce_json(servers, topic, [{"id": i, "body": f"m{i}"} for i in range(half)], 1000)
     # a new task goes to the least loaded worker, then by id: w1, which has the crash point
     await cluster.workers["w1"].stop()
     await start_worker(
@@ -229,9 +310,9 @@ async def test_sink_exactly_once_across_three_kinds_of_kill_9(
             "FERRYMQ_TEST_CRASH_BATCH": "2",
         },
     )
-    await create(
-        cluster, "sink", sink_config(database, topic, "sink_rows", maxOffsetsPerTrigger="4000")
-    )
+    config = sink_config(database, topic, "sink_rows", maxOffsetsPerTrigger="10000")
+    config["connection.url"] += f"?application_name={SINK_APP}"
+    await create(cluster, "sink", config)
     owner, generation = await running_on(cluster, "sink")
     assert owner == "w1", owner
     await until(
@@ -251,10 +332,12 @@ async def test_sink_exactly_once_across_three_kinds_of_kill_9(
     rows, ids = count_ids(database, "sink_rows")
     assert rows == ids > 0
     log.info("crash point: %d rows, %.1f s", rows, time.monotonic() - started)
+    # a killed worker starts again once its task runs elsewhere (back within the lost-work
+    # grace, it would get the task back)
+    owner, generation = await running_on(cluster, "sink", generation)
     await start_worker(cluster, "w1")
 
     # (a) kill -9 of the owner's whole process tree (Python, JVM, Spark's Python workers)
-    owner, generation = await running_on(cluster, "sink", generation)
     written = count_ids(database, "sink_rows")[0]
     await until("writing again", lambda: count_ids(database, "sink_rows")[0] > written)
     await asyncio.sleep(rng.uniform(0, 2))
@@ -263,10 +346,32 @@ async def test_sink_exactly_once_across_three_kinds_of_kill_9(
     rows, ids = count_ids(database, "sink_rows")
     assert rows == ids
     log.info("tree kill of %s: %d rows, %.1f s", owner, rows, time.monotonic() - started)
-    await start_worker(cluster, owner)
+    killed = owner
+    owner, generation = await running_on(cluster, "sink", generation)
+    await start_worker(cluster, killed)
+    await produce_json(
+        servers, topic, [{"id": i, "body": f"m{i}"} for i in range(half, TOTAL)], 1000
+    )
+
+    # (d) a zombie: the owner's process tree frozen (SIGSTOP) past the session timeout while
+    # one of its writers has begun its transaction and not yet checked its generation
+    zombie, mark = cluster.workers[owner], cluster.workers[owner].log_path.stat().st_size
+    frozen = (await freeze_in_window(cluster, database, [owner]))[owner]
+    try:
+        await moved_from(cluster, "sink", generation)
+        owner, generation = await running_on(cluster, "sink", generation)  # it has claimed
+        # the zombie's JVM and Spark's Python workers wake first, its worker (which would stop
+        # the query) stays frozen: the writer locks its queues now and meets the new generation
+        signal_all(frozen[1:], signal.SIGCONT)
+        await until("the zombie refused", lambda: ZOMBIE_PG in log_since(zombie.log_path, mark))
+    finally:
+        signal_all(frozen, signal.SIGCONT)
+        FROZEN.clear()
+    rows, ids = count_ids(database, "sink_rows")
+    assert rows == ids
+    log.info("zombie refused, task on %s: %d rows, %.1f s", owner, rows, time.monotonic() - started)
 
     # (c) kill -9 of the owner's Python process only: its JVM is left to die on its own
-    owner, generation = await running_on(cluster, "sink", generation)
     written = count_ids(database, "sink_rows")[0]
     await until("writing again", lambda: count_ids(database, "sink_rows")[0] > written)
     await asyncio.sleep(rng.uniform(0, 2))
@@ -278,11 +383,12 @@ async def test_sink_exactly_once_across_three_kinds_of_kill_9(
     finally:
         kill_tree(jvm)  # only if the test failed: it was gone
     log.info("python-only kill of %s: %.1f s", owner, time.monotonic() - started)
-    await start_worker(cluster, owner)
+    killed = owner
+    owner, generation = await running_on(cluster, "sink", generation)
+    await start_worker(cluster, killed)
 
     ends = await end_offsets(servers, topic)
     assert sum(ends.values()) == TOTAL
-    await running_on(cluster, "sink", generation)
     await until("caught up", lambda: stored_offsets(database, "sink") == ends, 240)
     assert count_ids(database, "sink_rows") == (TOTAL, TOTAL), f"seed {seed}"
     answer = await rest(await any_url(cluster), "GET", "/connectors/sink/offsets")
