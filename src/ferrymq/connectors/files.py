@@ -43,6 +43,16 @@ FileSink (rules):
    directory whose log holds batches unless `_ferrymq_sink.json` names this connector,
    incarnation and task and the task's checkpoint has planned the log's last batch.
 
+Offsets (GET /connectors/{c}/offsets, from the task's checkpoint where this worker sees it,
+while the task runs and after a stop; nothing before its first committed micro-batch):
+- FileSource: every file the committed batches read, from Spark's file source log
+  (`sources/0`, up to the `logOffset` of the last committed batch): `{"filename": uri}`,
+  `{"logOffset": n}` (the log batch that read it);
+- FileSink: the ferrymq queues' next offsets of the last committed batch (`offsets/<n>` of the
+  last `commits/<n>`): `{"topic", "broker", "queue"}`, `{"offset": next}`.
+Neither takes a PATCH (`check_offsets` refuses it): which files were read, and which batches
+the directory holds, live in Spark's own logs, not in offsets ferrymq could set.
+
 Errors (a missing directory, a schema Spark cannot parse, a directory bound to another writer)
 raise `FileConnectorError` from `build`, naming the key and the path: the runtime shows the
 task FAILED with that trace.
@@ -53,11 +63,18 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ferrymq.connect.plugin import ConfigKey, ConfigType, ConnectorPlugin, TaskContext
+from ferrymq.connect.plugin import (
+    ConfigKey,
+    ConfigType,
+    ConnectorPlugin,
+    OffsetsScope,
+    TaskContext,
+)
+from ferrymq.connect.records import OffsetEntry
 from ferrymq.errors import FerryError
 from ferrymq.model import validate_topic
 
@@ -66,7 +83,10 @@ __all__ = [
     "FileConnectorError",
     "FileSink",
     "FileSource",
+    "committed_batch",
     "ddl_errors",
+    "read_files",
+    "sink_offsets",
 ]
 
 SOURCE_FORMATS: Final = ("text", "json", "csv", "parquet")
@@ -416,6 +436,16 @@ class FileSource(ConnectorPlugin):
         """One task: a directory is one stream (rule 5)."""
         return [dict(config)]
 
+    def connector_offsets(
+        self, config: Mapping[str, str], scope: OffsetsScope
+    ) -> list[dict[str, Any]]:
+        """GET /connectors/{c}/offsets: the files the committed batches read (module doc)."""
+        return [entry for d in scope.checkpoint_dirs for entry in read_files(Path(d))]
+
+    def check_offsets(self, config: Mapping[str, str], entries: Sequence[OffsetEntry]) -> list[str]:
+        """Always refused: which files were read lives in Spark's file source log."""
+        return [_NO_PATCH.format("FileSource")]
+
     def build(self, spark: Any, config: Mapping[str, str], context: TaskContext) -> Any:
         """Fence older owners, then start the task's query: the files into the topic."""
         from pyspark.sql import functions
@@ -535,6 +565,77 @@ def latest_batch(log_dir: Path) -> int | None:
     return max(found, default=None)
 
 
+_NO_PATCH: Final = (
+    "{} offsets cannot be altered: what was read and written lives in Spark's own logs "
+    "(the checkpoint and the directory's _spark_metadata), not in offsets ferrymq sets"
+)
+
+
+def committed_batch(checkpoint: Path) -> tuple[int, list[Any]] | None:
+    """A Spark checkpoint's last committed micro-batch and its sources' end offsets (JSON each).
+
+    None before the first commit. A source without an offset is None in the list.
+    """
+    batch = latest_batch(checkpoint / "commits")
+    if batch is None:
+        return None
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    # Spark's OffsetSeq: the version, the batch's metadata, then one line per source ("-": none)
+    return batch, [None if line == "-" else json.loads(line) for line in lines[2:]]
+
+
+def read_files(checkpoint: Path) -> list[dict[str, Any]]:
+    """FileSource: every file its committed batches read, as KIP-875 entries (module doc).
+
+    Spark's file source log (`sources/0`) has a file per log batch (`n`, or `n.compact` holding
+    every entry up to n), each line after the version a `{"path", "timestamp", "batchId"}`.
+    """
+    committed = committed_batch(checkpoint)
+    if committed is None or not committed[1] or not isinstance(committed[1][0], dict):
+        return []
+    log_offset = int(committed[1][0]["logOffset"])
+    log_dir = checkpoint / "sources" / "0"
+    read: dict[str, int] = {}
+    names = [p.name for p in log_dir.iterdir()] if log_dir.is_dir() else []
+    for name in names:
+        number = name.removesuffix(".compact")
+        if not number.isdecimal() or int(number) > log_offset:
+            continue
+        for line in (log_dir / name).read_text().splitlines()[1:]:
+            if line.strip():
+                entry = json.loads(line)
+                if int(entry["batchId"]) <= log_offset:
+                    read[entry["path"]] = int(entry["batchId"])
+    return [
+        {"partition": {"filename": path}, "offset": {"logOffset": batch}}
+        for path, batch in sorted(read.items(), key=lambda item: (item[1], item[0]))
+    ]
+
+
+def sink_offsets(checkpoint: Path) -> list[dict[str, Any]]:
+    """FileSink: the ferrymq queues' next offsets its last committed batch read up to.
+
+    Raises:
+        ValueError: the checkpoint's offsets are of neither known shape.
+    """
+    from ferrymq.spark.plan import parse_offsets
+
+    committed = committed_batch(checkpoint)
+    if committed is None or not committed[1] or committed[1][0] is None:
+        return []
+    offsets = parse_offsets(committed[1][0])
+    return [
+        {
+            "partition": {"topic": topic, "broker": queue.broker_name, "queue": queue.queue_id},
+            "offset": {"offset": offset},
+        }
+        for topic, queues in sorted(offsets.items())
+        for queue, offset in sorted(
+            queues.items(), key=lambda item: (item[0].broker_name, item[0].queue_id)
+        )
+    ]
+
+
 def bind_output(directory: Path, checkpoint: Path, context: TaskContext) -> None:
     """Bind a FileSink directory to this task, or refuse one another writer's log holds (rule 3).
 
@@ -642,6 +743,16 @@ class FileSink(ConnectorPlugin):
     def task_configs(self, config: Mapping[str, str], max_tasks: int) -> list[dict[str, str]]:
         """One task: one writer per `_spark_metadata` (rule 3)."""
         return [dict(config)]
+
+    def connector_offsets(
+        self, config: Mapping[str, str], scope: OffsetsScope
+    ) -> list[dict[str, Any]]:
+        """GET /connectors/{c}/offsets: the queues' next offsets the checkpoint committed."""
+        return [entry for d in scope.checkpoint_dirs for entry in sink_offsets(Path(d))]
+
+    def check_offsets(self, config: Mapping[str, str], entries: Sequence[OffsetEntry]) -> list[str]:
+        """Always refused: the directory's `_spark_metadata` log says which batches it holds."""
+        return [_NO_PATCH.format("FileSink")]
 
     def build(self, spark: Any, config: Mapping[str, str], context: TaskContext) -> Any:
         """Bind the directory to the task, then start its query: topics into files."""
