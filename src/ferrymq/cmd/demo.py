@@ -274,11 +274,16 @@ async def _start_pipeline(
         report.pg_error = f"PostgreSQL cannot run here: {postgres}"
         console.print(f"  [red]{report.pg_error}[/red]")
         return None
-    database = await asyncio.to_thread(postgres.create_database, "shop")
-    await asyncio.to_thread(
-        database.query,
-        f"CREATE TABLE {PG_TABLE} (id bigint PRIMARY KEY, item text NOT NULL, amount integer)",
-    )
+    try:
+        database = await asyncio.to_thread(postgres.create_database, "shop")
+        await asyncio.to_thread(
+            database.query,
+            f"CREATE TABLE {PG_TABLE} (id bigint PRIMARY KEY, item text NOT NULL, amount integer)",
+        )
+    except psycopg.Error as exc:
+        report.pg_error = f"PostgreSQL refused the demo's database: {' '.join(str(exc).split())}"
+        console.print(f"  [red]{report.pg_error}[/red]")
+        return None
     console.print(
         f"  PostgreSQL {postgres.url('shop', password=None)} (pid {postgres.process.pid}), "
         f"table {PG_TABLE}"

@@ -1,0 +1,41 @@
+"""`ferry demo`'s verdict: the PostgreSQL pipeline must have copied every row once, and a
+PostgreSQL that could not run fails the demo (pyspark missing skips every pipeline instead)."""
+
+from ferrymq.cmd.demo import DemoReport
+
+
+def passing() -> DemoReport:
+    return DemoReport(
+        sent=600,
+        new_master="127.0.0.1:2",
+        old_master="127.0.0.1:1",
+        rejoined=True,
+        clean_exits={"broker-a-1": 0},
+        pg_rows=5140,
+        pg_copied=5140,
+        pg_distinct=5140,
+    )
+
+
+def test_the_demo_passes_only_when_both_tables_hold_the_same_rows_once() -> None:
+    assert passing().ok
+    short = passing()
+    short.pg_copied = short.pg_distinct = 5139
+    assert not short.ok
+    twice = passing()
+    twice.pg_copied = 5141
+    assert not twice.ok
+    never = passing()
+    never.pg_rows = never.pg_copied = never.pg_distinct = None
+    assert not never.ok
+
+
+def test_a_postgresql_that_cannot_run_fails_the_demo_and_missing_pyspark_skips() -> None:
+    unavailable = passing()
+    unavailable.pg_rows = unavailable.pg_copied = unavailable.pg_distinct = None
+    unavailable.pg_error = "PostgreSQL cannot run here: no PostgreSQL server"
+    assert not unavailable.ok
+    skipped = passing()
+    skipped.pg_rows = skipped.pg_copied = skipped.pg_distinct = None
+    skipped.pipeline_skipped = "pyspark is not installed"
+    assert skipped.ok
