@@ -106,6 +106,9 @@ log = logging.getLogger(__name__)
 
 _CHUNK_ROWS: Final = 2048
 _CHUNK_BYTES: Final = 1 << 20
+_PREPARES_IN_FLIGHT: Final = 4
+"""A task's prepares in flight at once, at most one per queue (a queue's rows stay in order):
+the next chunk is built while the brokers store the previous ones."""
 
 SOURCE_COLUMNS: Final = ("sourceTopic", "sourceBroker", "sourceQueueId", "sourceOffset")
 """Input columns naming each row's source queue and offset (recorded as source positions)."""
@@ -211,6 +214,7 @@ class _Stager:
         self._turn = itertools.count(context.partitionId() if context else 0)
         self._ids = UniqueIdGenerator(bytes([127, 0, 0, 1]), os.getpid())
         self._pending: dict[MessageQueue, _Chunk] = {}
+        self._inflight: dict[MessageQueue, asyncio.Task[None]] = {}
         self.rows: dict[str, int] = {}
 
     def run(self, batches: Iterator[Any]) -> FerryCommit:
@@ -225,7 +229,9 @@ class _Stager:
                     runner.run(self._add(client, batch))
                 for queue in list(self._pending):
                     runner.run(self._flush(client, queue))
+                runner.run(self._drain())
             finally:
+                runner.run(self._cancel())
                 runner.run(client.close())
         return FerryCommit(
             self.sink_id, self.transaction_id, self.rows, self.fence_id, self.positions
@@ -308,12 +314,35 @@ class _Stager:
             queues[key] = max(queues.get(key, 0), int(offset) + 1)
 
     async def _flush(self, client: SinkClient, queue: MessageQueue) -> None:
+        """Start the prepare of the queue's pending rows (after its previous one has ended)."""
         chunk = self._pending.pop(queue, None)
         if chunk is None or not chunk.items:
             return
-        items = chunk.items
+        previous = self._inflight.pop(queue, None)
+        if previous is not None:
+            await previous
+        while len(self._inflight) >= _PREPARES_IN_FLIGHT:
+            await self._inflight.pop(next(iter(self._inflight)))  # the oldest
+        self._inflight[queue] = asyncio.create_task(self._prepare(client, queue, chunk.items))
+
+    async def _prepare(
+        self, client: SinkClient, queue: MessageQueue, items: list[BatchItem]
+    ) -> None:
         await client.prepare(queue, self.sink_id, self.batch_id, self.transaction_id, items)
         self.rows[queue.broker_name] = self.rows.get(queue.broker_name, 0) + len(items)
+
+    async def _drain(self) -> None:
+        """Wait for every prepare in flight (the first failure raises)."""
+        while self._inflight:
+            await self._inflight.pop(next(iter(self._inflight)))
+
+    async def _cancel(self) -> None:
+        """Stop the prepares still in flight after a failure (their rows are never committed)."""
+        tasks = list(self._inflight.values())
+        self._inflight.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def commit_batch(
