@@ -14,24 +14,33 @@ stopped by PID.
   count = distinct count = 200,000 and the stored offsets are the topic's end offsets. A
   trigger on the offsets table records every committed offsets write: per queue the
   generation never goes back (no older owner commits after a newer one claimed).
+- The source: PostgresSource into a topic while concurrent transactions commit rows out of id
+  order; its owner's Python frozen past the session timeout (the task moves and the new owner
+  fences the sink id), then the new owner killed -9 mid-stream. Each row is in the topic once.
+  On waking, the zombie's batch under way is either refused by generation at its decision or
+  stopped by its worker first (the worker, out of the group, stops its query at once); the
+  test logs which.
 
-Why the zombies wake JVM first: a frozen worker's Python also holds up its JVM (Spark's
-accumulator updates go through the driver's Python), and a worker that wakes stops its queries
-once it reads the new assignment. Waking the JVM and Spark's Python workers first lets the zombie
-take its next step for certain, as a zombie whose query got there first does.
+Why the sink's zombie wakes JVM first: a frozen worker's Python holds up its JVM (Spark's
+accumulator updates go through the driver's Python: a job cannot finish), and a worker that
+wakes stops its queries at once. Waking the JVM and Spark's Python workers first lets the
+zombie's writer take its next step for certain, as a zombie whose query got there first does.
 """
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import pytest_asyncio
 
@@ -43,6 +52,7 @@ from ..connectors.conftest import (
     create_topic,
     end_offsets,
     produce_json,
+    read_topic,
     stored_offsets,
 )
 from ..connectors.postgres import Database, PostgresServer, start_postgres
@@ -400,3 +410,155 @@ async def test_sink_exactly_once_across_kill_9_and_a_zombie(
     audited = check_audit(database)
     log.info("done: %d offsets writes audited, %.1f s", audited, time.monotonic() - started)
     await delete(cluster, "sink")
+
+
+# ------------------------------------------------------------------------------ the pipeline
+
+
+class Writers:
+    """Threads inserting rows into `events` in transactions that commit out of id order (one in
+    `late_every` holds its rows for 3 s while the others commit), until stopped; each thread
+    stops by itself after `max_rows` rows or 300 s."""
+
+    def __init__(self, url: str, seed: int, threads: int = 3, late_every: int = 8) -> None:
+        self.url = url
+        self.seed = seed
+        self.stopped = threading.Event()
+        self.errors: list[BaseException] = []
+        self.out_of_order = 0
+        self._lock = threading.Lock()
+        self._last_committed = 0
+        self._threads = [
+            threading.Thread(target=self._run, args=(i, late_every), daemon=True)
+            for i in range(threads)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        for thread in self._threads:
+            thread.join(30)
+        assert not self.errors, self.errors
+
+    def _run(self, index: int, late_every: int, max_rows: int = 20_000) -> None:
+        rng = random.Random(self.seed + index)
+        deadline, written, turn = time.monotonic() + 300, 0, 0
+        try:
+            with psycopg.connect(self.url) as conn:
+                while not self.stopped.is_set() and time.monotonic() < deadline:
+                    if written >= max_rows:
+                        return
+                    turn += 1
+                    ids = [
+                        i
+                        for (i,) in conn.execute(
+                            "INSERT INTO events (body) SELECT 'w' || %s || '-' || g "
+                            "FROM generate_series(1, %s) g RETURNING id",
+                            [index, rng.randint(1, 20)],
+                        ).fetchall()
+                    ]
+                    time.sleep(3 if turn % late_every == index else rng.uniform(0.02, 0.1))
+                    conn.commit()
+                    written += len(ids)
+                    with self._lock:
+                        if min(ids) < self._last_committed:
+                            self.out_of_order += 1
+                        self._last_committed = max(self._last_committed, *ids)
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self.errors.append(exc)
+
+
+async def topic_size(servers: str, topic: str) -> int:
+    return sum((await end_offsets(servers, topic)).values())
+
+
+async def topic_above(servers: str, topic: str, count: int) -> bool:
+    return await topic_size(servers, topic) > count
+
+
+@pytest.mark.timeout(600)
+async def test_source_exactly_once_across_a_zombie_and_kill_9(
+    cluster: ProcessCluster, postgres: PostgresServer
+) -> None:
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    log.info("seed %d", seed)
+    started = time.monotonic()
+    database = postgres.create_database("kills_source")
+    database.query("CREATE TABLE events (id bigserial PRIMARY KEY, body text NOT NULL)")
+    servers, topic = cluster.namesrv_addr, "pgsrc-events"
+    await create_topic(servers, topic, 4)
+    writers = Writers(database.url, seed)
+    writers.start()
+    try:
+        await create(
+            cluster,
+            "pgsrc",
+            {
+                "connector.class": "PostgresSource",
+                **database.config,
+                "mode": "incrementing",
+                "incrementing.column.name": "id",
+                "table.whitelist": "events",
+                "topic.prefix": "pgsrc-",
+                "message.key.column": "id",
+                "poll.interval.ms": "300",
+                "batch.max.rows": "1500",
+            },
+        )
+        owner, generation = await running_on(cluster, "pgsrc")
+        await until("streaming", lambda: topic_above(servers, topic, 500))
+        log.info("streaming on %s: %.1f s", owner, time.monotonic() - started)
+
+        # a zombie: the owner's Python process frozen (SIGSTOP) past the session timeout. Its
+        # JVM finishes the micro-batch under way (the rows prepared in ferrymq), then waits for
+        # the frozen Python (Spark's accumulator updates go through the driver's Python)
+        zombie, mark = cluster.workers[owner], cluster.workers[owner].log_path.stat().st_size
+        FROZEN.add(owner)
+        signal_all([zombie.pid], signal.SIGSTOP)
+        try:
+            await moved_from(cluster, "pgsrc", generation)
+            owner, generation = await running_on(cluster, "pgsrc", generation)  # it has fenced
+        finally:
+            # the worker wakes: its JVM commits the batch under way, whose decision the new
+            # generation refuses, unless the worker, out of the group, stops the query first
+            signal_all([zombie.pid], signal.SIGCONT)
+            FROZEN.clear()
+        woke = time.monotonic()
+        while ZOMBIE_FERRY not in log_since(zombie.log_path, mark) and time.monotonic() < woke + 20:
+            await asyncio.sleep(0.25)
+        refused = ZOMBIE_FERRY in log_since(zombie.log_path, mark)
+        log.info(
+            "zombie %s, task on %s: %.1f s",
+            "refused" if refused else "stopped by its worker first",
+            owner,
+            time.monotonic() - started,
+        )
+
+        # kill -9 of the new owner's process tree mid-stream
+        size = await topic_size(servers, topic)
+        await until("streaming again", lambda: topic_above(servers, topic, size))
+        await asyncio.sleep(rng.uniform(0, 2))
+        kill_tree(cluster.workers[owner].pid)
+        await cluster.workers[owner].process.wait()
+        log.info("killed %s: %.1f s", owner, time.monotonic() - started)
+        killed = owner
+        owner, generation = await running_on(cluster, "pgsrc", generation)
+        await start_worker(cluster, killed)
+        size = await topic_size(servers, topic)
+        await until("streaming again", lambda: topic_above(servers, topic, size))
+    finally:
+        writers.stop()
+    assert writers.out_of_order > 0, "no transaction committed out of id order: nothing tested"
+
+    table = {int(str(i)) for (i,) in database.query("SELECT id FROM events")}
+    await until("every row in the topic", lambda: topic_above(servers, topic, len(table) - 1))
+    await asyncio.sleep(1)  # a duplicate would land now
+    ids = [json.loads(m.body)["id"] for m in await read_topic(servers, topic)]
+    assert len(ids) == len(set(ids)), f"seed {seed}: {len(ids) - len(set(ids))} duplicates"
+    assert set(ids) == table, f"seed {seed}: missing {sorted(table - set(ids))[:20]}"
+    log.info("%d rows once in the topic: %.1f s", len(table), time.monotonic() - started)
+    await delete(cluster, "pgsrc")
