@@ -26,13 +26,16 @@ from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.message import Message, SendResult
 from ferrymq.client.producer import Producer
 from ferrymq.client.push import ConsumeFrom, PushConsumer
+from ferrymq.client.sink import SinkClient
 from ferrymq.errors import RemoteError, SendFailedError
 from ferrymq.model import MessageQueue
 from ferrymq.rpc.client import RpcClient
 from ferrymq.spark.fetch import queue_bounds, read_range
 from ferrymq.spark.plan import QueueKey, QueueRange
+from ferrymq.wire import properties as props
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.queuemap import QueueSegment
+from ferrymq.wire.records import BatchItem
 from ferrymq.wire.topics import ControllerReassignRequestHeader
 
 from .remoting import send
@@ -265,3 +268,47 @@ async def test_the_cli_reassigns_drains_and_says_why_it_refuses(
         assert code != 0
         assert len(err.strip().splitlines()) == 1, err
         assert reason in err
+
+
+async def test_prepared_sink_rows_hold_the_seal_until_their_batch_commits(
+    cluster: _Cluster,  # noqa: F811 - the fixture
+) -> None:
+    """An exactly-once sink's rows prepared for a queue land below the move's end offset."""
+    async with (
+        AdminClient(cluster.namesrv.address) as admin,
+        SinkClient(cluster.namesrv.address) as sink,
+    ):
+        await admin.create_topic(TOPIC, 2)
+        queue = MessageQueue(TOPIC, "broker-a", 1)
+        rows = [BatchItem.of(f"row-{i}".encode(), {props.UNIQ_KEY: f"row-{i}"}) for i in range(3)]
+        await sink.prepare(queue, "s1", 0, "t1", rows)
+        body = await admin.reassign(
+            ControllerReassignRequestHeader(
+                action="move",
+                topic=TOPIC,
+                broker_name="broker-a",
+                queue_id=1,
+                to_broker_name="broker-b",
+            )
+        )
+        await asyncio.sleep(1.0)  # the leader asks broker-a to seal, five times by now
+        (progress,) = await admin.move_progress(body.moves)
+        assert progress.state == "moving"
+        # a sealed queue takes no new prepared rows (and a sink's queues now leave it out)
+        async with SinkClient(cluster.namesrv.address, retry_for=0.5) as impatient:
+            with pytest.raises(RemoteError, match="sealed"):
+                await impatient.prepare(queue, "s2", 0, "t1", rows)
+            await impatient.routes.get(TOPIC, refresh=True)
+            assert queue not in await impatient.queues(TOPIC)
+        coordinator = await sink.coordinator(TOPIC)
+        assert await sink.decide(coordinator, "s1", 0, {"t1": {"broker-a": 3}})
+        assert await sink.commit("broker-a", "s1", 0, {"t1": 3}) == (3, False)
+        deadline = time.monotonic() + 30
+        while (progress := (await admin.move_progress(body.moves))[0]).state == "moving":
+            assert time.monotonic() < deadline, "the move did not finish after the commit"
+            await asyncio.sleep(0.05)
+        assert (progress.state, progress.end_offset) == ("done", 3)
+        while MessageQueue(TOPIC, "broker-b", 2) not in await sink.queues(TOPIC):
+            assert time.monotonic() < deadline, "a sink does not write to the new queue"
+            await asyncio.sleep(0.05)
+            await sink.routes.get(TOPIC, refresh=True)

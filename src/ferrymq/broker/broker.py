@@ -115,7 +115,6 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.DELETE_EXPIRED_COMMITLOG: admin.delete_expired_commit_log,
     RequestCode.GET_FENCE: admin.get_fence,
     RequestCode.GET_GROUP_MEMBERS: consumer.get_group_members,
-    RequestCode.SEAL_QUEUE: queuemap.seal_queue,
 }
 """Every request code the broker serves, in one table."""
 
@@ -156,6 +155,7 @@ class Broker:
             self.router.add(code, self._bind(self._sink_request))
         serve_test_clock(self.router)
         self.router.add(RequestCode.SWITCH_BROKER_ROLE, switchover.switch_role_handler(self))
+        self.router.add(RequestCode.SEAL_QUEUE, self._bind(self._seal_queue))
         self.busy_poll = (
             BusyPoll(config.busy_poll_micros / 1_000_000) if config.busy_poll_micros else None
         )
@@ -229,6 +229,13 @@ class Broker:
             return await handler(state, conn, request)
 
         return run
+
+    async def _seal_queue(
+        self, state: BrokerState, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        sink = self.sink
+        stages_into = sink.stages_into if sink is not None else None
+        return await queuemap.seal_queue(state, conn, request, stages_into)
 
     async def _sink_request(
         self, state: BrokerState, conn: Connection, request: RemotingCommand

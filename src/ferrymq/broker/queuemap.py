@@ -11,7 +11,9 @@ TopicConfig; masters reconcile it (`topicsync.py`) and slaves get it with the to
 - SEAL_QUEUE (`seal_queue`): the controller's leader asks the source master where a moving
   queue ends. The master answers once its table reflects the move (the queue is sealed) and
   every record it appended is committed (the confirm offset reached the log's end as it was
-  when the answer was decided), with the queue's next offset: the next segment's start.
+  when the answer was decided), with the queue's next offset: the next segment's start. An
+  exactly-once sink's prepared rows for the queue hold the seal back until their batch is
+  committed (or expires), and a sealed queue takes no new prepared rows.
 - PULL_MESSAGE on a sealed queue does not long-poll and says `ferrySealed: true`.
 - QUERY_CONSUMER_OFFSET (`committed_floor`): a group with no offset on a moved queue's new
   physical queue starts at the segment's start (what the official client then reads), not at
@@ -28,6 +30,7 @@ import asyncio
 import functools
 import logging
 import os
+from collections.abc import Callable
 from typing import Final
 
 from ferrymq.broker.state import BrokerState
@@ -127,9 +130,16 @@ def committed_floor(state: BrokerState, topic: str, queue_id: int) -> int | None
 
 
 async def seal_queue(
-    state: BrokerState, conn: Connection, request: RemotingCommand
+    state: BrokerState,
+    conn: Connection,
+    request: RemotingCommand,
+    stages_into: Callable[[str, int], bool] | None = None,
 ) -> RemotingCommand:
-    """SEAL_QUEUE (9246, ferrymq's own): the end offset of a moving queue, once committed."""
+    """SEAL_QUEUE (9246, ferrymq's own): the end offset of a moving queue, once committed.
+
+    `stages_into(topic, queue id)`: whether an exactly-once sink batch holds prepared rows for
+    the queue; the seal waits for it to be committed or expire (its rows land below the end).
+    """
     header = from_ext_fields(SealQueueRequestHeader, request.ext_fields)
     state.check_writable()
     topics = state.topics
@@ -145,6 +155,12 @@ async def seal_queue(
         raise RequestError(
             ResponseCode.INVALID_PARAMETER,
             f"queue {header.queue_id} of {header.topic} on {name} is not being moved",
+        )
+    if stages_into is not None and stages_into(header.topic, header.queue_id):
+        raise RequestError(
+            ResponseCode.SYSTEM_BUSY,
+            f"a sink batch holds prepared rows for queue {header.queue_id} of {header.topic}: "
+            "the seal waits for its commit",
         )
     store = state.store
     target = store.max_log_offset

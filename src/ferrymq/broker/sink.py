@@ -68,6 +68,7 @@ from typing import Final
 import msgspec
 
 from ferrymq.broker.metadata import SINK_TOPIC
+from ferrymq.broker.queuemap import check_send
 from ferrymq.broker.send import check_unfenced, put_messages, topic_for_send
 from ferrymq.broker.sinkrows import (
     BATCH,
@@ -600,6 +601,8 @@ class SinkService:
         if not config.perm & Perm.WRITE:
             raise RequestError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] is not writable")
         check_unfenced(state, topic)  # its rows carry no fence
+        if config.attributes:
+            check_send(config, state.config.broker_name, header.queue_id)  # a moved queue
         if not 0 <= header.queue_id < config.write_queue_nums:
             raise RequestError(
                 ResponseCode.SYSTEM_ERROR,
@@ -765,6 +768,18 @@ class SinkService:
         await self._wait_applied(queue_offset)
         fields = SinkCommitResponseHeader(rows=rows)
         return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(fields))
+
+    def stages_into(self, topic: str, queue_id: int) -> bool:
+        """Whether a batch not done yet holds prepared rows for the queue (a seal waits)."""
+        self.catch_up()
+        for batch in list(self.table.batches.values()):
+            if batch.done or not batch.staged:
+                continue
+            for staged in batch.staged.values():
+                for row_topic, row_queue, *_ in self._staged_rows(staged):
+                    if row_topic == topic and row_queue == queue_id:
+                        return True
+        return False
 
     def _staged_rows(
         self, staged: dict[str, tuple[int, int]]

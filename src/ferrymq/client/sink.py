@@ -107,8 +107,13 @@ class SinkClient:
         await self.close()
 
     async def queues(self, topic: str) -> list[MessageQueue]:
-        """The topic's writable queues, ordered by broker name, then queue id (route order)."""
-        return (await self.routes.get(topic)).write_queues
+        """The topic's writable queues, ordered by broker name, then queue id (route order).
+
+        A topic with moved queues (issue 20 section 4): the physical queues that take writes
+        now, so rows are prepared, decided and committed on the group that holds them.
+        """
+        route = await self.routes.get(topic)
+        return [q for q in map(route.send_target, route.write_queues) if q is not None]
 
     async def _cluster(self) -> ClusterInfo:
         last: FerryError = FerryError("no NameServer address given")
