@@ -312,3 +312,22 @@ async def test_prepared_sink_rows_hold_the_seal_until_their_batch_commits(
             assert time.monotonic() < deadline, "a sink does not write to the new queue"
             await asyncio.sleep(0.05)
             await sink.routes.get(TOPIC, refresh=True)
+
+
+async def test_a_delayed_message_for_a_queue_sealed_meanwhile_lands_in_an_open_one(
+    cluster: _Cluster,  # noqa: F811 - the fixture
+) -> None:
+    async with AdminClient(cluster.namesrv.address) as admin:
+        await admin.create_topic(TOPIC, 2)
+        async with Producer(cluster.namesrv.address) as producer:
+            moved = MessageQueue(TOPIC, "broker-a", 1)
+            await _send(producer, b"now", moved)
+            await producer.send(TOPIC, b"later", queue=moved, delay_level=1)  # due in 1 s
+        end = await _move(admin, "broker-a", 1, "broker-b")
+        assert end == 1
+        store = cluster.brokers["broker-a"].state.store
+        await _until(lambda: store.max_queue_offset(TOPIC, 0) == 1, "the delivery", 15)
+        assert store.max_queue_offset(TOPIC, 1) == end  # nothing past the sealed queue's end
+    async with PullConsumer(cluster.namesrv.address, "readers") as reader:
+        (message,) = await reader.fetch_range(MessageQueue(TOPIC, "broker-a", 0), 0, 1)
+        assert message.body == b"later"

@@ -6,6 +6,9 @@ TopicConfig; masters reconcile it (`topicsync.py`) and slaves get it with the to
   moving away) takes no message: NO_PERMISSION, which makes every client (ferrymq's and the
   official ones) refresh its route and send elsewhere. The check and the append run with no
   await between them (`send.py`), so once the table seals a queue nothing more lands in it.
+- `open_queue_for`: a broker-side writer (delayed and timer deliveries, transaction commits,
+  sink commits) whose queue was sealed since it took the message in writes to another open
+  queue of the topic on the group, never past a sealed queue's end.
 - `start_hosted_queues`: a moved queue's new physical queue begins at its segment's start
   offset (`Store.start_queue_at`), on master and slaves, whenever the table changes.
 - SEAL_QUEUE (`seal_queue`): the controller's leader asks the source master where a moving
@@ -50,6 +53,7 @@ __all__ = [
     "check_send",
     "committed_floor",
     "crash_point",
+    "open_queue_for",
     "queue_map_of",
     "seal_queue",
     "start_hosted_queues",
@@ -103,6 +107,32 @@ def check_send(config: TopicConfig, broker_name: str, queue_id: int) -> None:
             f"queue {queue_id} of topic {config.topic_name} on {broker_name} is sealed "
             "(moved to another broker group): refresh the route",
         )
+
+
+def open_queue_for(state: BrokerState, topic: str, queue_id: int) -> int:
+    """The queue a broker-side writer (delayed, timer, transactional, sink) puts into.
+
+    `queue_id` unless the map sealed it since the message was taken in: then another open
+    physical queue of the topic on this group (the next one up), so nothing lands in a sealed
+    queue past its end, where readers following the map would never look.
+
+    Raises:
+        RequestError: NO_PERMISSION, every queue of the topic on this group is sealed (its
+            writer keeps the message and tries again later).
+    """
+    config = state.topics.get(topic)
+    queue_map = queue_map_of(config)
+    name = state.config.broker_name
+    if queue_map is None or not queue_map.is_sealed(name, queue_id):
+        return queue_id
+    open_ids = sorted(q for q in queue_map.physical_ids(name) if not queue_map.is_sealed(name, q))
+    if not open_ids:
+        raise RequestError(
+            ResponseCode.NO_PERMISSION,
+            f"queue {queue_id} of topic {topic} on {name} is sealed and the group has no open "
+            "queue of it",
+        )
+    return next((q for q in open_ids if q > queue_id), open_ids[0])
 
 
 def start_hosted_queues(store: Store, broker_name: str, config: TopicConfig) -> None:

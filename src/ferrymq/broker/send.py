@@ -48,7 +48,7 @@ from ferrymq.broker.metadata import (
     dlq_topic,
     retry_topic,
 )
-from ferrymq.broker.queuemap import check_send
+from ferrymq.broker.queuemap import check_send, open_queue_for
 from ferrymq.broker.state import BrokerState
 from ferrymq.broker.topicsync import auto_create_topic
 from ferrymq.errors import (
@@ -204,6 +204,7 @@ async def put_messages(
             `send_message` writes those, after the fence's check).
     """
     check_unfenced(state, topic)
+    queue_id = open_queue_for(state, topic, queue_id)  # sealed since taken in (queuemap.py)
     result, waiting = append_messages(
         state,
         topic,
