@@ -6,9 +6,10 @@ TopicConfig; masters reconcile it (`topicsync.py`) and slaves get it with the to
   moving away) takes no message: NO_PERMISSION, which makes every client (ferrymq's and the
   official ones) refresh its route and send elsewhere. The check and the append run with no
   await between them (`send.py`), so once the table seals a queue nothing more lands in it.
-- `open_queue_for`: a broker-side writer (delayed and timer deliveries, transaction commits,
-  sink commits) whose queue was sealed since it took the message in writes to another open
-  queue of the topic on the group, never past a sealed queue's end.
+- `open_queue_for`: a broker-side writer (delayed and timer deliveries, transaction commits)
+  whose queue was sealed since it took the message in writes to another open queue of the
+  topic on the group, never past a sealed queue's end. A sink batch's rows are the exception:
+  the seal waits for them, so they go into their queue.
 - `start_hosted_queues`: a moved queue's new physical queue begins at its segment's start
   offset (`Store.start_queue_at`), on master and slaves, whenever the table changes.
 - SEAL_QUEUE (`seal_queue`): the controller's leader asks the source master where a moving
@@ -110,7 +111,7 @@ def check_send(config: TopicConfig, broker_name: str, queue_id: int) -> None:
 
 
 def open_queue_for(state: BrokerState, topic: str, queue_id: int) -> int:
-    """The queue a broker-side writer (delayed, timer, transactional, sink) puts into.
+    """The queue a broker-side writer (delayed, timer, transactional) puts into.
 
     `queue_id` unless the map sealed it since the message was taken in: then another open
     physical queue of the topic on this group (the next one up), so nothing lands in a sealed

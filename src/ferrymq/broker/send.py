@@ -191,6 +191,7 @@ async def put_messages(
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
     wait_flush: bool = True,
+    sealed_ok: bool = False,
 ) -> tuple[PutResult, ResponseCode]:
     """Store messages, index them this loop turn, wait as the flush and replication modes say.
 
@@ -198,13 +199,18 @@ async def put_messages(
     FLUSH_SLAVE_TIMEOUT when a SYNC_MASTER's SyncStateSet did not all get it in `slaveTimeout`
     (the message is stored but not committed: consumers will not see it until it is).
 
+    A queue sealed by a move since the message was taken in: another open queue of the topic
+    on the group (`queuemap.open_queue_for`), unless `sealed_ok` (a sink batch's rows, which
+    the seal waits for).
+
     Raises:
         RequestError: SYSTEM_ERROR "in-sync replicas not enough" before anything is stored when
             the SyncStateSet is below `minInSyncReplicas`; FENCED for a fenced topic (only
             `send_message` writes those, after the fence's check).
     """
     check_unfenced(state, topic)
-    queue_id = open_queue_for(state, topic, queue_id)  # sealed since taken in (queuemap.py)
+    if not sealed_ok:  # sealed since taken in (queuemap.py)
+        queue_id = open_queue_for(state, topic, queue_id)
     result, waiting = append_messages(
         state,
         topic,

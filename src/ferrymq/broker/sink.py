@@ -856,6 +856,7 @@ class SinkService:
                 born_host=born_host,
                 born_timestamp_ms=born_ms,
                 wait_flush=False,
+                sealed_ok=True,  # a moving queue's seal waits for these rows (queuemap.py)
             )
         queue_offset, code = await self._append_op(
             Done(sink, batch_id, sum(wanted.values())), wait=True
