@@ -14,17 +14,31 @@ replayed state and the live members, so the leader decides and the log applies:
 4. A task's `since` is the generation that gave it to its worker: its fencing generation (a
    later owner's is always higher). The result is None when nothing changes: a burst of config
    changes that moves nothing writes no assignment record.
+5. A task also names the worker *process* it was given to (`run`, new at each process start).
+   A kept task whose worker is live under another run is given again to that same worker with
+   the new generation and run: a worker killed and restarted within the grace gets its tasks
+   back (nothing moves) but never under the generation its previous process had, which an
+   orphan of that process (a Spark driver JVM outliving its Python) may still write under.
+   Tasks of records written before runs existed carry an empty run, which no live worker has
+   (every process has one): they are given again once. A worker that reports no run (an older
+   version) never causes a re-issue.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping
+from types import MappingProxyType
+from typing import Final
+
+import msgspec
 
 from ferrymq.connect.records import AssignedTask, Assignment
 from ferrymq.connect.state import TaskKey
 
 __all__ = ["rebalance"]
+
+_NO_RUNS: Final[Mapping[str, str]] = MappingProxyType({})
 
 
 def _key(task: AssignedTask) -> TaskKey:
@@ -37,6 +51,8 @@ def rebalance(
     live: Mapping[str, int],
     expired: Collection[str],
     epoch: int,
+    *,
+    runs: Mapping[str, str] = _NO_RUNS,
 ) -> Assignment | None:
     """The next assignment, or None when the current one stands.
 
@@ -46,6 +62,7 @@ def rebalance(
         live: live worker id -> the assignment generation it has applied.
         expired: workers absent for longer than the lost-work grace.
         epoch: the leader's epoch (recorded in the assignment).
+        runs: live worker id -> its process's run id (missing or empty: not known).
     """
     wanted_set = set(wanted)
     generation = current.generation + 1
@@ -53,7 +70,11 @@ def rebalance(
     for task in current.tasks:
         key = _key(task)
         if key in wanted_set and task.worker_id not in expired:
-            kept[key] = task
+            run = runs.get(task.worker_id, "") if task.worker_id in live else ""
+            if run and run != task.run:  # its worker restarted: same worker, a new generation
+                kept[key] = msgspec.structs.replace(task, since=generation, run=run)
+            else:
+                kept[key] = task
     # revocations of the current generation wait for their old worker to stop them
     waiting: list[AssignedTask] = [
         task
@@ -76,7 +97,7 @@ def rebalance(
         per_connector[(task.worker_id, task.connector)] += 1
     for key in pool:
         worker = min(live, key=lambda w: (load[w], per_connector[(w, key[0])], w))
-        kept[key] = AssignedTask(key[0], key[1], key[2], worker, generation)
+        kept[key] = AssignedTask(key[0], key[1], key[2], worker, generation, runs.get(worker, ""))
         load[worker] += 1
         per_connector[(worker, key[0])] += 1
     revoking = list(waiting)

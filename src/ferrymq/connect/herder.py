@@ -21,7 +21,10 @@ the write happens (ARCHITECTURE.md section 8, reference/connect-anchors.md secti
   changes into one record. Tasks of a departed worker move after `taskReassignGraceMs`; the
   grace restarts at a leader change and at a broker master change.
 - **Tasks.** Every worker applies the assignment to its runtime (`TaskManager`); one that
-  cannot heartbeat for `sessionTimeoutMs` stops its tasks until it is back in the group.
+  cannot heartbeat for `sessionTimeoutMs` stops its tasks until it is back in the group. Its
+  heartbeat carries its process's run id; a member whose run changed (a restart, however quick)
+  makes the leader rebalance as a join does, and the rebalance gives its tasks to the new run
+  under a new generation.
 
 Crash points for tests (`FERRYMQ_TEST_CRASH_AT=<point>`, honoured only with
 `FERRYMQ_TEST_HOOKS=1`): `after_append_before_ack` (the record is committed; the worker dies
@@ -200,7 +203,10 @@ class Herder:
     async def _membership_round(self) -> None:
         now = self._clock()
         data = MemberData(
-            url=self.url, offset=self.log.config_offset, gen=self.tasks.applied_generation
+            url=self.url,
+            offset=self.log.config_offset,
+            gen=self.tasks.applied_generation,
+            run=self.tasks.run,
         )
         try:
             await self._membership.heartbeat(
@@ -226,7 +232,7 @@ class Herder:
             log.info("back in the group: tasks follow the assignment again")
             self.tasks.fenced = False
             self._changed.set()
-        before = set(self.view.members)
+        before = {worker: data.run for worker, data in self.view.members.items()}
         self.view.observe(
             [(m.client_id, m.member_data) for m in members.members],
             members.broker_addr,
@@ -237,7 +243,8 @@ class Herder:
         self.view.expect(
             [self.state.leader_id, *(t.worker_id for t in self.state.assignment.tasks)], now
         )
-        if set(self.view.members) != before or self.state.assignment.revoking:
+        after = {worker: data.run for worker, data in self.view.members.items()}
+        if after != before or self.state.assignment.revoking:  # a join, a leave or a restart
             self._rebalance_wanted.set()
         if self.is_leader:
             self._rebalance_wanted.set()  # lost work whose grace ran out moves now
@@ -456,12 +463,15 @@ class Herder:
             now = self._clock()
             grace = self.config.task_reassign_grace_ms / 1000
             live = {worker: data.gen for worker, data in self.view.members.items()}
+            runs = {worker: data.run for worker, data in self.view.members.items()}
             expired = {
                 t.worker_id
                 for t in state.assignment.tasks
                 if t.worker_id not in live and self.view.absent_for(t.worker_id, now) >= grace
             }
-            return rebalance(state.assignment, state.wanted_tasks(), live, expired, state.epoch)
+            return rebalance(
+                state.assignment, state.wanted_tasks(), live, expired, state.epoch, runs=runs
+            )
 
         result = await self.write(decide_assignment)
         if result is not None:

@@ -2,9 +2,10 @@
 
 Each worker heartbeats to the master of the config topic's broker group every
 `heartbeatIntervalMs` with its member data (advertised URL, config offset, the assignment
-generation it has applied) and a session timeout of seconds: the broker drops a silent member
-after `sessionTimeoutMs` and a member whose connection closed at once (a kill -9 closes it). The
-same round trip reads the member list, which every worker keeps as its view of who is live.
+generation it has applied, its process's run id) and a session timeout of seconds: the broker
+drops a silent member after `sessionTimeoutMs` and a member whose connection closed at once (a
+kill -9 closes it). The same round trip reads the member list, which every worker keeps as its
+view of who is live.
 
 `MemberView` (pure) turns successive readings into decisions with injected time:
 - a worker is *absent since* the first reading that lacks it, and *present* again when listed;
@@ -32,6 +33,9 @@ class MemberData(msgspec.Struct, frozen=True, omit_defaults=True):
     """Its config offset."""
     gen: int = 0
     """The assignment generation it has applied (its revoked tasks are stopped)."""
+    run: str = ""
+    """The worker process's run id (random at each start): a new one is a restart, whose tasks
+    the leader gives again under a new generation (empty from workers of older versions)."""
 
 
 _encode = msgspec.json.Encoder().encode

@@ -103,7 +103,11 @@ class ConnectorImage(msgspec.Struct, frozen=True):
 
 
 class AssignedTask(msgspec.Struct, frozen=True, array_like=True):
-    """A task and the worker that runs it, owned since generation `since`."""
+    """A task and the worker process that runs it, owned since generation `since`.
+
+    Encoded as an array; `run` is its last element and has a default, so records of older
+    versions (five elements) still decode.
+    """
 
     connector: str
     incarnation: str
@@ -112,6 +116,10 @@ class AssignedTask(msgspec.Struct, frozen=True, array_like=True):
     since: int
     """The assignment generation that gave the task to this worker: the task's fencing
     generation (a later owner always has a higher one)."""
+    run: str = ""
+    """The worker process (its run id, new at every start) the task was given to: a restarted
+    worker runs the task only once it is given again, under a new generation. Empty in records
+    written before runs existed (such a task is given again once to its worker's current run)."""
 
 
 class Assignment(msgspec.Struct, tag="assignment", frozen=True):

@@ -381,6 +381,7 @@ def build_app(worker: WorkerHandle) -> FastAPI:
                     "url": data.url,
                     "config_offset": data.offset,
                     "generation": data.gen,
+                    "run": data.run,
                 }
                 for worker_id, data in sorted(herder.view.members.items())
             ],

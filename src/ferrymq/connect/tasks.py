@@ -1,11 +1,15 @@
 """A worker's tasks: the assignment applied to the task runtime, and their states reported.
 
 `TaskManager.reconcile` makes what runs here match the replayed state: the tasks the current
-assignment gives this worker run (RUNNING connectors) or are held paused (PAUSED: the runtime
-stops the query and keeps its checkpoint); everything else stops. A task restarts only when
+assignment gives this worker process (its worker id and its `run`, new at each start) run
+(RUNNING connectors) or are held paused (PAUSED: the runtime stops the query and keeps its
+checkpoint); everything else stops. A task restarts only when
 something of its own changed: a new fencing generation (it moved here again), new task configs
 (the connector was reconfigured: `task_generation`), or a restart request (`restarts`). So a
-rebalance that moves other tasks, or a change to another connector, leaves it running.
+rebalance that moves other tasks, or a change to another connector, leaves it running. A task
+given to an earlier process of this worker (another run) waits until the leader gives it to this
+one under a new generation: the earlier process's orphans (a Spark driver JVM outliving its
+Python) may still write under the old one, and the fence must tell them apart.
 
 Once a reconcile has stopped what the assignment took away, the manager's `applied_generation`
 moves to that assignment's generation; the worker's heartbeat publishes it, and the leader gives
@@ -86,6 +90,8 @@ class TaskManager:
     report: Callable[[TaskStatus], None]
     """Called with every state change (and by `republish`)."""
     wall_ms: Callable[[], int]
+    run: str
+    """This worker process's run id (random at each start; the member data carries it)."""
     runs: dict[TaskKey, _Run] = field(default_factory=dict)
     applied_generation: int = 0
     fenced: bool = False
@@ -120,7 +126,8 @@ class TaskManager:
         for assigned in state.tasks_of(self.worker_id):
             connector = state.connectors.get(assigned.connector)
             if (
-                connector is None
+                assigned.run != self.run
+                or connector is None
                 or connector.incarnation != assigned.incarnation
                 or connector.target is TargetState.STOPPED
                 or not 0 <= assigned.task < len(connector.tasks)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import socket
 import time
 import uuid
@@ -159,8 +160,14 @@ class Worker:
             config.connect_status_topic,
             lookback_ms=2 * config.status_republish_ms,
         )
+        run = secrets.token_hex(6)  # this start's run: tasks of an earlier one are not ours
+        log.info("worker %s starts as run %s", self.worker_id, run)
         tasks = TaskManager(
-            worker_id=self.worker_id, runner=self.runner, report=status.publish, wall_ms=_wall_ms
+            worker_id=self.worker_id,
+            runner=self.runner,
+            report=status.publish,
+            wall_ms=_wall_ms,
+            run=run,
         )
         self._herder = Herder(
             config,

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ferrymq.connect.assignment import rebalance
-from ferrymq.connect.records import AssignedTask, Assignment
+from ferrymq.connect.records import AssignedTask, Assignment, decode_record
 from ferrymq.connect.state import TaskKey
 
 NONE = Assignment(generation=0, epoch=1, tasks=[])
@@ -150,3 +150,56 @@ def test_tasks_no_longer_wanted_leave_the_assignment() -> None:
     assert end is not None
     assert [(t.task, t.since) for t in end.tasks] == [(0, 1)]
     assert AssignedTask("c", "i", 0, owners(start)[("c", "i", 0)], 1) in end.tasks
+
+
+# ---------------------------------------------------------------- runs: a restarted worker process
+
+
+def test_a_worker_restarted_within_the_grace_keeps_its_tasks_under_a_new_generation() -> None:
+    start, _ = settle(NONE, tasks(4), ["w1", "w2"])
+    runs = {"w1": "a1", "w2": "b1"}
+    first = rebalance(start, tasks(4), {"w1": 1, "w2": 1}, set(), 1, runs=runs)
+    assert first is not None  # the runs are recorded (given again once, see the old-record test)
+    # w2 killed and started again within the grace: a new process, a new run
+    runs = {"w1": "a1", "w2": "b2"}
+    again = rebalance(first, tasks(4), {"w1": 2, "w2": 0}, set(), 1, runs=runs)
+    assert again is not None
+    assert owners(again) == owners(start)  # nothing moves
+    assert not again.revoking
+    for before, after in zip(first.tasks, again.tasks, strict=True):
+        if before.worker_id == "w2":
+            assert (after.since, after.run) == (again.generation, "b2")
+            assert after.since > before.since
+        else:
+            assert after == before  # w1's tasks are not restarted
+    # the same run seen again: nothing to write
+    assert rebalance(again, tasks(4), {"w1": 3, "w2": 3}, set(), 1, runs=runs) is None
+
+
+def test_new_tasks_record_the_run_of_the_worker_they_go_to() -> None:
+    first = rebalance(NONE, tasks(2), {"w1": 0, "w2": 0}, set(), 1, runs={"w1": "a", "w2": "b"})
+    assert first is not None
+    assert {(t.worker_id, t.run, t.since) for t in first.tasks} == {("w1", "a", 1), ("w2", "b", 1)}
+
+
+def test_a_task_of_an_old_record_without_a_run_is_given_again_once() -> None:
+    # a record of a version before runs: five fields, decoded with an empty run
+    old = decode_record(
+        b'{"type":"assignment","generation":4,"epoch":1,"tasks":[["c","i",0,"w1",3]]}'
+    )
+    assert isinstance(old, Assignment)
+    assert old.tasks == [AssignedTask("c", "i", 0, "w1", 3, "")]
+    runs = {"w1": "a"}
+    again = rebalance(old, tasks(1), {"w1": 4}, set(), 1, runs=runs)
+    assert again is not None
+    assert again.tasks == [AssignedTask("c", "i", 0, "w1", 5, "a")]
+    assert rebalance(again, tasks(1), {"w1": 5}, set(), 1, runs=runs) is None
+    # a worker of an older version reports no run: it causes no re-issue
+    assert rebalance(old, tasks(1), {"w1": 4}, set(), 1, runs={"w1": ""}) is None
+
+
+def test_an_absent_worker_s_tasks_are_not_given_again_for_a_run_it_no_longer_has() -> None:
+    start = rebalance(NONE, tasks(2), {"w1": 0, "w2": 0}, set(), 1, runs={"w1": "a", "w2": "b"})
+    assert start is not None
+    # w2 gone within the grace: its entry stays as it is whatever runs say
+    assert rebalance(start, tasks(2), {"w1": 1}, set(), 1, runs={"w1": "a", "w2": "b9"}) is None
