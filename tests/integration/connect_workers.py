@@ -74,11 +74,14 @@ class TaskSpark:
         """Whether a task started the session."""
         return self._session is not None
 
-    def stop_queries(self) -> None:
-        """Stop every query still active (none should be once the workers are closed)."""
-        if self._session is not None:
-            for query in self._session.streams.active:
-                query.stop()
+    def stop_queries(self) -> list[str]:
+        """Stop every query still active; their names (none once the workers are closed)."""
+        if self._session is None:
+            return []
+        left = list(self._session.streams.active)
+        for query in left:
+            query.stop()
+        return [str(query.name) for query in left]
 
     def stop(self) -> None:
         """Stop the session if this object started it."""
@@ -147,22 +150,39 @@ async def source_topics(cluster: LocalCluster) -> None:
             await producer.send_batch(topic, [f"{topic}-{i}".encode() for i in range(MESSAGES)])
 
 
+BODY_S = 240.0
+"""A bound on a test's time with its workers (the loop's own timer: pytest-timeout's signal does
+not interrupt a uvloop waiting in epoll), so a hang fails with the await it hung on."""
+CLOSE_S = 120.0
+
+
 @contextlib.asynccontextmanager
 async def workers(
-    cluster: LocalCluster, spark: TaskSpark, root: Path, count: int, **changes: Any
+    cluster: LocalCluster,
+    spark: TaskSpark,
+    root: Path,
+    count: int,
+    *,
+    budget_s: float = BODY_S,
+    **changes: Any,
 ) -> AsyncIterator[list[Worker]]:
+    """`count` started workers; closed (with every query of theirs) at the end."""
     await source_topics(cluster)
     started = [make_worker(cluster, spark, root, f"w{i}", **changes) for i in range(1, count + 1)]
     try:
-        await asyncio.gather(*(w.start() for w in started))
-        yield started
+        async with asyncio.timeout(budget_s):
+            await asyncio.gather(*(w.start() for w in started))
+            yield started
     finally:
-        for worker in started:
-            await worker.close()
-        for worker in started:
-            assert isinstance(worker.runner, SparkTaskRunner)
-            await worker.runner.close()
-        await asyncio.to_thread(spark.stop_queries)
+        async with asyncio.timeout(CLOSE_S):
+            for worker in started:
+                await worker.close()
+            for worker in started:
+                assert isinstance(worker.runner, SparkTaskRunner)
+                await worker.runner.close()
+            left = await asyncio.to_thread(spark.stop_queries)
+    # the runtime stops every query of a closed worker, one whose start was cut short too
+    assert left == [], f"queries still running after the workers closed: {left}"
 
 
 async def leader_of(group: list[Worker], timeout: float = 15.0) -> Worker:

@@ -346,7 +346,9 @@ async def test_generated_requests_never_get_a_5xx_and_match_the_spec(
     cluster: LocalCluster, spark: TaskSpark, tmp_path: Path
 ) -> None:
     root = tmp_path / "workers"
-    async with workers(cluster, spark, root, 1, rest_request_timeout_ms=3000) as group:
+    async with workers(
+        cluster, spark, root, 1, budget_s=380, rest_request_timeout_ms=3000
+    ) as group:
         leader = await leader_of(group)
         spec = (await call(leader.url, "GET", "/openapi.json")).json()
         fuzzer = Fuzzer(spec, leader)

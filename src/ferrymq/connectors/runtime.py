@@ -143,10 +143,12 @@ class SparkTaskRunner:
                     marker.write_text(spec.offsets.request_id)
             checkpoint.mkdir(parents=True, exist_ok=True)
             query = plugin.build(self._session(), spec.task_config, context)
-            return _Query(query, str(query.runId))
+            # recorded here, not after the await: a caller cancelled meanwhile (its worker
+            # closing) leaves the query to `close`, not running unknown
+            self._queries[spec.key] = started = _Query(query, str(query.runId))
+            return started
 
         started = await self._on_spark(run)
-        self._queries[spec.key] = started
         log.info(
             "task %s/%d started: query %s, generation %d",
             spec.key[0],
