@@ -51,9 +51,11 @@ async def connect_cluster(
     broker_flags: tuple[str, ...] = (),
     replicas: int = 3,
     controllers: int = 3,
+    extra: tuple[str, ...] = (),
 ) -> AsyncIterator[ProcessCluster]:
     """`ferry up`'s servers (controller mode with 3 replicas unless told otherwise; `replicas=1,
-    controllers=0` is one classic broker) and `workers` workers w1..wN with the FAST timings."""
+    controllers=0` is one classic broker) and `workers` workers w1..wN with the FAST timings
+    (`extra` flags override them)."""
     cluster = ProcessCluster(
         UpConfig(
             data_dir=root, replicas=replicas, controllers=controllers, broker_flags=broker_flags
@@ -62,7 +64,7 @@ async def connect_cluster(
     try:
         await cluster.start()
         await asyncio.gather(
-            *(start_worker(cluster, f"w{i}", env=env) for i in range(1, workers + 1))
+            *(start_worker(cluster, f"w{i}", env=env, extra=extra) for i in range(1, workers + 1))
         )
         yield cluster
     finally:
@@ -70,9 +72,13 @@ async def connect_cluster(
 
 
 async def start_worker(
-    cluster: ProcessCluster, worker_id: str, *, env: dict[str, str] | None = None
+    cluster: ProcessCluster,
+    worker_id: str,
+    *,
+    env: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Child:
-    return await cluster.restart_worker(worker_id, env=env, extra=FAST)
+    return await cluster.restart_worker(worker_id, env=env, extra=[*FAST, *extra])
 
 
 def url(cluster: ProcessCluster, worker_id: str) -> str:

@@ -436,3 +436,58 @@ async def _master(cluster: ProcessCluster) -> str:
         route = await admin.route(CONFIG_TOPIC)
         assert route is not None
         return route.broker_datas[0].broker_addrs[0]
+
+
+async def test_a_worker_killed_and_restarted_within_the_grace_gets_a_new_generation(
+    tmp_path: Path,
+) -> None:
+    """Issue 19: a worker's Python killed -9 may leave its Spark driver writing for a moment, so
+    its next process must not hold its tasks under the same fencing generation. The grace is long
+    here so the restart is always within it: the tasks stay on the worker (nothing moves), under a
+    higher generation given to the new process's run; the other worker's tasks are untouched."""
+    grace = ("--task-reassign-grace-ms", "60000")
+    async with connect_cluster(tmp_path, 2, replicas=1, controllers=0, extra=grace) as cluster:
+        base = url(cluster, await leader(cluster))
+        for i in range(4):
+            body = {"name": f"p{i}", "config": paused(), "initial_state": "PAUSED"}
+            assert (await rest(base, "POST", "/connectors", body)).status_code == 201
+
+        async def placements() -> dict[str, tuple[str, str, int]]:
+            view = (await rest(base, "GET", "/connectors", expand=["status"])).json()
+            return {
+                name: (task["worker_id"], task["state"], task["ferrymq"].get("generation", 0))
+                for name, entry in view.items()
+                for task in entry["status"]["tasks"]
+            }
+
+        async def runs() -> dict[str, str]:
+            members = (await rest(base, "GET", "/cluster")).json()["members"]
+            return {m["worker_id"]: m["run"] for m in members}
+
+        deadline = time.monotonic() + 30
+        while True:
+            before = await placements()
+            states = {state for _, state, _ in before.values()}
+            if len({w for w, _, _ in before.values()}) == 2 and states == {"PAUSED"}:
+                break
+            assert time.monotonic() < deadline, before
+            await asyncio.sleep(0.1)
+        victim = "w2" if await leader(cluster) == "w1" else "w1"
+        old_run = (await runs())[victim]
+        cluster.workers[victim].kill()
+        await start_worker(cluster, victim, extra=grace)
+        mine = [name for name, (worker, _, _) in before.items() if worker == victim]
+        deadline = time.monotonic() + 30
+        while True:
+            after = await placements()
+            if all(after[n][1] == "PAUSED" and after[n][2] > before[n][2] for n in mine):
+                break
+            assert time.monotonic() < deadline, (before, after)
+            await asyncio.sleep(0.1)
+        for name, (worker, state, generation) in before.items():
+            if worker == victim:
+                assert after[name][:2] == (victim, state)  # nothing moved
+                assert after[name][2] > generation  # held under a newer fencing generation
+            else:
+                assert after[name] == (worker, state, generation)
+        assert (await runs())[victim] not in ("", old_run)
