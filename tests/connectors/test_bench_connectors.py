@@ -37,15 +37,22 @@ def test_bench_connectors_reports_every_job_its_ratios_and_the_latency() -> None
     expected = {
         ("postgres sink", "PostgresSink"),
         ("postgres sink", "psycopg COPY"),
+        ("postgres sink steady", "PostgresSink"),
+        ("postgres sink steady", "psycopg COPY"),
         ("ferrymq write", "FileSource"),
         ("ferrymq write", "produce --window 256"),
         ("ferrymq write", "PostgresSource"),
         ("ferrymq write", "produce --window 256 (PostgresSource size)"),
     }
-    ratios = {"pg_sink_vs_copy", "file_source_vs_produce", "pg_source_vs_produce"}
+    ratios = {
+        "pg_sink_vs_copy",
+        "pg_sink_steady_vs_copy",
+        "file_source_vs_produce",
+        "pg_source_vs_produce",
+    }
     if JDBC_JAR.is_file():
-        expected.add(("postgres sink", "Spark JDBC"))
-        ratios.add("pg_sink_vs_jdbc")
+        expected |= {("postgres sink", "Spark JDBC"), ("postgres sink steady", "Spark JDBC")}
+        ratios |= {"pg_sink_vs_jdbc", "pg_sink_steady_vs_jdbc"}
         assert report["skipped"] == {}
     else:
         assert "libpostgresql-jdbc-java" in report["skipped"]["Spark JDBC"]

@@ -12,6 +12,13 @@ file exists) measure, on the same rows:
   made beforehand) into the same table shape, and beside Spark's own JDBC writer
   (`df.write.jdbc`, a batch read of the same topic through `from_json`; not exactly once) when
   the driver jar is there (else the row is skipped with the reason);
+- PostgreSQL sink, steady (group `postgres sink steady`): what a Connect task's user feels, a
+  query already running. `PostgresSink` started on a topic of 1,000 rows and its first batch
+  stored, then the `rows` messages produced into its topic (the bench holding an EXCLUSIVE lock
+  on the offsets table meanwhile, so no batch writes before the clock starts), timed from the
+  moment they are all in the topic until the stored offsets reach its end; beside the same COPY,
+  and beside Spark's JDBC writer in a running stream (`foreachBatch` + `write.jdbc`, held by a
+  lock on its table the same way);
 - stream write into ferrymq: `FileSource` (JSON lines files of `size`-byte rows into a topic
   through the exactly-once ferrymq sink, one micro-batch) and `PostgresSource` (a table into a
   topic), each from its start until the topic holds every row, beside `ferry bench produce
@@ -154,6 +161,14 @@ class ConnectorsBenchResult:
                 ("postgres sink", "psycopg COPY"),
             ),
             "pg_sink_vs_jdbc": (("postgres sink", "PostgresSink"), ("postgres sink", "Spark JDBC")),
+            "pg_sink_steady_vs_copy": (
+                ("postgres sink steady", "PostgresSink"),
+                ("postgres sink steady", "psycopg COPY"),
+            ),
+            "pg_sink_steady_vs_jdbc": (
+                ("postgres sink steady", "PostgresSink"),
+                ("postgres sink steady", "Spark JDBC"),
+            ),
             "file_source_vs_produce": (
                 ("ferrymq write", "FileSource"),
                 ("ferrymq write", "produce --window 256"),
@@ -520,6 +535,126 @@ class _Bench:
             raise RuntimeError(f"PostgresSink wrote {self.count(table)} rows, not {rows}")
         return seconds, detail
 
+    def pg_sink_steady(
+        self, warm: list[bytes], bodies: list[bytes], topic: str, table: str
+    ) -> tuple[float, dict[str, Any]]:
+        """A running PostgresSink (its first batch, `warm`, stored), then `bodies` produced.
+
+        Timed from the moment every body is in the topic until the stored offsets reach the
+        topic's end. While the bodies are produced the bench holds an EXCLUSIVE lock on the
+        offsets table, so a micro-batch the query starts meanwhile waits at its first statement
+        (planned over the rows there then) and nothing is written before the clock starts.
+        """
+        from ferrymq.connectors.postgres_sink import OFFSETS_TABLE, PostgresSink
+
+        self.table(table)
+        asyncio.run(_create_topics(self.servers, topic))
+        asyncio.run(_produce(self.servers, topic, warm))
+        context = self.context(f"steady-{table}")
+        config = {
+            "name": context.connector,
+            "connector.class": "PostgresSink",
+            "topics": topic,
+            "connection.url": self.pg.url("bench", password=False),
+            "connection.password": _PG_PASSWORD,
+            "table.name.format": table,
+            "fields": _FIELDS,
+        }
+        total = len(warm) + len(bodies)
+
+        def stored() -> int:
+            with self.pg.connect() as conn:
+                found = conn.execute(
+                    "SELECT coalesce(sum(next_offset), 0) FROM ferry_connect_offsets "
+                    "WHERE connector = %s AND incarnation = %s",
+                    [context.connector, context.incarnation],
+                ).fetchone()
+            return int(found[0]) if found else 0
+
+        query = PostgresSink().build(self.spark, config, context)
+        try:
+            _wait("PostgresSink's first batch", lambda: stored() >= len(warm), query, 600)
+            batches = len(query.recentProgress)
+            with self.pg.connect() as blocker, blocker.transaction():
+                blocker.execute(f"LOCK TABLE {OFFSETS_TABLE} IN EXCLUSIVE MODE")
+                produce_started = time.perf_counter()
+                asyncio.run(_produce(self.servers, topic, bodies))
+                started = time.perf_counter()
+                if self.topics.size(topic) != total:
+                    raise RuntimeError(f"{topic} holds {self.topics.size(topic)} of {total}")
+            _wait("PostgresSink (steady)", lambda: stored() >= total, query, 600)
+            seconds = time.perf_counter() - started
+            deadline = time.monotonic() + 10  # the progress of the batches that did the work
+            while time.monotonic() < deadline and not any(
+                p.get("numInputRows") for p in query.recentProgress[batches:]
+            ):
+                time.sleep(_POLL_S)
+            durations: dict[str, int] = {}
+            measured = [p for p in query.recentProgress[batches:] if p.get("numInputRows")]
+            for progress in measured:
+                for name, millis in (progress.get("durationMs") or {}).items():
+                    durations[name] = durations.get(name, 0) + int(millis)
+            detail = {
+                "produce_s": round(started - produce_started, 3),
+                "batches": len(measured),
+                "duration_ms": durations,
+            }
+        finally:
+            query.stop()
+        if self.count(table) != total:
+            raise RuntimeError(f"PostgresSink wrote {self.count(table)} rows, not {total}")
+        return seconds, detail
+
+    def pg_jdbc_steady(
+        self, warm: list[bytes], bodies: list[bytes], topic: str, table: str
+    ) -> float:
+        """Spark's JDBC writer in a running stream (`foreachBatch`), timed as `pg_sink_steady`.
+
+        The query reads the topic and appends each micro-batch with `df.write.jdbc` (not exactly
+        once); the bench's EXCLUSIVE lock on the table holds a batch started while the bodies are
+        produced.
+        """
+        from pyspark.sql import functions
+
+        self.table(table)
+        asyncio.run(_create_topics(self.servers, topic))
+        asyncio.run(_produce(self.servers, topic, warm))
+        url = f"jdbc:postgresql://127.0.0.1:{self.pg.port}/bench"
+        properties = {"user": _PG_USER, "password": _PG_PASSWORD, "driver": "org.postgresql.Driver"}
+
+        def append(frame: Any, _batch: int) -> None:
+            frame.write.mode("append").jdbc(url, table, properties=properties)
+
+        total = len(warm) + len(bodies)
+        query = (
+            self.spark.readStream.format("ferrymq")
+            .option("servers", self.servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+            .select(
+                functions.from_json(functions.col("value").cast("string"), _SPARK_SCHEMA).alias("r")
+            )
+            .select("r.*")
+            .writeStream.foreachBatch(append)
+            .option("checkpointLocation", str(self.work / "checkpoints" / f"jdbc-{table}"))
+            .trigger(processingTime="1000 milliseconds")
+            .start()
+        )
+        try:
+            _wait("JDBC's first batch", lambda: self.count(table) >= len(warm), query, 600)
+            with self.pg.connect() as blocker, blocker.transaction():
+                blocker.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
+                asyncio.run(_produce(self.servers, topic, bodies))
+                started = time.perf_counter()
+            _wait("Spark JDBC (steady)", lambda: self.count(table) >= total, query, 600)
+            seconds = time.perf_counter() - started
+        finally:
+            query.stop()
+        if self.count(table) != total:
+            raise RuntimeError(f"the JDBC writer wrote {self.count(table)} rows, not {total}")
+        return seconds
+
     def pg_copy(self, copy_rows: list[tuple[Any, ...]], table: str) -> float:
         self.table(table)
         started = time.perf_counter()
@@ -681,7 +816,6 @@ def _measure_sink(bench: _Bench, result: ConnectorsBenchResult) -> None:
     asyncio.run(_create_topics(bench.servers, "BenchPgSink", "BenchPgWarm"))
     asyncio.run(_produce(bench.servers, "BenchPgSink", bodies))
     asyncio.run(_produce(bench.servers, "BenchPgWarm", bodies[:2000]))
-    del bodies
     if config.warmup:
         bench.progress("warming up (PostgresSink, JDBC)")
         bench.pg_sink("BenchPgWarm", min(n, 2000), "warm_sink")
@@ -707,6 +841,32 @@ def _measure_sink(bench: _Bench, result: ConnectorsBenchResult) -> None:
     for name, _ in jobs:
         detail = details.get("sink", {}) if name == "PostgresSink" else {}
         result.rows.append(_median_row("postgres sink", name, n, size, runs[name], detail))
+    # steady: the query already running; the same rows produced into its topic
+    warm = bodies[: min(n, 1000)]
+
+    def steady(round_: int) -> float:
+        seconds, details["steady"] = bench.pg_sink_steady(
+            warm, bodies, f"BenchPgSteady{round_}", f"steady_{round_}"
+        )
+        return seconds
+
+    steady_jobs: list[tuple[str, Callable[[int], float]]] = [
+        ("PostgresSink", steady),
+        ("psycopg COPY", lambda r: bench.pg_copy(copy_rows, f"steady_copy_{r}")),
+    ]
+    if bench.jdbc:
+        steady_jobs.append(
+            (
+                "Spark JDBC",
+                lambda r: bench.pg_jdbc_steady(
+                    warm, bodies, f"BenchJdbcSteady{r}", f"steady_jdbc_{r}"
+                ),
+            )
+        )
+    runs = _alternate(bench, steady_jobs)
+    for name, _ in steady_jobs:
+        detail = details.get("steady", {}) if name == "PostgresSink" else {}
+        result.rows.append(_median_row("postgres sink steady", name, n, size, runs[name], detail))
 
 
 def _measure_write(bench: _Bench, result: ConnectorsBenchResult) -> None:
