@@ -323,6 +323,7 @@ class _Pipeline:
         self.urls = urls
         self.follower = ""
         self.inserted = 0
+        self.error = ""
 
     async def create(self, console: Console) -> None:
         """Both connectors over REST on a follower worker (it forwards the writes)."""
@@ -384,7 +385,11 @@ class _Pipeline:
     async def feed(self, stop: asyncio.Event) -> None:
         """A batch of rows every 0.1 s until `stop` (at most PG_MAX_ROWS in all)."""
         while not stop.is_set() and self.inserted + PG_BATCH <= PG_MAX_ROWS:
-            await self.insert(PG_BATCH)
+            try:
+                await self.insert(PG_BATCH)
+            except psycopg.Error as exc:
+                self.error = f"inserting into {PG_TABLE} failed: {' '.join(str(exc).split())}"
+                return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.1)
 
@@ -436,7 +441,9 @@ class _Pipeline:
         )
         for name, state in states.items():
             console.print(f"  {name}: {state}")
-        if report.pg_copied != report.pg_rows:
+        if self.error:
+            report.pg_error = self.error
+        elif report.pg_copied != report.pg_rows:
             report.pg_error = (
                 f"{PG_COPY} holds {report.pg_copied} of {report.pg_rows} rows after "
                 f"{PIPELINE_DRAIN_S:.0f} s"
