@@ -274,35 +274,39 @@ _ISO_TIMESTAMP: Final = re.compile(
 """The RFC 3339 timestamps PostgreSQL reads exactly as `str(datetime.fromisoformat(text))`."""
 
 
-def _timestamp_text(column: Column, value: object) -> str | datetime.datetime:
+def _timestamp_text(column: Column) -> Callable[[Column, Any], Any]:
     """`_timestamp` for a text COPY: RFC 3339 text itself once valid (no datetime to format)."""
-    if type(value) is str and _ISO_TIMESTAMP.fullmatch(value):
-        try:
-            datetime.datetime.fromisoformat(value)
-        except ValueError:
-            raise _MalformedError(f"{_show(value)} is not an ISO 8601 timestamp") from None
-        return value
-    return _timestamp(column, value)
+    match, parse = _ISO_TIMESTAMP.fullmatch, datetime.datetime.fromisoformat
+
+    def convert(column: Column, value: Any) -> str | datetime.datetime:
+        if type(value) is str and match(value):
+            try:
+                parse(value)
+            except ValueError:
+                raise _MalformedError(f"{_show(value)} is not an ISO 8601 timestamp") from None
+            return value
+        return _timestamp(column, value)
+
+    return convert
 
 
-@functools.lru_cache(maxsize=256)
-def _numeric_bound(length: int | None, scale: int | None) -> int:
-    """Below this magnitude a number fits numeric(length, scale) whatever the rounding."""
-    digits = _MAX_NUMERIC_DIGITS if length is None else length - (scale or 0) - 1
-    return int(10**digits) if digits >= 0 else 0
-
-
-def _numeric_text(column: Column, value: object) -> str | decimal.Decimal:
+def _numeric_text(column: Column) -> Callable[[Column, Any], Any]:
     """`_numeric` for a text COPY: a JSON int or finite float's own digits when it surely fits.
 
-    PostgreSQL reads `repr(float)` (`1e-07` too) as `Decimal(str(float))`; anything else
-    (strings, numbers near the limit, non-finite) takes `_numeric`.
+    Below 10**(p - s - 1) a number fits numeric(p, s) whatever the rounding to s digits;
+    PostgreSQL reads `repr(float)` (`1e-07` too) as it reads `Decimal(str(float))`. Anything
+    else (strings, numbers near the limit, non-finite) takes `_numeric`.
     """
-    if isinstance(value, int | float) and type(value) is not bool:
-        bound = _numeric_bound(column.length, column.scale)
-        if -bound < value < bound:
+    digits = _MAX_NUMERIC_DIGITS if column.length is None else column.length - (column.scale or 0)
+    bound = 10 ** (digits - 1) if digits >= 1 else 0
+
+    def convert(column: Column, value: Any) -> str | decimal.Decimal:
+        kind = type(value)
+        if (kind is float or kind is int) and -bound < value < bound:
             return repr(value)
-    return _numeric(column, value)
+        return _numeric(column, value)
+
+    return convert
 
 
 def _date(column: Column, value: object) -> datetime.date:
@@ -402,13 +406,13 @@ _POST: Final[dict[str, Callable[[Column, Any], Any]]] = {
     "jsonb": _json,
 }
 """Conversions the fast path leaves to Python, on values of the types `_fast_type` accepts."""
-_POST_TEXT: Final[dict[str, Callable[[Column, Any], Any]]] = {
-    **_POST,
+_POST_TEXT: Final[dict[str, Callable[[Column], Callable[[Column, Any], Any]]]] = {
     "numeric": _numeric_text,
     "timestamp": _timestamp_text,
     "timestamptz": _timestamp_text,
 }
-"""`_POST` for `copy_text` readers: numbers and timestamps as the text PostgreSQL reads."""
+"""For `copy_text` readers, per column kind: the converter of one column (its limits bound
+once) giving numbers and timestamps as the text PostgreSQL reads."""
 
 
 def _fast_type(column: Column) -> Any:
@@ -454,8 +458,11 @@ def row_reader(columns: tuple[Column, ...], *, copy_text: bool = False) -> RowRe
     astuple = msgspec.structs.astuple
     required = tuple(i for i, c in enumerate(columns) if c.not_null)
     floats = tuple(i for i, c in enumerate(columns) if c.kind in ("real", "double precision"))
-    table = _POST_TEXT if copy_text else _POST
-    post = tuple((i, c, table[c.kind]) for i, c in enumerate(columns) if c.kind in table)
+    post = tuple(
+        (i, c, _POST_TEXT[c.kind](c) if copy_text and c.kind in _POST_TEXT else _POST[c.kind])
+        for i, c in enumerate(columns)
+        if c.kind in _POST
+    )
     slow = functools.partial(row_of, columns)
 
     def read(body: bytes | None) -> tuple[Any, ...] | str:
