@@ -376,7 +376,7 @@ async def _create_topics(servers: str, *topics: str) -> None:
 
 
 async def _produce(servers: str, topic: str, bodies: list[bytes]) -> None:
-    async with Producer(servers, "bench-connectors") as producer:
+    async with Producer(servers, "bench-connectors", send_timeout=30.0) as producer:
         queues = (await producer.routes.get(topic)).write_queues
         per_batch = max(1, min(500, (900 * 1024) // (max(len(b) for b in bodies) + 64)))
         window = asyncio.Semaphore(8)
@@ -400,7 +400,8 @@ class _Topics:
         self._runner = asyncio.Runner()
 
         async def make() -> PullConsumer:
-            return PullConsumer(servers, "bench-connectors-watch")
+            # generous: the broker answers slowly while Spark, PostgreSQL and others share 2 cores
+            return PullConsumer(servers, "bench-connectors-watch", request_timeout=30.0)
 
         self._consumer = self._runner.run(make())
 
