@@ -36,7 +36,7 @@ from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
 
 from ..spark.conftest import kill_tree, spark_env
-from ..system.connect_cluster import rest, start_worker, url
+from ..system.connect_cluster import cluster_view, leader, rest, start_worker, url
 
 pytestmark = [pytest.mark.system, pytest.mark.spark]
 
@@ -199,12 +199,18 @@ async def test_the_replica_holds_every_message_once_in_order_through_failover_an
                 "source.servers": source,
                 "trigger.interval.ms": "300",
             }
-            answer = await rest(
-                url(target, "w1"), "POST", "/connectors", {"name": NAME, "config": config}
-            )
+            # both workers in the group first: the two new tasks go one to each
+            base = url(target, await leader(target))
+            deadline = time.monotonic() + 30
+            while len((await rest(base, "GET", "/cluster")).json()["members"]) < 2:
+                assert time.monotonic() < deadline, await cluster_view(target, "w1")
+                await asyncio.sleep(0.1)
+            answer = await rest(base, "POST", "/connectors", {"name": NAME, "config": config})
             assert answer.status_code == 201, answer.text
-            answer = await rest(url(target, "w1"), "GET", f"/connectors/{NAME}/tasks")
-            dealt = {t["id"]["task"]: t["config"]["topics"] for t in answer.json()}
+            while len(tasks := (await rest(base, "GET", f"/connectors/{NAME}/tasks")).json()) < 2:
+                assert time.monotonic() < deadline, tasks
+                await asyncio.sleep(0.1)
+            dealt = {t["id"]["task"]: t["config"]["topics"] for t in tasks}
             assert dealt == {MIRROR: TOPIC, SIDE_TASK: SIDE}, dealt
             owner, generation = await running_on(target, MIRROR)
             other = (await running_on(target, SIDE_TASK))[0]
