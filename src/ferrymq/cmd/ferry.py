@@ -36,7 +36,6 @@ from ferrymq.cmd.bench_replication import ratios as replication_ratios
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
 from ferrymq.cmd.connect import worker_command
 from ferrymq.cmd.controller import controller_command
-from ferrymq.cmd.demo import run_demo
 from ferrymq.cmd.local import Child
 from ferrymq.cmd.measure import Row
 from ferrymq.cmd.process import run_until_signal, setup_logging
@@ -76,6 +75,9 @@ cli.add_command(connect_group)
 )
 def demo_command(messages: int, data_dir: Path | None) -> None:
     """Run the HA story: produce and consume, kill -9 the master, fail over, report."""
+    # imported here: the demo's pipeline needs psycopg (the connect extra), the servers do not
+    from ferrymq.cmd.demo import run_demo
+
     console = Console()
     report = asyncio.run(run_demo(messages, data_dir, console))
     if not report.ok:
