@@ -642,7 +642,13 @@ class ControllerNode:
                 )
                 await asyncio.sleep(_MOVE_RETRY_S)
                 continue
-            end = from_ext_fields(SealQueueResponseHeader, response.ext_fields).end_queue_offset
+            try:
+                header = from_ext_fields(SealQueueResponseHeader, response.ext_fields)
+            except ProtocolError as exc:  # a malformed answer must not end this move's driver
+                log.warning("seal of %s queue %d at %s: %s", topic_name, queue_id, address, exc)
+                await asyncio.sleep(_MOVE_RETRY_S)
+                continue
+            end = header.end_queue_offset
             crash_point("move_sealed_before_finish")
             try:
                 decision = await self._submit(
