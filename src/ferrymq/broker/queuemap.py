@@ -160,6 +160,17 @@ def committed_floor(state: BrokerState, topic: str, queue_id: int) -> int | None
     return queue_map.hosted_starts(state.config.broker_name).get(queue_id)
 
 
+def _check_no_prepared_rows(
+    topic: str, queue_id: int, stages_into: Callable[[str, int], bool] | None
+) -> None:
+    if stages_into is not None and stages_into(topic, queue_id):
+        raise RequestError(
+            ResponseCode.SYSTEM_BUSY,
+            f"a sink batch holds prepared rows for queue {queue_id} of {topic}: "
+            "the seal waits for its commit",
+        )
+
+
 async def seal_queue(
     state: BrokerState,
     conn: Connection,
@@ -187,12 +198,7 @@ async def seal_queue(
             ResponseCode.INVALID_PARAMETER,
             f"queue {header.queue_id} of {header.topic} on {name} is not being moved",
         )
-    if stages_into is not None and stages_into(header.topic, header.queue_id):
-        raise RequestError(
-            ResponseCode.SYSTEM_BUSY,
-            f"a sink batch holds prepared rows for queue {header.queue_id} of {header.topic}: "
-            "the seal waits for its commit",
-        )
+    _check_no_prepared_rows(header.topic, header.queue_id, stages_into)
     store = state.store
     target = store.max_log_offset
     deadline = state.clock() + _SEAL_WAIT_S
@@ -204,6 +210,9 @@ async def seal_queue(
             )
         await asyncio.sleep(_SEAL_POLL_S)
         state.check_writable()
+    # again: a prepare appended before the seal but not committed at the first check was
+    # invisible to it (the sink reads below the confirm offset); its commit would land past `end`
+    _check_no_prepared_rows(header.topic, header.queue_id, stages_into)
     end = store.max_queue_offset(header.topic, header.queue_id)
     log.info("%s: queue %d of %s sealed at offset %d", name, header.queue_id, header.topic, end)
     crash_point("seal_answered_before_reply")
