@@ -33,10 +33,12 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.spark.fetch import queue_bounds, read_range
 from ferrymq.spark.plan import QueueKey, QueueRange
 from ferrymq.wire import properties as props
-from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import to_ext_fields
 from ferrymq.wire.queuemap import QueueSegment
 from ferrymq.wire.records import BatchItem
-from ferrymq.wire.topics import ControllerReassignRequestHeader
+from ferrymq.wire.topics import ControllerReassignRequestHeader, SealQueueRequestHeader
 
 from .remoting import send
 from .test_controller_topics import _Cluster, _until, cluster  # noqa: F401 - the fixture
@@ -291,7 +293,23 @@ async def test_prepared_sink_rows_hold_the_seal_until_their_batch_commits(
                 to_broker_name="broker-b",
             )
         )
-        await asyncio.sleep(1.0)  # the leader asks broker-a to seal, five times by now
+        # broker-a refuses the seal while the batch holds its rows (asked here as the leader does)
+        seal = RemotingCommand(
+            code=RequestCode.SEAL_QUEUE,
+            ext_fields=to_ext_fields(
+                SealQueueRequestHeader(topic=TOPIC, queue_id=1, topic_version=body.topic_version)
+            ),
+        )
+        address = cluster.brokers["broker-a"].address
+        deadline = time.monotonic() + 30
+        async with RpcClient() as rpc:
+            while "sink batch holds prepared rows" not in (
+                (answer := await rpc.call(address, seal, 5)).remark or ""
+            ):
+                assert answer.code == ResponseCode.SYSTEM_BUSY, answer.remark  # not synced yet
+                assert time.monotonic() < deadline, f"no refusal within 30 s: {answer.remark}"
+                await asyncio.sleep(0.05)
+        assert answer.code == ResponseCode.SYSTEM_BUSY
         (progress,) = await admin.move_progress(body.moves)
         assert progress.state == "moving"
         # a sealed queue takes no new prepared rows (and a sink's queues now leave it out)
