@@ -349,3 +349,32 @@ async def test_a_delayed_message_for_a_queue_sealed_meanwhile_lands_in_an_open_o
     async with PullConsumer(cluster.namesrv.address, "readers") as reader:
         (message,) = await reader.fetch_range(MessageQueue(TOPIC, "broker-a", 0), 0, 1)
         assert message.body == b"later"
+
+
+async def test_a_delayed_message_due_after_its_group_was_drained_goes_to_the_new_segment(
+    cluster: _Cluster,  # noqa: F811 - the fixture
+) -> None:
+    """No open queue of the topic is left on broker-a: the delivery is forwarded to broker-b."""
+    async with AdminClient(cluster.namesrv.address) as admin:
+        await admin.create_topic(TOPIC, 2)
+        async with Producer(cluster.namesrv.address) as producer:
+            moved = MessageQueue(TOPIC, "broker-a", 1)
+            await producer.send(TOPIC, b"later", queue=moved, delay_level=2)  # due in 5 s
+        body = await admin.reassign(
+            ControllerReassignRequestHeader(
+                action="drain", topic=TOPIC, broker_name="broker-a", to_broker_name="broker-b"
+            )
+        )
+        deadline = time.monotonic() + 30
+        while any(p.state != "done" for p in await admin.move_progress(body.moves)):
+            assert time.monotonic() < deadline, "the drain did not finish within 30 s"
+            await asyncio.sleep(0.05)
+        schedule = cluster.brokers["broker-a"].schedule
+        assert schedule is not None
+        assert schedule.delivered == 0, "delivered before the drain ended: nothing to show"
+        store = cluster.brokers["broker-b"].state.store
+        await _until(lambda: store.max_queue_offset(TOPIC, 3) == 1, "the forwarded delivery", 30)
+    async with PullConsumer(cluster.namesrv.address, "readers") as reader:
+        (message,) = await reader.fetch_range(moved, 0, 1)
+        assert message.body == b"later"
+        assert message.queue_offset == 0

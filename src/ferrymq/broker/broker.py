@@ -38,6 +38,7 @@ from ferrymq.broker import admin, consumer, pull, query, queuemap, retention, se
 from ferrymq.broker.clients import ClientTable, QueueLocks
 from ferrymq.broker.config import BrokerConfig, BrokerRole
 from ferrymq.broker.fenced import FencedTopics
+from ferrymq.broker.forward import Forwarder
 from ferrymq.broker.longpoll import LongPoll
 from ferrymq.broker.metadata import DelayOffsetTable, GroupTable, OffsetTable, TopicTable
 from ferrymq.broker.metalog import MetadataFollower, MetadataLog
@@ -299,8 +300,9 @@ class Broker:
         topics.observers.append(start_queues)
         for topic_config in list(topics.configs.values()):
             start_queues(topic_config)
-        self.schedule = ScheduleService(self._state)
-        self.timer = TimerService(self._state)
+        forwarder = Forwarder(self._namesrv, config.namesrv_addrs)  # deliveries moved off
+        self.schedule = ScheduleService(self._state, forwarder)
+        self.timer = TimerService(self._state, forwarder)
         self.transactions = TransactionService(self._state)
         self.sink = SinkService(self._state, prepared_timeout_ms=config.sink_prepared_timeout)
         await self._start_replication(store)

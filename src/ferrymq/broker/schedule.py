@@ -15,6 +15,7 @@ import asyncio
 import logging
 from typing import Final
 
+from ferrymq.broker.forward import Forwarder, deliver_elsewhere
 from ferrymq.broker.metadata import SCHEDULE_TOPIC
 from ferrymq.broker.send import put_messages
 from ferrymq.broker.state import BrokerState
@@ -36,8 +37,11 @@ _BATCH: Final = 64
 class ScheduleService:
     """Moves due messages from the schedule topic to their topics."""
 
-    def __init__(self, state: BrokerState) -> None:
+    def __init__(self, state: BrokerState, forwarder: Forwarder | None = None) -> None:
         self._state = state
+        self._forwarder = forwarder
+        self._failing_since: dict[int, float] = {}
+        """Log offset -> when its delivery first found no open queue on the group."""
         self.delivered = 0
 
     async def run(self) -> None:
@@ -97,12 +101,14 @@ class ScheduleService:
         if topic is None:
             log.error("delayed message at %d has no real topic; dropped", record.log_offset)
             return
+        queue_id = int(queue_text) if queue_text.isdigit() else 0
+        item = BatchItem(record.body, encode_properties(properties), record.flag)
         try:
             await put_messages(
                 self._state,
                 topic,
-                int(queue_text) if queue_text.isdigit() else 0,
-                [BatchItem(record.body, encode_properties(properties), record.flag)],
+                queue_id,
+                [item],
                 born_host=record.born_host,
                 born_timestamp_ms=record.born_timestamp_ms,
                 sys_flag=record.sys_flag,
@@ -110,6 +116,20 @@ class ScheduleService:
                 wait_flush=False,
             )
         except RequestError as exc:
+            if exc.code == ResponseCode.NO_PERMISSION:  # moved off the group (forward.py)
+                since = self._failing_since.setdefault(record.log_offset, self._state.clock())
+                await deliver_elsewhere(
+                    self._state,
+                    self._forwarder,
+                    topic,
+                    queue_id,
+                    item,
+                    born_host=record.born_host,
+                    born_timestamp_ms=record.born_timestamp_ms,
+                    failing_since=since,
+                )
+                self._failing_since.clear()
+                return
             if exc.code != ResponseCode.FENCED:
                 raise
             # the topic became fenced while the message waited: only fenced sends write it

@@ -27,6 +27,7 @@ import heapq
 import logging
 from typing import Final
 
+from ferrymq.broker.forward import Forwarder, deliver_elsewhere
 from ferrymq.broker.metadata import TIMER_TOPIC, TimerProgress
 from ferrymq.broker.send import put_messages
 from ferrymq.broker.state import BrokerState
@@ -60,8 +61,11 @@ _TIMER_PROPERTIES: Final = (
 class TimerService:
     """Moves due timer messages from the timer topic to their topics."""
 
-    def __init__(self, state: BrokerState) -> None:
+    def __init__(self, state: BrokerState, forwarder: Forwarder | None = None) -> None:
         self._state = state
+        self._forwarder = forwarder
+        self._failing_since: dict[int, float] = {}
+        """Log offset -> when its delivery first found no open queue on the group."""
         self._loaded = False
         self._due: list[tuple[int, int, int]] = []
         """Heap of (deliver_ms, queue_offset, log_offset) of loaded, undelivered messages."""
@@ -181,12 +185,14 @@ class TimerService:
         properties = {k: v for k, v in record.properties.items() if k not in _TIMER_PROPERTIES}
         # consumers may read when it was due (RocketMQ keeps TIMER_OUT_MS on delivered messages)
         properties[props.TIMER_OUT_MS] = record.properties.get(props.TIMER_OUT_MS, "0")
+        queue_id = int(queue_text) if queue_text.isdigit() else 0
+        item = BatchItem(record.body, encode_properties(properties), record.flag)
         try:
             await put_messages(
                 state,
                 topic,
-                int(queue_text) if queue_text.isdigit() else 0,
-                [BatchItem(record.body, encode_properties(properties), record.flag)],
+                queue_id,
+                [item],
                 born_host=record.born_host,
                 born_timestamp_ms=record.born_timestamp_ms,
                 sys_flag=record.sys_flag,
@@ -194,6 +200,20 @@ class TimerService:
                 wait_flush=False,
             )
         except RequestError as exc:
+            if exc.code == ResponseCode.NO_PERMISSION:  # moved off the group (forward.py)
+                since = self._failing_since.setdefault(log_offset, state.clock())
+                await deliver_elsewhere(
+                    state,
+                    self._forwarder,
+                    topic,
+                    queue_id,
+                    item,
+                    born_host=record.born_host,
+                    born_timestamp_ms=record.born_timestamp_ms,
+                    failing_since=since,
+                )
+                self._failing_since.clear()
+                return
             if exc.code != ResponseCode.FENCED:
                 raise
             # the topic became fenced while the message waited: only fenced sends write it
