@@ -14,6 +14,7 @@ tests/system/test_queue_moves.py.
 """
 
 import asyncio
+import functools
 import json
 import sys
 import time
@@ -21,13 +22,14 @@ from collections import defaultdict
 
 import pytest
 
+from ferrymq.broker.forward import ASIDE_TOPIC, FORWARD_PATIENCE_S, deliver_elsewhere
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.message import Message, SendResult
 from ferrymq.client.producer import Producer
 from ferrymq.client.push import ConsumeFrom, PushConsumer
 from ferrymq.client.sink import SinkClient
-from ferrymq.errors import RemoteError, SendFailedError
+from ferrymq.errors import RemoteError, RequestError, SendFailedError
 from ferrymq.model import MessageQueue
 from ferrymq.rpc.client import RpcClient
 from ferrymq.spark.fetch import queue_bounds, read_range
@@ -37,7 +39,7 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 from ferrymq.wire.queuemap import QueueSegment
-from ferrymq.wire.records import BatchItem
+from ferrymq.wire.records import BatchItem, decode_record
 from ferrymq.wire.topics import ControllerReassignRequestHeader, SealQueueRequestHeader
 
 from .remoting import send
@@ -374,6 +376,18 @@ async def test_a_delayed_message_due_after_its_group_was_drained_goes_to_the_new
         assert schedule.delivered == 0, "delivered before the drain ended: nothing to show"
         store = cluster.brokers["broker-b"].state.store
         await _until(lambda: store.max_queue_offset(TOPIC, 3) == 1, "the forwarded delivery", 30)
+        # one that cannot be forwarded is retried, then set aside once it failed long enough
+        state = cluster.brokers["broker-a"].state
+        item = BatchItem.of(b"nowhere", {})
+        deliver = functools.partial(
+            deliver_elsewhere, state, None, TOPIC, 1, item, born_host=bytes(8), born_timestamp_ms=1
+        )
+        with pytest.raises(RequestError, match="no forwarder"):
+            await deliver(failing_since=state.clock())
+        assert state.store.max_queue_offset(ASIDE_TOPIC, 0) == 0
+        await deliver(failing_since=state.clock() - FORWARD_PATIENCE_S)
+        (aside,) = state.store.get(ASIDE_TOPIC, 0, 0, 1).records
+        assert decode_record(aside).properties[props.REAL_TOPIC] == TOPIC
     async with PullConsumer(cluster.namesrv.address, "readers") as reader:
         (message,) = await reader.fetch_range(moved, 0, 1)
         assert message.body == b"later"
