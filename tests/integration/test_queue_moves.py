@@ -42,7 +42,7 @@ from ferrymq.wire.queuemap import QueueSegment
 from ferrymq.wire.records import BatchItem, decode_record
 from ferrymq.wire.topics import ControllerReassignRequestHeader, SealQueueRequestHeader
 
-from .remoting import send
+from .remoting import pull, send
 from .test_controller_topics import _Cluster, _until, cluster  # noqa: F401 - the fixture
 
 TOPIC = "Moves"
@@ -392,3 +392,22 @@ async def test_a_delayed_message_due_after_its_group_was_drained_goes_to_the_new
         (message,) = await reader.fetch_range(moved, 0, 1)
         assert message.body == b"later"
         assert message.queue_offset == 0
+
+
+async def test_a_closed_segments_end_long_polls_a_client_that_does_not_follow_segments(
+    cluster: _Cluster,  # noqa: F811 - the fixture
+) -> None:
+    """The official push consumer pulls again at once on no new message: it must be held."""
+    async with AdminClient(cluster.namesrv.address) as admin:
+        await admin.create_topic(TOPIC, 2)
+        async with Producer(cluster.namesrv.address) as producer:
+            await _send(producer, b"before", MessageQueue(TOPIC, "broker-a", 1))
+        assert await _move(admin, "broker-a", 1, "broker-b") == 1
+    async with RpcClient() as rpc:
+        address = cluster.brokers["broker-a"].address
+        started = time.monotonic()
+        response, records = await pull(rpc, address, TOPIC, 1, 1, suspend_ms=1000)
+        held = time.monotonic() - started
+    assert (response.code, records) == (ResponseCode.PULL_NOT_FOUND, [])
+    assert response.ext_fields["ferrySealed"] == "true"
+    assert held >= 0.9, f"answered after {held:.3f} s: not long-polled"

@@ -117,10 +117,14 @@ async def pull_message(
     result = _read(state, header, codes)
     code = _status_code(result.status, header.queue_offset)
     queue_map = queue_map_of(topic)
-    sealed = queue_map is not None and queue_map.is_sealed(
-        state.config.broker_name, header.queue_id
-    )
-    if header.sys_flag & SYSFLAG_SUSPEND and header.suspend_timeout_millis > 0 and not sealed:
+    found = queue_map.owner(state.config.broker_name, header.queue_id) if queue_map else None
+    moving = found is not None and found[1].is_open and found[0].moving is not None
+    sealed = moving or (found is not None and not found[1].is_open)
+    # no long poll while the queue moves (its end is not decided: a reader must hear soon), nor
+    # for a reader that follows segments; others (the official clients) wait at a closed
+    # segment's end as at any queue's, instead of pulling it again at once, for ever
+    at_once = moving or (sealed and bool(header.ferry_follows_map))
+    if header.sys_flag & SYSFLAG_SUSPEND and header.suspend_timeout_millis > 0 and not at_once:
         wait = (
             min(header.suspend_timeout_millis / 1000, _MAX_SUSPEND_S)
             if state.config.long_polling_enable
@@ -155,8 +159,8 @@ async def pull_message(
     )
     fields = to_ext_fields(response)
     if sealed:
-        # a moved queue's old physical queue (queuemap.py): no long poll, and ferrymq's
-        # clients read on in the queue's next segment (or refresh the route to learn it)
+        # a moved queue's old physical queue (queuemap.py): ferrymq's clients read on in the
+        # queue's next segment (or refresh the route to learn it)
         fields[SEALED_FIELD] = "true"
     return request.make_response(code, ext_fields=fields, body=b"".join(result.records))
 

@@ -18,7 +18,9 @@ TopicConfig; masters reconcile it (`topicsync.py`) and slaves get it with the to
   when the answer was decided), with the queue's next offset: the next segment's start. An
   exactly-once sink's prepared rows for the queue hold the seal back until their batch is
   committed (or expires), and a sealed queue takes no new prepared rows.
-- PULL_MESSAGE on a sealed queue does not long-poll and says `ferrySealed: true`.
+- PULL_MESSAGE on a sealed queue says `ferrySealed: true`; it does not long-poll while the
+  queue moves, nor for ferrymq's clients (`ferryFollowsMap`); at a closed segment's end it
+  long-polls others (the official clients), which would otherwise pull again at once.
 - QUERY_CONSUMER_OFFSET (`committed_floor`): a group with no offset on a moved queue's new
   physical queue starts at the segment's start (what the official client then reads), not at
   its end: nothing written after the move is skipped.

@@ -258,6 +258,7 @@ class PullConsumer:
             subscription=expression,
             max_msg_bytes=max_bytes,
             min_msg_bytes=min_bytes or None,
+            ferry_follows_map=True,
         )
         response = await self._call(
             queue,

@@ -176,6 +176,9 @@ class PullMessageRequestHeader(CommandHeader):
     min_msg_bytes: I32 | None = None
     """ferrymq's own (RocketMQ clients never send it): a suspending pull is held until this many
     bytes can be returned or `suspendTimeoutMillis` passes (Kafka's fetch min bytes, seed 003)."""
+    ferry_follows_map: bool | None = None
+    """ferrymq's own: the client reads moved queues' segments in turn (`wire.queuemap`), so
+    the end of a closed segment is answered at once (`ferrySealed`), not long-polled."""
 
 
 class PullMessageResponseHeader(CommandHeader):
