@@ -411,3 +411,25 @@ async def test_a_closed_segments_end_long_polls_a_client_that_does_not_follow_se
     assert (response.code, records) == (ResponseCode.PULL_NOT_FOUND, [])
     assert response.ext_fields["ferrySealed"] == "true"
     assert held >= 0.9, f"answered after {held:.3f} s: not long-polled"
+
+
+async def test_a_commit_back_in_an_older_segment_is_the_groups_offset(
+    cluster: _Cluster,  # noqa: F811 - the fixture
+) -> None:
+    """A reset to an offset of the old segment is not hidden by a commit on the new one."""
+    moved = MessageQueue(TOPIC, "broker-a", 1)
+    async with AdminClient(cluster.namesrv.address) as admin:
+        await admin.create_topic(TOPIC, 2)
+        async with Producer(cluster.namesrv.address) as producer:
+            await _send(producer, b"old", moved)
+            assert await _move(admin, "broker-a", 1, "broker-b") == 1
+            await producer.routes.get(TOPIC, refresh=True)
+            await _send(producer, b"new", moved)
+    async with PullConsumer(cluster.namesrv.address, "resetters") as reader:
+        await reader.routes.get(TOPIC, refresh=True)
+        await reader.commit(moved, 2)  # on broker-b's segment
+        assert await reader.committed(moved) == 2
+        await reader.commit(moved, 0)  # back on broker-a's
+        assert await reader.committed(moved) == 0
+        await reader.commit(moved, 1)  # read on: the old segment's end
+        assert await reader.committed(moved) == 1

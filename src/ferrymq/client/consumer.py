@@ -9,7 +9,8 @@ queue as it always was (its logical queue) and gets the same offsets; each reque
 physical queue of the segment holding the offset. A pull that reaches a closed segment's end
 goes on in the next one; one that reaches the end of a sealed queue whose next segment the
 route does not show yet (`ferrySealed`) asks the NameServers again. Committed offsets live on
-the physical queue of the segment read; `committed` takes the highest of the segments'.
+the physical queue of the segment read (and later segments: a reset back is not hidden);
+`committed` takes the highest of the segments'.
 """
 
 from __future__ import annotations
@@ -427,8 +428,27 @@ class PullConsumer:
         return int(response.ext_fields["offset"])
 
     async def commit(self, queue: MessageQueue, offset: int) -> None:
-        """Commit the group's position in the queue (the next offset to read)."""
-        queue, _ = await self._segment(queue, offset)
+        """Commit the group's position in the queue (the next offset to read).
+
+        A moved queue: on the segment holding `offset`, and the same offset on every later
+        segment, so a reset back into an older segment is not hidden by a commit made further
+        on (`committed` takes the highest of the segments').
+        """
+        physical, segment = await self._segment(queue, offset)
+        await self._commit(physical, offset)
+        route = await self.routes.get(queue.topic)
+        logical = route.queue_map.logical(*_name(queue)) if route.queue_map else None
+        if segment is None or logical is None:
+            return
+        later = False
+        for known in logical.segments:
+            if later:
+                await self._commit(
+                    MessageQueue(queue.topic, known.broker_name, known.queue_id), offset
+                )
+            later = later or known.physical == segment.physical
+
+    async def _commit(self, queue: MessageQueue, offset: int) -> None:
         header = UpdateConsumerOffsetRequestHeader(
             consumer_group=self.group,
             topic=queue.topic,
