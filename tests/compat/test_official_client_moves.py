@@ -39,7 +39,16 @@ async def test_the_official_client_sends_and_consumes_across_a_move(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))  # the C++ core logs under ~/logs/rocketmq-cpp
-    cluster = ProcessCluster(UpConfig(data_dir=tmp_path, groups=2, replicas=1, controllers=1))
+    cluster = ProcessCluster(
+        UpConfig(
+            data_dir=tmp_path,
+            groups=2,
+            replicas=1,
+            controllers=1,
+            # 16 MiB commit log segments, as tests/system/test_queue_moves.py: not 1 GiB files
+            broker_flags=("--mapped-file-size-commit-log", str(16 * 1024 * 1024)),
+        )
+    )
     await cluster.start()
     namesrv = cluster.namesrv_addr
     try:
