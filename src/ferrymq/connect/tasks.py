@@ -9,7 +9,10 @@ something of its own changed: a new fencing generation (it moved here again), ne
 rebalance that moves other tasks, or a change to another connector, leaves it running. A task
 given to an earlier process of this worker (another run) waits until the leader gives it to this
 one under a new generation: the earlier process's orphans (a Spark driver JVM outliving its
-Python) may still write under the old one, and the fence must tell them apart.
+Python) may still write under the old one, and the fence must tell them apart. A task given to no
+run (a record from a leader of a version before runs, as in a rolling upgrade) runs on whichever
+process of its worker reads it; a leader that knows runs gives it again once under a new
+generation and this run.
 
 Once a reconcile has stopped what the assignment took away, the manager's `applied_generation`
 moves to that assignment's generation; the worker's heartbeat publishes it, and the leader gives
@@ -126,7 +129,7 @@ class TaskManager:
         for assigned in state.tasks_of(self.worker_id):
             connector = state.connectors.get(assigned.connector)
             if (
-                assigned.run != self.run
+                assigned.run not in ("", self.run)
                 or connector is None
                 or connector.incarnation != assigned.incarnation
                 or connector.target is TargetState.STOPPED

@@ -1,4 +1,4 @@
-"""Which tasks a worker process takes from the assignment: only those given to its own run."""
+"""Which tasks a worker process takes from the assignment: those given to its own run or to none."""
 
 from pathlib import Path
 
@@ -22,3 +22,22 @@ def test_a_restarted_worker_takes_only_the_tasks_given_to_its_own_run(tmp_path: 
     wanted = manager.wanted(state)
     assert list(wanted) == [("c", "i", 1)]
     assert wanted[("c", "i", 1)][0].generation == 4
+
+
+def test_a_task_given_to_no_run_runs_on_its_worker(tmp_path: Path) -> None:
+    # a leader of a version before runs (a rolling upgrade) writes no run: the worker takes the
+    # task; another worker's task and another run's task stay out
+    state = ConfigState()
+    put = ConnectorPut("c", "i", {"connector.class": "FileSink"}, [{}, {}, {}], TargetState.RUNNING)
+    state.apply(put, 0)
+    given = [
+        AssignedTask("c", "i", 0, "w1", 5, ""),
+        AssignedTask("c", "i", 1, "w2", 5, ""),
+        AssignedTask("c", "i", 2, "w1", 5, "old"),
+    ]
+    state.apply(Assignment(generation=5, epoch=1, tasks=given), 1)
+    runner = SparkTaskRunner(Plugins(), cluster_id="x", namesrv_addr="", state_dir=tmp_path)
+    manager = TaskManager("w1", runner, report=lambda _: None, wall_ms=lambda: 0, run="new")
+    wanted = manager.wanted(state)
+    assert list(wanted) == [("c", "i", 0)]
+    assert wanted[("c", "i", 0)][0].generation == 5
