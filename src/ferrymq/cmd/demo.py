@@ -229,6 +229,10 @@ async def run_demo(messages: int, data_dir: Path | None, console: Console) -> De
     return report
 
 
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def _start_postgres() -> PostgresServer | str:
     """A PostgreSQL server of the demo's own, or why there is none."""
     try:
@@ -281,7 +285,7 @@ async def _start_pipeline(
             f"CREATE TABLE {PG_TABLE} (id bigint PRIMARY KEY, item text NOT NULL, amount integer)",
         )
     except psycopg.Error as exc:
-        report.pg_error = f"PostgreSQL refused the demo's database: {' '.join(str(exc).split())}"
+        report.pg_error = f"PostgreSQL refused the demo's database: {_one_line(exc)}"
         console.print(f"  [red]{report.pg_error}[/red]")
         return None
     console.print(
@@ -293,12 +297,12 @@ async def _start_pipeline(
     pipeline = _Pipeline(database, urls)
     try:
         await pipeline.create(console)
-        await pipeline.insert(PG_FIRST_ROWS)
-        with console.status("the pipeline's tasks (two Spark streaming queries) start and copy"):
-            copied = await pipeline.until_copied(PIPELINE_START_S)
     except (RuntimeError, httpx.HTTPError) as exc:
         report.pg_error = str(exc)
         console.print(f"  [red]{report.pg_error}[/red]")
+        return None
+    copied = await pipeline.first_rows(report, console)
+    if copied is None:
         return None
     report.pg_copied_before_kill = copied
     if copied < pipeline.inserted:
@@ -368,6 +372,21 @@ class _Pipeline:
                 f"{leader['worker_id']})"
             )
 
+    async def first_rows(self, report: DemoReport, console: Console) -> int | None:
+        """Insert the first rows and wait for their copy.
+
+        Returns the rows copied, or None (the PostgreSQL error in the report, in one line).
+        """
+        starting = "the pipeline's tasks (two Spark streaming queries) start and copy"
+        try:
+            await self.insert(PG_FIRST_ROWS)
+            with console.status(starting):
+                return await self.until_copied(PIPELINE_START_S)
+        except psycopg.Error as exc:
+            report.pg_error = f"PostgreSQL failed the pipeline: {_one_line(exc)}"
+            console.print(f"  [red]{report.pg_error}[/red]")
+            return None
+
     async def insert(self, count: int) -> None:
         """`count` more rows into `orders`, in one transaction."""
         first = self.inserted
@@ -388,7 +407,7 @@ class _Pipeline:
             try:
                 await self.insert(PG_BATCH)
             except psycopg.Error as exc:
-                self.error = f"inserting into {PG_TABLE} failed: {' '.join(str(exc).split())}"
+                self.error = f"inserting into {PG_TABLE} failed: {_one_line(exc)}"
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.1)
@@ -431,9 +450,14 @@ class _Pipeline:
 
     async def drain(self, report: DemoReport, console: Console) -> None:
         """After the failover: wait until the copy holds every row, then count both tables."""
-        with console.status("the pipeline copies the rows inserted across the failover"):
-            await self.until_copied(PIPELINE_DRAIN_S)
-        report.pg_rows, report.pg_copied, report.pg_distinct = await self.counts()
+        try:
+            with console.status("the pipeline copies the rows inserted across the failover"):
+                await self.until_copied(PIPELINE_DRAIN_S)
+            report.pg_rows, report.pg_copied, report.pg_distinct = await self.counts()
+        except psycopg.Error as exc:
+            report.pg_error = f"PostgreSQL failed the pipeline: {_one_line(exc)}"
+            console.print(f"  [red]{report.pg_error}[/red]")
+            return
         states = await self.states()
         console.print(
             f"\n[bold]Connect pipeline[/bold] after the failover: {PG_TABLE} {report.pg_rows:,} "
