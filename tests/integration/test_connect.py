@@ -8,7 +8,7 @@ no Spark query starts (the data path is tested with real Spark in tests/spark).
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from ferrymq.connect.config import WorkerConfig
-from ferrymq.connect.plugin import Plugins
+from ferrymq.connect.plugin import ConnectorPlugin, Plugins
+from ferrymq.connect.records import OffsetEntry
 from ferrymq.connect.worker import Worker, WorkerStartError
 from ferrymq.connectors.runtime import SparkTaskRunner
 from ferrymq.testing import LocalCluster
@@ -49,9 +50,11 @@ def worker_config(cluster: LocalCluster, root: Path, name: str, **changes: Any) 
     )
 
 
-def make_worker(cluster: LocalCluster, root: Path, name: str, **changes: Any) -> Worker:
+def make_worker(
+    cluster: LocalCluster, root: Path, name: str, plugins: Plugins | None = None, **changes: Any
+) -> Worker:
     config = worker_config(cluster, root, name, **changes)
-    plugins = Plugins()
+    plugins = plugins or Plugins()
     runner = SparkTaskRunner(
         plugins,
         cluster_id=config.connect_cluster_id,
@@ -304,3 +307,45 @@ async def test_a_body_over_the_limit_is_refused_413_before_it_is_read(
         assert answer.status_code == 413
         assert answer.json()["error_code"] == 413
         assert (await call(url, "GET", "/connectors")).json() == []
+
+
+class Brittle(ConnectorPlugin):
+    """A plugin whose offsets check raises (a plugin bug) instead of returning its problems."""
+
+    type = "sink"
+
+    def check_offsets(self, config: Mapping[str, str], entries: Sequence[OffsetEntry]) -> list[str]:
+        raise KeyError("lsn")
+
+    def task_configs(self, config: Mapping[str, str], max_tasks: int) -> list[dict[str, str]]:
+        return [dict(config)]
+
+
+async def test_a_plugin_that_raises_or_is_not_installed_is_named_in_a_kafka_error(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    brittle = make_worker(cluster, tmp_path, "w1", Plugins({"Brittle": Brittle}))
+    await brittle.start()
+    try:
+        url = (await leader_of([brittle])).url
+        body = {"name": "b", "config": {"connector.class": "Brittle"}, **STOPPED}
+        assert (await call(url, "POST", "/connectors", body)).status_code == 201
+        offsets = {"offsets": [{"partition": {"q": 0}, "offset": {"offset": 5}}]}
+        refused = await call(url, "PATCH", "/connectors/b/offsets", offsets)
+        assert refused.status_code == 400, refused.text
+        message = f"{Brittle.__module__}.Brittle failed to check them: KeyError: 'lsn'"
+        assert refused.json() == {
+            "error_code": 400,
+            "message": f"Invalid offsets for b: the plugin {message}",
+        }
+    finally:
+        await brittle.close()
+    # a worker without the plugin reads the connector from the config log
+    async with workers(cluster, tmp_path, 1) as group:
+        url = (await leader_of(group)).url
+        missing = await call(url, "GET", "/connectors/b/offsets")
+        assert missing.status_code == 500, missing.text
+        assert missing.json()["error_code"] == 500
+        assert missing.json()["message"].startswith(
+            "Failed to find any class that implements Connector and which name matches Brittle"
+        )

@@ -318,16 +318,23 @@ def alter_offsets(
 ) -> OffsetsPut:
     """PATCH /connectors/{c}/offsets (KIP-875): only when STOPPED, never empty.
 
-    Only entries the connector's plugin can apply (`check_offsets`; 400 with its reasons).
+    Only entries the connector's plugin can apply (`check_offsets`; 400 with its reasons, or
+    naming the plugin and its error when it raised instead of answering).
     """
     current = _stopped(state, name)
     if not offsets:
         raise BadRequestError("The offsets to alter may not be empty")
     try:
-        _, cls = plugins.resolve(current.config.get("connector.class", ""))
+        path, cls = plugins.resolve(current.config.get("connector.class", ""))
     except PluginError as exc:
         raise BadRequestError(str(exc)) from None
-    problems = cls().check_offsets(current.config, offsets)
+    try:
+        problems = cls().check_offsets(current.config, offsets)
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug refuses this body, not the worker
+        raise BadRequestError(
+            f"Invalid offsets for {name}: the plugin {path} failed to check them: "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:2000]
+        ) from None
     if problems:
         raise BadRequestError("Invalid offsets for " + name + ": " + "; ".join(problems))
     return OffsetsPut(

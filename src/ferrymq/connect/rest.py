@@ -491,8 +491,8 @@ def build_app(worker: WorkerHandle) -> FastAPI:
         connector = connector_or_404(name)
         try:
             _, cls = herder.plugins.resolve(connector.config.get("connector.class", ""))
-        except PluginError as exc:
-            raise NotFoundError(str(exc)) from None
+        except PluginError as exc:  # Kafka: a ConnectException, answered 500
+            raise ConnectRestError(str(exc)) from None
         scope = OffsetsScope(
             connector=name,
             incarnation=connector.incarnation,
@@ -972,12 +972,16 @@ def _document(spec: dict[str, Any]) -> None:
                 codes, error = ["500", "503"], {"type": "object"}  # {status, message}
             if path == "/log" or (method, path) == ("get", "/connectors/{name}/offsets"):
                 codes.append("503")
+            if (method, path) == ("get", "/connectors/{name}/offsets"):
+                codes.append("500")
             for code in codes:
                 answer: dict[str, Any] = {"description": _ERRORS[code]}
                 if path == "/log" and code == "503":
                     answer["description"] = "The config log's broker kept answering 'retry'."
                 elif code == "503" and path.endswith("/offsets"):
                     answer["description"] = "The plugin's offsets store cannot be read now."
+                elif code == "500" and path.endswith("/offsets"):
+                    answer["description"] = "The connector's plugin is not installed here."
                 if not code.startswith("3"):
                     answer["content"] = {"application/json": {"schema": error}}
                 responses.setdefault(code, answer)
