@@ -30,6 +30,9 @@ FAST = [
     "15000",
 ]
 GRACE_S = 0.5
+SMALL_LOG = ("--mapped-file-size-commit-log", str(16 * 1024 * 1024))
+"""Commit-log segments of 16 MiB instead of 1 GiB: each broker preallocates less (a failed run
+keeps its directory), and a killed broker's recovery reads less (1 GiB took 24 s once)."""
 
 
 def paused(topics: str = "src", **extra: str) -> dict[str, Any]:
@@ -48,14 +51,14 @@ async def connect_cluster(
     workers: int,
     *,
     env: dict[str, str] | None = None,
-    broker_flags: tuple[str, ...] = (),
+    broker_flags: tuple[str, ...] = SMALL_LOG,
     replicas: int = 3,
     controllers: int = 3,
     extra: tuple[str, ...] = (),
 ) -> AsyncIterator[ProcessCluster]:
     """`ferry up`'s servers (controller mode with 3 replicas unless told otherwise; `replicas=1,
-    controllers=0` is one classic broker) and `workers` workers w1..wN with the FAST timings
-    (`extra` flags override them)."""
+    controllers=0` is one classic broker; 16 MiB commit-log segments unless `broker_flags` say
+    otherwise) and `workers` workers w1..wN with the FAST timings (`extra` flags override them)."""
     cluster = ProcessCluster(
         UpConfig(
             data_dir=root, replicas=replicas, controllers=controllers, broker_flags=broker_flags

@@ -36,7 +36,7 @@ from ferrymq.spark.plan import stable_partition
 
 from ..connectors.postgres import Database, PostgresServer, start_postgres
 from ..spark.conftest import spark_env
-from .connect_cluster import FAST, url
+from .connect_cluster import FAST, SMALL_LOG, url
 
 pytestmark = [
     pytest.mark.system,
@@ -63,7 +63,8 @@ def postgres() -> Iterator[PostgresServer]:
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ProcessCluster]:
     spark_env()
     root = tmp_path_factory.mktemp("lifecycle")
-    running = ProcessCluster(UpConfig(data_dir=root, replicas=1, controllers=0))
+    config = UpConfig(data_dir=root, replicas=1, controllers=0, broker_flags=SMALL_LOG)
+    running = ProcessCluster(config)
     try:
         await running.start()
         await asyncio.gather(
@@ -389,7 +390,8 @@ async def test_database_failures_are_failed_tasks_and_restart_only_failed_runs_t
     for connector in (wrong, unreachable):
         [task] = (await status(base, connector))["tasks"]
         assert (task["state"], task["ferrymq"]["starts"]) == ("FAILED", 1), task
-    assert count(database, topics[0]) == 100  # task 0 of the split connector runs
+    # task 0 of the split connector runs (RUNNING: its query started; a first batch may take longer)
+    await until("task 0's 100 rows", lambda: _is(count(database, topics[0]) == 100))
 
     # the fix: the table exists; only the failed task restarts, and it runs
     database.query(f"CREATE TABLE {missing} (id bigint PRIMARY KEY, v text)")
