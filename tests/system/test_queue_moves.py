@@ -45,6 +45,9 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 TOPIC = "Moving"
 _SMALL_LOG = ("--mapped-file-size-commit-log", str(16 * 1024 * 1024))
 """Commit log segments of 16 MiB: a killed broker's recovery reads less (1 GiB took 24 s once)."""
+_SEND_LIMIT_S = 120.0
+"""How long one message may keep being refused (surely not stored) before the test fails:
+a failover of a stopped, then killed master on a loaded box, with room to spare."""
 _MAX_ROUNDS = 5_000
 """Bound on the producer loop (it ends on its stop event long before)."""
 
@@ -65,13 +68,19 @@ async def _produce(
         for queue in queues:
             name = (queue.broker_name, queue.queue_id)
             body = f"{queue.broker_name}:{queue.queue_id}:{seq}".encode()
+            deadline = time.monotonic() + _SEND_LIMIT_S
             while True:
                 try:
                     await producer.send(TOPIC, body, queue=queue)
                 except SendOutcomeUnknownError:
                     tally.unknown[name].add(seq)  # maybe stored: never sent again
-                except FerryError:
+                except FerryError as exc:
                     tally.failed += 1  # surely not stored: sent again
+                    if stop.is_set():
+                        return
+                    if time.monotonic() >= deadline:
+                        limit = f"{_SEND_LIMIT_S:g} s"
+                        raise AssertionError(f"no send accepted within {limit}: {exc}") from exc
                     await asyncio.sleep(0.05)
                     continue
                 else:
