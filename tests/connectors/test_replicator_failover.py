@@ -36,7 +36,7 @@ from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
 
 from ..spark.conftest import kill_tree, spark_env
-from ..system.connect_cluster import cluster_view, leader, rest, start_worker, url
+from ..system.connect_cluster import SMALL_LOG, cluster_view, leader, rest, start_worker, url
 
 pytestmark = [pytest.mark.system, pytest.mark.spark]
 
@@ -140,9 +140,17 @@ async def test_the_replica_holds_every_message_once_in_order_through_failover_an
 ) -> None:
     spark_env()  # the workers' Spark processes run this Python and bind loopback only
     source_cluster = ProcessCluster(
-        UpConfig(data_dir=tmp_path / "dc1", replicas=3, controllers=1, embedded_controller=True)
+        UpConfig(
+            data_dir=tmp_path / "dc1",
+            replicas=3,
+            controllers=1,
+            embedded_controller=True,
+            broker_flags=SMALL_LOG,  # the killed master's recovery reads 16 MiB, not 1 GiB
+        )
     )
-    target = ProcessCluster(UpConfig(data_dir=tmp_path / "dc2", replicas=1, controllers=0))
+    target = ProcessCluster(
+        UpConfig(data_dir=tmp_path / "dc2", replicas=1, controllers=0, broker_flags=SMALL_LOG)
+    )
     acked: list[bytes] = []
     stop = asyncio.Event()
     started = time.monotonic()
