@@ -1,7 +1,12 @@
 """`ferry demo`'s verdict: the PostgreSQL pipeline must have copied every row once, and a
 PostgreSQL that could not run fails the demo (pyspark missing skips every pipeline instead)."""
 
-from ferrymq.cmd.demo import DemoReport
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from ferrymq.cmd.demo import DemoReport, tidy
 
 
 def passing() -> DemoReport:
@@ -39,3 +44,15 @@ def test_a_postgresql_that_cannot_run_fails_the_demo_and_missing_pyspark_skips()
     skipped.pg_rows = skipped.pg_copied = skipped.pg_distinct = None
     skipped.pipeline_skipped = "pyspark is not installed"
     assert skipped.ok
+
+
+def test_the_demo_removes_its_own_directory_only_when_it_passed(tmp_path: Path) -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    for own, ok in ((True, False), (False, True), (False, False), (True, True)):
+        workdir = tmp_path / f"demo-{own}-{ok}"
+        (workdir / "broker-a-1").mkdir(parents=True)
+        (workdir / "broker-a-1" / "broker.log").write_text("log")
+        tidy(workdir, own=own, ok=ok, console=console)
+        assert workdir.exists() == (not (own and ok)), (own, ok)
+        assert (f"kept in {workdir}" in out.getvalue()) == (not ok), (own, ok)

@@ -71,7 +71,8 @@ cli.add_command(connect_group)
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where the servers keep their data and logs (default: a new temporary directory).",
+    help="Where the servers keep their data and logs (default: a new temporary directory, "
+    "removed when the demo passes).",
 )
 def demo_command(messages: int, data_dir: Path | None) -> None:
     """Run the HA story: produce and consume, kill -9 the master, fail over, report."""
