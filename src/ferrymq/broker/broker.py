@@ -549,6 +549,30 @@ class Broker:
             self._register_now.set()
             return True
 
+    async def follow_master_at(self, master_address: str, master_epoch: int) -> None:
+        """As a slave, follow the known epoch's master at a new address (it restarted there).
+
+        A master back before any election keeps its epoch (`change_to_slave` takes newer ones
+        only); without this its slaves kept asking the old address for its HA port, for ever.
+        """
+        async with self._role_lock:
+            if (
+                self.slave is None
+                or master_epoch != self._master_epoch
+                or master_address == self._master_address
+            ):
+                return
+            self._master_address = master_address
+            self._master_ha_address = None
+            self.slave.reconnect()
+            log.info(
+                "the master of %s at epoch %d is now at %s: following it there",
+                self.config.broker_name,
+                master_epoch,
+                master_address,
+            )
+            self._register_now.set()
+
     async def switch_classic_role(
         self,
         role: BrokerRole,

@@ -229,7 +229,10 @@ class ReplicasManager:
         if master_epoch < broker.master_epoch or (
             master_epoch == broker.master_epoch and not broker.fenced
         ):
-            # what this broker already acts on (the periodic poll): at most a newer SyncStateSet
+            # what this broker already acts on (the periodic poll): at most a newer SyncStateSet,
+            # or its master back at another address under the same epoch
+            if master_epoch == broker.master_epoch and master_id != broker.broker_id:
+                await broker.follow_master_at(master_address, master_epoch)
             replication = broker.replication
             if (
                 master_id == broker.broker_id
