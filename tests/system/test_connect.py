@@ -340,8 +340,8 @@ async def test_a_dead_worker_s_tasks_move_and_no_other_task_restarts(tmp_path: P
             body = {"name": f"p{i}", "config": paused(), "initial_state": "PAUSED"}
             assert (await rest(base, "POST", "/connectors", body)).status_code == 201
 
-        async def placements() -> dict[str, tuple[str, int, int]]:
-            found: dict[str, tuple[str, int, int]] = {}
+        async def placements() -> dict[str, tuple[str, int, int, str]]:
+            found: dict[str, tuple[str, int, int, str]] = {}
             view = (await rest(base, "GET", "/connectors", expand=["status"])).json()
             for name, entry in view.items():
                 task = entry["status"]["tasks"][0]
@@ -350,27 +350,24 @@ async def test_a_dead_worker_s_tasks_move_and_no_other_task_restarts(tmp_path: P
                     task["worker_id"],
                     extra.get("generation", 0),
                     extra.get("starts", -1),
+                    task["state"],
                 )
             return found
 
         deadline = time.monotonic() + 30
         while True:
+            # one reading: a task's start count is shown only with its report (PAUSED), and a
+            # report arriving between two readings made "before" hold starts -1 (not shown)
             before = await placements()
-            if len({w for w, _, _ in before.values()}) == 3:
-                states = [
-                    t["state"]
-                    for e in (await rest(base, "GET", "/connectors", expand=["status"]))
-                    .json()
-                    .values()
-                    for t in e["status"]["tasks"]
-                ]
-                if set(states) == {"PAUSED"}:
-                    break
+            if len({w for w, _, _, _ in before.values()}) == 3 and all(
+                starts >= 0 and state == "PAUSED" for _, _, starts, state in before.values()
+            ):
+                break
             assert time.monotonic() < deadline, before
             await asyncio.sleep(0.1)
         current = await leader(cluster)
         victim = next(w for w in ("w1", "w2", "w3") if w != current)
-        moved = {name for name, (worker, _, _) in before.items() if worker == victim}
+        moved = {name for name, (worker, _, _, _) in before.items() if worker == victim}
         assert moved
         cluster.workers[victim].kill()
         killed_at = time.monotonic()
@@ -383,7 +380,7 @@ async def test_a_dead_worker_s_tasks_move_and_no_other_task_restarts(tmp_path: P
         log.info("the dead worker's tasks moved in %.2f s", time.monotonic() - killed_at)
         for name, placement in before.items():
             if name not in moved:
-                assert after[name] == placement  # same worker, generation and start count
+                assert after[name] == placement  # same worker, generation, start count, state
             else:
                 assert after[name][1] > placement[1]  # a newer fencing generation
         # a burst of 50 creations at once: every one 201, few assignment records
