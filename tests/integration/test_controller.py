@@ -198,7 +198,7 @@ async def test_brokers_get_ids_and_the_first_election_picks_by_data(
 ) -> None:
     await _register_all(admin, brokers)
     with pytest.raises(RemoteError) as taken:
-        await admin.apply_broker_id(CLUSTER, NAME, 2, "10.0.0.1:1;9")
+        await admin.apply_broker_id(CLUSTER, NAME, 2, "127.0.0.9:1;9")
     assert taken.value.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID
     for broker, log_offset in zip(brokers, (100, 300, 200), strict=True):
         assert (await broker.heartbeat(controller.address, log_offset)).code == ResponseCode.SUCCESS

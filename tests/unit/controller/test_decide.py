@@ -132,7 +132,7 @@ def test_apply_broker_id_retry_with_the_same_code_succeeds_without_an_event() ->
 
 def test_apply_broker_id_taken_by_another_broker_is_refused_with_the_next_id() -> None:
     decision = _decide(
-        _apply_request(2, code="10.0.0.1:1;5"), view(group_state(replicas=2, master=None))
+        _apply_request(2, code="127.0.0.9:1;5"), view(group_state(replicas=2, master=None))
     )
     assert decision.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID
     assert decision.remark is not None

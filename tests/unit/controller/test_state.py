@@ -59,12 +59,12 @@ def test_an_id_applied_out_of_order_is_never_handed_out_again() -> None:
 def test_update_broker_address_keeps_the_check_code() -> None:
     state = group_state(replicas=1, master=None)
     event = UpdateBrokerAddressEvent(
-        cluster_name=CLUSTER, broker_name=NAME, broker_id=1, broker_address="10.0.0.9:10911"
+        cluster_name=CLUSTER, broker_name=NAME, broker_id=1, broker_address="127.0.0.9:10911"
     )
     assert state.apply_event(event)
     replica = state.groups[NAME].replicas[1]
     assert (replica.broker_address, replica.register_check_code) == (
-        "10.0.0.9:10911",
+        "127.0.0.9:10911",
         check_code(1),
     )
     unknown = UpdateBrokerAddressEvent(

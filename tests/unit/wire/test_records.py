@@ -41,7 +41,7 @@ _prop_text = st.text(
 )
 properties = st.dictionaries(_prop_text, _prop_text, max_size=5)
 hosts = st.sampled_from(
-    [pack_host("127.0.0.1", 10911), pack_host("::1", 7), pack_host("10.0.0.1", 0)]
+    [pack_host("127.0.0.1", 10911), pack_host("::1", 7), pack_host("127.0.0.2", 0)]
 )
 topics = st.text("abcXYZ019_-%|", min_size=1, max_size=300)
 i32 = st.integers(-(2**31), 2**31 - 1)
