@@ -75,6 +75,7 @@ from ferrymq.connect.plugin import (
     TaskContext,
 )
 from ferrymq.connect.records import OffsetEntry
+from ferrymq.connectors.selection import list_value, topic_selection_errors
 from ferrymq.errors import FerryError
 from ferrymq.model import validate_topic
 
@@ -142,10 +143,6 @@ class FileConnectorError(FerryError):
 
 
 # ------------------------------------------------------------------------ config checks
-
-
-def _list(config: Mapping[str, str], key: str) -> list[str]:
-    return [part.strip() for part in (config.get(key) or "").split(",") if part.strip()]
 
 
 def _split_top(text: str) -> list[str]:
@@ -263,25 +260,11 @@ def _source_errors(config: Mapping[str, str]) -> dict[str, list[str]]:
 
 
 def _sink_errors(config: Mapping[str, str]) -> dict[str, list[str]]:
-    errors: dict[str, list[str]] = {}
+    errors = topic_selection_errors(config)
 
     def add(key: str, message: str) -> None:
         errors.setdefault(key, []).append(message)
 
-    topics = _list(config, "topics")
-    pattern = (config.get("topics.regex") or "").strip()
-    if bool(topics) == bool(pattern):
-        add("topics", "give exactly one of topics and topics.regex")
-    for topic in topics:
-        try:
-            validate_topic(topic)
-        except ValueError as exc:
-            add("topics", str(exc))
-    if pattern:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            add("topics.regex", f"not a regular expression: {exc}")
     for problem in _path_errors(config):
         add("file.path", problem)
     form = config.get("file.format") or "json"
@@ -777,7 +760,7 @@ class FileSink(ConnectorPlugin):
         if config.get("topics.regex"):
             reader = reader.option("subscribePattern", config["topics.regex"])
         else:
-            reader = reader.option("subscribe", ",".join(_list(config, "topics")))
+            reader = reader.option("subscribe", ",".join(list_value(config, "topics")))
         if config.get("maxOffsetsPerTrigger"):
             reader = reader.option("maxOffsetsPerTrigger", config["maxOffsetsPerTrigger"])
         rows = reader.load()

@@ -64,7 +64,6 @@ import gc
 import json
 import logging
 import os
-import re
 import signal
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -100,6 +99,7 @@ from ferrymq.connectors.postgres import (
     table_name,
 )
 from ferrymq.connectors.postgres_columns import Column, parse_fields, row_reader
+from ferrymq.connectors.selection import list_value, topic_selection_errors
 from ferrymq.model import validate_topic
 from ferrymq.spark.plan import QueueKey, group_code, partition_queue, stable_partition
 
@@ -201,43 +201,25 @@ def _bool(config: Mapping[str, str], key: str, default: bool) -> bool:
     return (config.get(key) or str(default)).strip().lower() == "true"
 
 
-def _list(config: Mapping[str, str], key: str) -> list[str]:
-    return [part.strip() for part in (config.get(key) or "").split(",") if part.strip()]
-
-
 def _config_errors(config: Mapping[str, str]) -> dict[str, list[str]]:
-    errors: dict[str, list[str]] = {}
+    errors = topic_selection_errors(config)
 
     def add(key: str, message: str) -> None:
         errors.setdefault(key, []).append(message)
 
-    topics = _list(config, "topics")
-    pattern = (config.get("topics.regex") or "").strip()
-    if bool(topics) == bool(pattern):
-        add("topics", "give exactly one of topics and topics.regex")
-    for topic in topics:
-        try:
-            validate_topic(topic)
-        except ValueError as exc:
-            add("topics", str(exc))
-    if pattern:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            add("topics.regex", f"not a regular expression: {exc}")
     try:
         parse_target(config)
     except ValueError as exc:
         add("connection.url", str(exc))
     form = config.get("table.name.format") or "${topic}"
-    for topic in topics or ["topic"]:
+    for topic in list_value(config, "topics") or ["topic"]:
         try:
             table_name(form.replace("${topic}", topic))
         except ValueError as exc:
             add("table.name.format", str(exc))
     upsert = (config.get("insert.mode") or "insert") == "upsert"
     by_value = (config.get("pk.mode") or "none") == "record_value"
-    keys = _list(config, "pk.fields")
+    keys = list_value(config, "pk.fields")
     if upsert and not by_value:
         add("pk.mode", "insert.mode=upsert needs pk.mode=record_value and pk.fields")
     if by_value and not keys:
@@ -267,7 +249,7 @@ def sink_spec(config: Mapping[str, str], context: TaskContext) -> SinkSpec:
     if errors:
         details = "; ".join(f"{key}: {' '.join(found)}" for key, found in sorted(errors.items()))
         raise PostgresConnectorError(f"invalid PostgresSink config: {details}")
-    keys = tuple(_list(config, "pk.fields"))
+    keys = tuple(list_value(config, "pk.fields"))
     dead = (config.get("errors.deadletterqueue.topic.name") or "").strip() or None
     return SinkSpec(
         connector=context.connector,
@@ -1132,7 +1114,7 @@ class PostgresSink(ConnectorPlugin):
         elif config.get("topics.regex"):
             reader = reader.option("subscribePattern", config["topics.regex"])
         else:
-            reader = reader.option("subscribe", ",".join(_list(config, "topics")))
+            reader = reader.option("subscribe", ",".join(list_value(config, "topics")))
         if config.get("maxOffsetsPerTrigger"):
             reader = reader.option("maxOffsetsPerTrigger", config["maxOffsetsPerTrigger"])
         rows = reader.load().select("topic", "partition", "offset", "key", "value")
@@ -1221,6 +1203,6 @@ def _queues(servers: str, config: Mapping[str, str]) -> dict[str, list[QueueKey]
     if config.get("topics.regex"):
         options["subscribePattern"] = config["topics.regex"]
     else:
-        options["subscribe"] = ",".join(_list(config, "topics"))
+        options["subscribe"] = ",".join(list_value(config, "topics"))
     bounds = FerryQueues().bounds(parse_read_options(options, streaming=True), None)
     return {topic: sorted(queues) for topic, queues in bounds.items()}
