@@ -164,13 +164,16 @@ class RequestCode(IntEnum):
     # ferrymq's own: one Raft message between controller nodes (wire.raft). RocketMQ uses no code
     # in 1019-1999 (its controller range ends at 1018, the next range starts at 2001).
     RAFT_MESSAGE = 1900
-    POP_MESSAGE = 3442
-    ACK_MESSAGE = 3443
-    PEEK_MESSAGE = 3444
-    CHANGE_MESSAGE_INVISIBLETIME = 3445
-    NOTIFICATION = 3446
-    POLLING_INFO = 3447
-    BATCH_ACK_MESSAGE = 3543
+    # RocketMQ 5's POP codes (RequestCode.java). 3442-3447 were the values of upstream commit
+    # 327abe5d6e, reverted the next day (#8874); JSON-header clients send these.
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    POP_ROLLBACK = 200056
+    BATCH_ACK_MESSAGE = 200151
     # ferrymq's own (RocketMQ's RequestCode.java uses no value in 9000-9999): the exactly-once
     # Spark sink's prepare / decide / commit, a new owner's fence, and a read-only query of a
     # fence id's state (wire/sink.py, broker/sink.py)
