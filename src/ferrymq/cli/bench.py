@@ -9,7 +9,9 @@
   body).
 
 Prints throughput and latency p50/p99/p999 with a progress bar; `--json` prints one JSON summary
-line last. Loops are bounded by count and time.
+line last. Loops are bounded by count and time. A send error that every later send would repeat
+(no route for the topic, an invalid topic or message) stops the run at once: its message is
+printed and the exit status is 1 (other errors are counted and the load goes on).
 """
 
 from __future__ import annotations
@@ -31,10 +33,18 @@ from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
 from ferrymq.client.push import ConsumeFrom, PushConsumer
+from ferrymq.errors import (
+    InvalidMessageError,
+    InvalidNameError,
+    MessageTooLargeError,
+    TopicNotFoundError,
+)
 
 __all__ = ["bench_consume", "bench_e2e", "bench_produce"]
 
 _STAMP: Final = struct.Struct(">d")
+_FATAL: Final = (TopicNotFoundError, InvalidNameError, InvalidMessageError, MessageTooLargeError)
+"""Send errors every later send would repeat: the run stops at the first."""
 
 
 @dataclass
@@ -43,6 +53,8 @@ class _Stats:
     errors: int = 0
     bytes: int = 0
     latencies: list[float] = field(default_factory=list)
+    fatal: Exception | None = None
+    """The first error that stopped the run (one of `_FATAL`)."""
     started: float = field(default_factory=time.perf_counter)
     cpu_started: float = field(default_factory=time.process_time)
 
@@ -72,6 +84,12 @@ class _Stats:
             if elapsed
             else 0,
         }
+
+
+def _stop_if_fatal(stats: _Stats) -> None:
+    """Exit 1 with the error that stopped the run, in one line."""
+    if stats.fatal is not None:
+        raise click.ClickException(f"stopped at the first send error: {stats.fatal}")
 
 
 def _report(summary: dict[str, object], as_json: bool) -> None:
@@ -144,19 +162,26 @@ async def _produce(
             stats.latencies.append(time.perf_counter() - started)
             stats.count += 1
             stats.bytes += size
+        except _FATAL as exc:
+            stats.errors += 1
+            if stats.fatal is None:
+                stats.fatal = exc
         except Exception:  # noqa: BLE001 - a load generator counts failures and goes on
             stats.errors += 1
         finally:
             slots.release()
 
     sent = 0
-    while sent < limit and time.perf_counter() < deadline:
+    while sent < limit and time.perf_counter() < deadline and stats.fatal is None:
         if interval:
             delay = next_send - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             next_send += interval
         await slots.acquire()
+        if stats.fatal is not None:
+            slots.release()
+            break
         task = asyncio.get_running_loop().create_task(one())
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -198,6 +223,7 @@ def bench_produce(
 
     asyncio.run(main())
     _report(stats.summary(f"produce window {window}", size), as_json)
+    _stop_if_fatal(stats)
 
 
 @click.command("consume")
@@ -282,3 +308,4 @@ def bench_e2e(
     summary = consumed.summary(f"e2e window {window}", size)
     summary["produced"] = produced.count
     _report(summary, as_json)
+    _stop_if_fatal(produced)
