@@ -55,6 +55,11 @@ class _Stats:
     latencies: list[float] = field(default_factory=list)
     fatal: Exception | None = None
     """The first error that stopped the run (one of `_FATAL`)."""
+
+    def is_stopped(self) -> bool:
+        """Whether an error stopped the run."""
+        return self.fatal is not None
+
     started: float = field(default_factory=time.perf_counter)
     cpu_started: float = field(default_factory=time.process_time)
 
@@ -172,14 +177,14 @@ async def _produce(
             slots.release()
 
     sent = 0
-    while sent < limit and time.perf_counter() < deadline and stats.fatal is None:
+    while sent < limit and time.perf_counter() < deadline and not stats.is_stopped():
         if interval:
             delay = next_send - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             next_send += interval
         await slots.acquire()
-        if stats.fatal is not None:
+        if stats.is_stopped():  # a send that finished while this waited for a slot
             slots.release()
             break
         task = asyncio.get_running_loop().create_task(one())
