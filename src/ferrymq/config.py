@@ -6,6 +6,11 @@ milliseconds; the server converts them to seconds where it uses them). `build_co
 string values into field types and names the key of any value it cannot convert; keys the
 dataclass does not have are returned so the server can log them once as ignored (a RocketMQ
 `broker.conf` must start).
+
+Security keys fail closed (issue 23): a RocketMQ security key (`SECURITY_KEYS`) that the config
+class does not have, set to a value that would turn security on, is a `ConfigError` naming the key,
+never an ignored key. A key moves from refused to honoured by becoming a field of the server's
+config class.
 """
 
 from __future__ import annotations
@@ -17,15 +22,82 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from ferrymq.errors import FerryError
 
-__all__ = ["ConfigError", "build_config", "config_keys", "parse_properties", "rocketmq_key"]
+__all__ = [
+    "SECURITY_KEYS",
+    "ConfigError",
+    "build_config",
+    "config_keys",
+    "parse_properties",
+    "rocketmq_key",
+]
 
 C = TypeVar("C")
 
 _SPECIAL_KEYS = {"broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2"}
+
+
+def _is_true(value: str) -> bool:
+    return value.strip().lower() == "true"
+
+
+def _is_set(value: str) -> bool:
+    return value.strip() != ""
+
+
+def _is_not(off: str) -> typing.Callable[[str], bool]:
+    return lambda value: value.strip().lower() not in ("", off)
+
+
+SECURITY_KEYS: Final[Mapping[str, typing.Callable[[str], bool]]] = types.MappingProxyType(
+    {
+        # ACL 1.0 (BrokerConfig.aclEnable), RocketMQ Connect's worker key of the same name
+        "aclEnable": _is_true,
+        # ACL 2.0 (auth/config/AuthConfig.java), on broker, NameServer, controller and proxy
+        "authenticationEnabled": _is_true,
+        "authorizationEnabled": _is_true,
+        "migrateAuthFromV1Enabled": _is_true,
+        "authConfigPath": _is_set,
+        "authenticationProvider": _is_set,
+        "authenticationMetadataProvider": _is_set,
+        "authenticationStrategy": _is_set,
+        "authenticationWhitelist": _is_set,
+        "initAuthenticationUser": _is_set,
+        "innerClientAuthenticationCredentials": _is_set,
+        "authorizationProvider": _is_set,
+        "authorizationMetadataProvider": _is_set,
+        "authorizationStrategy": _is_set,
+        "authorizationWhitelist": _is_set,
+        # proxy (ProxyConfig.java): internal calls signed, TLS
+        "enableAclRpcHookForClusterMode": _is_true,
+        "enableAclRpcHookForClusterInternal": _is_true,
+        "tlsTestModeEnable": _is_true,
+        "tlsKeyPath": _is_set,
+        "tlsCertPath": _is_set,
+        # TLS (remoting/netty/TlsSystemConfig.java, NettyClientConfig.useTLS)
+        "tlsEnable": _is_true,
+        "useTLS": _is_true,
+        "tls.enable": _is_true,
+        "tls.test.mode.enable": _is_true,
+        "tls.server.mode": _is_not("disabled"),
+        "tls.config.file": _is_set,
+        "tls.server.need.client.auth": _is_not("none"),
+        "tls.server.keyPath": _is_set,
+        "tls.server.keyPassword": _is_set,
+        "tls.server.certPath": _is_set,
+        "tls.server.authClient": _is_true,
+        "tls.server.trustCertPath": _is_set,
+        "tls.client.keyPath": _is_set,
+        "tls.client.keyPassword": _is_set,
+        "tls.client.certPath": _is_set,
+        "tls.client.authServer": _is_true,
+        "tls.client.trustCertPath": _is_set,
+    }
+)
+"""RocketMQ's security keys -> whether a value turns that security on."""
 
 
 class ConfigError(FerryError, ValueError):
@@ -119,7 +191,8 @@ def build_config(
     Returns the config and the keys it ignored.
 
     Raises:
-        ConfigError: a value does not convert; the message names the key.
+        ConfigError: a value does not convert, or a security key this config does not honour
+            would turn security on; the message names the key.
     """
     fields = config_keys(config_type)
     hints = typing.get_type_hints(config_type)
@@ -128,6 +201,13 @@ def build_config(
     for key, value in values.items():
         found = fields.get(key)
         if found is None:
+            turns_on = SECURITY_KEYS.get(key)
+            if turns_on is not None and turns_on(value):
+                raise ConfigError(
+                    key,
+                    f"{value!r} turns on security that ferrymq does not implement here yet; "
+                    "refusing to start rather than serve without it",
+                )
             ignored.append(key)
             continue
         kwargs[found.name] = _convert(key, value, hints[found.name])

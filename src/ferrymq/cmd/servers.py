@@ -14,6 +14,7 @@ with one line naming the key, and exit status 2.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,7 @@ from ferrymq.cmd.controller import (
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.errors import FerryError, StoreLockedError
-from ferrymq.model import parse_address
+from ferrymq.model import format_address, parse_address
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 
 __all__ = ["broker_command", "namesrv_command", "run_until_signal"]
@@ -51,6 +52,12 @@ log = logging.getLogger("ferrymq")
     default=30.0,
     show_default=True,
     help="Seconds without a registration before a broker leaves the routes.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A RocketMQ namesrv.properties (key=value); flags win.",
 )
 @click.option("--enable-controller", is_flag=True, help="Also run a controller node on this port.")
 @click.option("--controller-id", help="This controller node's id (a key of --controller-peers).")
@@ -75,6 +82,7 @@ log = logging.getLogger("ferrymq")
 def namesrv_command(
     listen: str | None,
     broker_timeout: float,
+    config_file: Path | None,
     enable_controller: bool,
     controller_id: str | None,
     controller_peers: str | None,
@@ -86,6 +94,7 @@ def namesrv_command(
 ) -> None:
     """Run a NameServer (with --enable-controller, also a controller node on the same port)."""
     setup_logging(log_level)
+    file_config = _namesrv_file_config(config_file)
     make_parts: Callable[[], ControllerParts] | None = None
     if enable_controller:
         if not (controller_id and controller_peers and controller_dir):
@@ -103,12 +112,14 @@ def namesrv_command(
         def make_parts() -> ControllerParts:
             return ControllerParts(node_id, peers, data_dir, policy)
 
-    listen = listen or "127.0.0.1:9876"
+    listen = listen or format_address(file_config.listen_host, file_config.listen_port)
     try:
         host, port = parse_address(listen)
     except ValueError as exc:
         fail(f"--listen: {exc}")
-    config = NamesrvConfig(listen_host=host, listen_port=port, broker_timeout=broker_timeout)
+    config = dataclasses.replace(
+        file_config, listen_host=host, listen_port=port, broker_timeout=broker_timeout
+    )
 
     async def main(stop: asyncio.Event) -> None:
         namesrv = NameServer(config)
@@ -133,6 +144,22 @@ def namesrv_command(
         fail(f"cannot listen on {listen}: {exc.strerror or exc}")
     except FerryError as exc:
         fail(str(exc))
+
+
+def _namesrv_file_config(config_file: Path | None) -> NamesrvConfig:
+    """The NameServer config of `--config` (defaults without one); exits on a bad file."""
+    if config_file is None:
+        return NamesrvConfig()
+    try:
+        values = parse_properties(config_file.read_text(), str(config_file))
+        config, ignored = build_config(NamesrvConfig, values)
+    except OSError as exc:
+        fail(f"--config {config_file}: {exc.strerror or exc}")
+    except (ConfigError, UnicodeDecodeError) as exc:
+        fail(str(exc))
+    for key in ignored:
+        log.warning("config key %s is not used by the ferrymq NameServer; ignored", key)
+    return config
 
 
 def _key_options(command: Callable[..., Any]) -> Callable[..., Any]:
