@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 import time
 from dataclasses import dataclass
 from types import TracebackType
@@ -18,6 +19,7 @@ from typing import Final, Self
 from ferrymq.errors import ConnectError
 from ferrymq.model import parse_address
 from ferrymq.rpc.connection import DEFAULT_MAX_IN_FLIGHT, Connection, RequestHandler
+from ferrymq.security.tls import ClientTls, process_client_tls
 from ferrymq.wire.frame import DEFAULT_MAX_FRAME_BYTES, RemotingCommand
 
 __all__ = ["RpcClient"]
@@ -46,13 +48,16 @@ class RpcClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         local_host: str | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         """Create a client; `local_host` binds every outgoing connection to that source address.
 
         A server that talks to its peers (a controller node, a broker on 127.0.0.i) binds to its
         own listen address, so a peer sees who it is and network rules can single it out.
+        `tls` None: the process's TLS (`ferrymq.security.tls.install`).
         """
         self._on_request = on_request
+        self._ssl = (tls if tls is not None else process_client_tls()).context
         self._local_addr = (local_host, 0) if local_host else None
         self._connect_timeout = connect_timeout
         self._max_frame_bytes = max_frame_bytes
@@ -111,13 +116,26 @@ class RpcClient:
                     host,
                     port,
                     local_addr=self._local_addr,
+                    ssl=self._ssl,
+                    server_hostname=host if self._ssl is not None else None,
                 )
         except TimeoutError:
             raise ConnectError(
                 address, f"no connection within {self._connect_timeout:g} s"
             ) from None
+        except ssl.SSLCertVerificationError as exc:
+            raise ConnectError(
+                address,
+                f"TLS: the server's certificate is not trusted ({exc.verify_message}); "
+                "is tls.client.trustCertPath / --tls-ca the CA that signed it?",
+            ) from None
+        except ssl.SSLError as exc:
+            raise ConnectError(address, f"TLS handshake failed: {exc.reason or exc}") from None
         except OSError as exc:
-            raise ConnectError(address, exc.strerror or str(exc)) from None
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            if self._ssl is not None and not isinstance(exc, ConnectionRefusedError):
+                reason = f"TLS handshake failed: {reason} (is the server's port TLS?)"
+            raise ConnectError(address, reason) from None
         conn.peer = address
         return conn
 

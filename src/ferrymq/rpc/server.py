@@ -25,6 +25,8 @@ from ferrymq.rpc.connection import (
     LaterResponse,
     RequestHandler,
 )
+from ferrymq.security.tls import ServerTls, process_server_tls
+from ferrymq.security.tlsserve import Listener, listen
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import DEFAULT_MAX_FRAME_BYTES, RemotingCommand
 
@@ -112,15 +114,18 @@ class RpcServer:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         on_close: Callable[[Connection], None] | None = None,
         busy_poll: BusyPoll | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
+        """Serve `router`; `tls` None: the process's TLS (`ferrymq.security.tls.install`)."""
         self._router = router
+        self._tls = tls if tls is not None else process_server_tls()
         self._on_close = on_close
         self._busy_poll = busy_poll
         self._host = host
         self._port = port
         self._max_frame_bytes = max_frame_bytes
         self._max_in_flight = max_in_flight
-        self._server: asyncio.Server | None = None
+        self._server: Listener | None = None
         self.connections: set[Connection] = set()
 
     def _protocol(self) -> Connection:
@@ -141,23 +146,21 @@ class RpcServer:
 
     async def start(self) -> None:
         """Listen; with port 0 the kernel picks a free port (read it from `address`)."""
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._protocol, self._host, self._port, reuse_address=True
-        )
+        name = getattr(self._router, "server_name", "server")
+        self._server = await listen(self._protocol, self._host, self._port, self._tls, name=name)
 
     @property
     def address(self) -> str:
         """`host:port` the server listens on."""
         assert self._server is not None, "server not started"
-        host, port = self._server.sockets[0].getsockname()[:2]
+        host, port = self._server.sockname
         return format_address(host, port)
 
     @property
     def port(self) -> int:
         """The port the server listens on."""
         assert self._server is not None, "server not started"
-        return int(self._server.sockets[0].getsockname()[1])
+        return self._server.sockname[1]
 
     async def close(self) -> None:
         """Stop listening, close every connection and cancel the requests in progress."""
