@@ -40,7 +40,14 @@ from ferrymq.cmd.local import Child
 from ferrymq.cmd.measure import Row
 from ferrymq.cmd.process import run_until_signal, setup_logging
 from ferrymq.cmd.servers import broker_command, namesrv_command
-from ferrymq.cmd.up import ReadyInfo, UpConfig, run_up
+from ferrymq.cmd.up import (
+    DEFAULT_SEGMENT_BYTES,
+    DiskFullError,
+    ReadyInfo,
+    UpConfig,
+    finish_data_dir,
+    run_up,
+)
 from ferrymq.errors import FerryError
 from ferrymq.testbugs import BUGS
 
@@ -91,7 +98,15 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Where the servers keep stores and logs; reuse it to restart with the same data "
-    "(default: a new temporary directory).",
+    "(default: a new temporary directory, removed at exit unless a server failed).",
+)
+@click.option(
+    "--mapped-file-size-commit-log",
+    "segment_bytes",
+    type=click.IntRange(min=1024 * 1024),
+    default=DEFAULT_SEGMENT_BYTES,
+    show_default=True,
+    help="Every broker's commit-log segment size in bytes (RocketMQ's 1 GiB: 1073741824).",
 )
 @click.option(
     "--groups",
@@ -157,10 +172,12 @@ def up_command(
     flush_disk_type: str,
     connect_workers: int,
     ready_file: Path | None,
+    segment_bytes: int,
 ) -> None:
     """Run a local cluster (controllers, NameServer, brokers, Connect) until Ctrl-C or SIGTERM."""
     config = UpConfig(
         data_dir=data_dir or Path(tempfile.mkdtemp(prefix="ferrymq-up-")),
+        segment_bytes=segment_bytes,
         groups=groups,
         replicas=replicas,
         controllers=controllers,
@@ -211,10 +228,16 @@ def up_command(
         nonlocal status
         status = await run_up(config, stop, ready, died)
 
+    own = data_dir is None
     try:
         run_until_signal(main)
-    except RuntimeError as exc:
+    except DiskFullError as exc:
+        finish_data_dir(config.data_dir, own=own, ok=True, say=console.print)  # nothing in it
         raise click.ClickException(str(exc)) from None
+    except RuntimeError as exc:
+        finish_data_dir(config.data_dir, own=own, ok=False, say=console.print)
+        raise click.ClickException(str(exc)) from None
+    finish_data_dir(config.data_dir, own=own, ok=status == 0, say=console.print)
     sys.exit(status)
 
 

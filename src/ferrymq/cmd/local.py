@@ -110,6 +110,11 @@ async def spawn(
         if process.returncode is not None or time.monotonic() > deadline:
             await child.stop(1)
             tail = log_path.read_text(errors="replace")[-1500:]
+            if "No space left on device" in tail:  # one line: the disk, not a bug
+                raise RuntimeError(
+                    f"{name} did not start: no space left on device in {workdir} "
+                    f"(its log: {log_path})"
+                )
             raise RuntimeError(f"{name} did not start (see {log_path}):\n{tail}")
         await asyncio.sleep(0.05)
     child.info = json.loads(ready.read_text())

@@ -15,23 +15,48 @@ restart any child. `ferry up` writes the `--ready-file` JSON once everything ser
 every child it started, by PID, when told to. In controller mode a broker that dies is reported
 and the cluster goes on (its group elects a new master); in classic mode, or when a NameServer or
 controller dies, `ferry up` stops everything and exits 1.
+
+Brokers use laptop-sized commit-log segments (`DEFAULT_SEGMENT_BYTES`, 64 MiB, not RocketMQ's
+1 GiB: each broker preallocates one), and `run_up` first checks that the data directory's disk
+holds every broker's segment, saying so in one line when it does not. A data directory `ferry up`
+made itself (no `--data-dir`) is removed at exit, or kept with its path said when a server failed
+(`finish_data_dir`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Final, TypedDict
 
 from ferrymq.cmd.local import Child, spawn
 from ferrymq.cmd.measure import free_port
 from ferrymq.store.atomic import write_atomic
 
-__all__ = ["BrokerEntry", "ConnectEntry", "ProcessCluster", "ReadyInfo", "UpConfig", "run_up"]
+__all__ = [
+    "DEFAULT_SEGMENT_BYTES",
+    "BrokerEntry",
+    "ConnectEntry",
+    "DiskFullError",
+    "ProcessCluster",
+    "ReadyInfo",
+    "UpConfig",
+    "disk_shortage",
+    "finish_data_dir",
+    "run_up",
+]
+
+DEFAULT_SEGMENT_BYTES: Final = 64 * 1024 * 1024
+"""Commit-log segment size of `ferry up`'s brokers (`mappedFileSizeCommitLog`)."""
+BROKER_DEFAULT_SEGMENT_BYTES: Final = 1024 * 1024 * 1024
+"""`BrokerConfig`'s own default (RocketMQ's 1 GiB), when `UpConfig.segment_bytes` is None."""
+BROKER_HEADROOM_BYTES: Final = 64 * 1024 * 1024
+"""Room each broker needs besides its first segment (consume queues, index, metadata, logs)."""
 
 
 class BrokerEntry(TypedDict):
@@ -91,8 +116,12 @@ class UpConfig:
     ready_file: Path | None = None
     connect: int = 0
     """Connect workers (`ferry connect worker`, REST on free ports); `ferry up` asks for 2."""
+    segment_bytes: int | None = None
+    """Every broker's commit-log segment size (`mappedFileSizeCommitLog`); None: the broker's
+    default (1 GiB). `ferry up` gives `DEFAULT_SEGMENT_BYTES`."""
     broker_flags: tuple[str, ...] = ()
-    """Extra flags for every broker (e.g. `--mapped-file-size-commit-log N` in tests)."""
+    """Extra flags for every broker (e.g. `--mapped-file-size-commit-log N` in tests: these
+    come last, so they win over `segment_bytes`)."""
 
     @property
     def controller_mode(self) -> bool:
@@ -263,6 +292,11 @@ class ProcessCluster:
             str(config.data_dir / name),
             "--flush-disk-type",
             config.flush_disk_type,
+            *(
+                ()
+                if config.segment_bytes is None
+                else ("--mapped-file-size-commit-log", str(config.segment_bytes))
+            ),
             *config.broker_flags,
         ]
         if config.controller_mode:
@@ -338,6 +372,41 @@ class ProcessCluster:
             await child.stop()
 
 
+class DiskFullError(RuntimeError):
+    """The data directory's disk cannot hold the cluster: nothing was started."""
+
+
+def disk_shortage(free_bytes: int, config: UpConfig) -> str | None:
+    """Why the data directory's disk cannot hold the cluster's brokers, or None if it can."""
+    brokers = config.groups * config.replicas
+    segment = config.segment_bytes
+    if segment is None:
+        segment = BROKER_DEFAULT_SEGMENT_BYTES
+    need = brokers * (segment + BROKER_HEADROOM_BYTES)
+    if free_bytes >= need:
+        return None
+    mib = 1024 * 1024
+    return (
+        f"not enough disk space in {config.data_dir}: {free_bytes // mib} MiB free, "
+        f"{brokers} broker(s) need {need // mib} MiB ({segment // mib} MiB "
+        "commit-log segment each, plus room for queues and logs); free some space, "
+        "give --data-dir on another disk, or a smaller --mapped-file-size-commit-log"
+    )
+
+
+def finish_data_dir(data_dir: Path, *, own: bool, ok: bool, say: Callable[[str], None]) -> None:
+    """Remove the data directory `ferry up` made itself; keep it (and say where) after a failure.
+
+    A directory the user gave (`--data-dir`) is theirs and always stays.
+    """
+    if not own:
+        return
+    if ok:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    else:
+        say(f"the cluster's data and logs are kept in {data_dir}")
+
+
 async def _first_exit(children: list[Child]) -> Child:
     waits = {asyncio.ensure_future(child.process.wait()): child for child in children}
     try:
@@ -360,8 +429,14 @@ async def run_up(
     (`on_exit(child, fatal)` reports every death).
 
     Raises:
+        DiskFullError: the disk is too full to start (one line); nothing was started.
         RuntimeError: a server did not start; everything started before it is stopped.
     """
+    await asyncio.to_thread(config.data_dir.mkdir, parents=True, exist_ok=True)
+    usage = await asyncio.to_thread(shutil.disk_usage, config.data_dir)
+    shortage = disk_shortage(usage.free, config)
+    if shortage is not None:
+        raise DiskFullError(shortage)
     cluster = ProcessCluster(config)
     try:
         await cluster.start()
