@@ -1,0 +1,92 @@
+"""The gRPC server of the endpoint: grpcio's asyncio server on a port, TLS optional.
+
+Owns the listening side: the port (0 picks a free one; the bound port is read back), server
+limits (message size, metadata size, concurrent streams) and the TLS seam (a certificate chain
+and key in PEM; `ferrymq.security` helpers plug in here when present).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import grpc
+
+from ferrymq.proxy.service import MessagingService
+from ferrymq.proxy.stubs import load
+
+__all__ = ["GrpcEndpoint", "TlsFiles"]
+
+_MAX_MESSAGE: Final = 16 * 1024 * 1024
+_MAX_METADATA: Final = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """The server's certificate chain and private key (PEM files)."""
+
+    cert: Path
+    key: Path
+
+
+class GrpcEndpoint:
+    """MessagingService v2 on `host:port`, relaying to the cluster the NameServers name."""
+
+    def __init__(
+        self,
+        namesrv: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        advertised_host: str | None = None,
+        tls: TlsFiles | None = None,
+    ) -> None:
+        self.namesrv = namesrv
+        self.host = host
+        self.port = port
+        self.advertised_host = advertised_host or host
+        self.tls = tls
+        self.service: MessagingService | None = None
+        self._server: grpc.aio.Server | None = None
+
+    @property
+    def address(self) -> str:
+        """`host:port` clients dial (valid once started)."""
+        return f"{self.advertised_host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind (reading the port back when 0) and serve."""
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", _MAX_MESSAGE),
+                ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ("grpc.max_metadata_size", _MAX_METADATA),
+                ("grpc.max_concurrent_streams", 1000),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        bind = f"{self.host}:{self.port}"
+        if self.tls is not None:
+            credentials = grpc.ssl_server_credentials(
+                [(self.tls.key.read_bytes(), self.tls.cert.read_bytes())]
+            )
+            port = server.add_secure_port(bind, credentials)
+        else:
+            port = server.add_insecure_port(bind)
+        if port == 0:
+            raise OSError(f"gRPC endpoint could not bind {bind}")
+        self.port = port
+        self.service = MessagingService(load(), self.namesrv, (self.advertised_host, port))
+        server.add_generic_rpc_handlers((self.service.generic_handler(),))
+        await server.start()
+        self._server = server
+
+    async def close(self, grace: float = 1.0) -> None:
+        """Stop serving (in-flight calls get `grace` seconds), then close cluster connections."""
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        if self.service is not None:
+            await self.service.close()
+            self.service = None

@@ -1,0 +1,500 @@
+"""The MessagingService v2 handlers: each RPC relayed to the cluster through ferrymq's SDK.
+
+Owns the per-RPC behaviour of the endpoint and the only state it keeps, which is soft: the
+Telemetry sessions of connected clients (to answer their settings and to relay transaction
+checks to a producer of the topic) and one transaction relay per topic (a `TransactionProducer`
+that heartbeats as that topic's producer group, so the brokers send it their checks). Routes come
+from the NameServers and follow failovers as the SDK does; every route names this endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import grpc
+
+from ferrymq.client.message import Message
+from ferrymq.client.producer import Producer
+from ferrymq.client.transaction import TransactionProducer, TransactionState
+from ferrymq.errors import FerryError, InvalidMessageError
+from ferrymq.model import MessageQueue, validate_topic
+from ferrymq.proxy.convert import (
+    MAX_BODY,
+    TxHandle,
+    error_code,
+    fifo_queue,
+    fill_message,
+    message_properties,
+)
+from ferrymq.proxy.stubs import SERVICE, V2
+from ferrymq.rpc.client import RpcClient
+from ferrymq.wire import properties as props
+from ferrymq.wire.broker import EndTransactionRequestHeader
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import to_ext_fields
+from ferrymq.wire.msgid import decode_offset_msg_id
+
+__all__ = ["MessagingService"]
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+_TX_GROUP_PREFIX: Final = "ferryproxy_tx_"
+"""Producer group of a topic's transaction relay (every endpoint uses the same name)."""
+_SESSION_QUEUE: Final = 256
+"""Commands waiting for one client's Telemetry stream; more are dropped (the broker asks again)."""
+
+
+@dataclass(slots=True)
+class Session:
+    """One client's Telemetry stream: what it said it is, and commands waiting for it."""
+
+    client_id: str
+    client_type: int = 0
+    topics: set[str] = field(default_factory=set)
+    group: str = ""
+    outbox: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(_SESSION_QUEUE))
+
+
+def _metadata(context: Context, key: str) -> str:
+    for item in context.invocation_metadata() or ():
+        if item[0] == key:
+            value = item[1]
+            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return ""
+
+
+class MessagingService:
+    """The handlers, one per RPC, and the generic handler grpcio serves them through."""
+
+    def __init__(self, v2: V2, namesrv: str, advertised: tuple[str, int]) -> None:
+        self.v2 = v2
+        self.namesrv = namesrv
+        self.advertised = advertised
+        self.rpc = RpcClient()
+        self.producer = Producer(namesrv, "ferryproxy", rpc=self.rpc)
+        self.sessions: dict[str, Session] = {}
+        self.relays: dict[str, TransactionProducer] = {}
+        self._relay_lock = asyncio.Lock()
+
+    async def close(self) -> None:
+        """Stop the transaction relays and close every connection to the cluster."""
+        for relay in list(self.relays.values()):
+            with contextlib.suppress(FerryError):
+                await relay.close()
+        self.relays.clear()
+        await self.producer.close()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        """Every served RPC, with its request and response classes."""
+        v2 = self.v2
+
+        def unary(name: str, fn: Any) -> Any:
+            method = v2.service.methods_by_name[name]
+            request = getattr(v2, method.input_type.name)
+            response = getattr(v2, method.output_type.name)
+            return grpc.unary_unary_rpc_method_handler(
+                fn,
+                request_deserializer=request.FromString,
+                response_serializer=response.SerializeToString,
+            )
+
+        def stream(name: str, fn: Any) -> Any:
+            method = v2.service.methods_by_name[name]
+            request = getattr(v2, method.input_type.name)
+            response = getattr(v2, method.output_type.name)
+            return grpc.unary_stream_rpc_method_handler(
+                fn,
+                request_deserializer=request.FromString,
+                response_serializer=response.SerializeToString,
+            )
+
+        handlers = {
+            "QueryRoute": unary("QueryRoute", self.query_route),
+            "Heartbeat": unary("Heartbeat", self.heartbeat),
+            "SendMessage": unary("SendMessage", self.send_message),
+            "QueryAssignment": unary("QueryAssignment", self.query_assignment),
+            "EndTransaction": unary("EndTransaction", self.end_transaction),
+            "NotifyClientTermination": unary(
+                "NotifyClientTermination", self.notify_client_termination
+            ),
+            "ReceiveMessage": stream("ReceiveMessage", self.receive_message),
+            "Telemetry": grpc.stream_stream_rpc_method_handler(
+                self.telemetry,
+                request_deserializer=v2.TelemetryCommand.FromString,
+                response_serializer=v2.TelemetryCommand.SerializeToString,
+            ),
+        }
+        for name in (
+            "AckMessage",
+            "ChangeInvisibleDuration",
+            "ForwardMessageToDeadLetterQueue",
+            "UpdateOffset",
+            "GetOffset",
+            "QueryOffset",
+            "RecallMessage",
+            "SyncLiteSubscription",
+        ):
+            handlers[name] = unary(name, self._not_implemented(name))
+        handlers["PullMessage"] = stream("PullMessage", self._not_implemented_stream("PullMessage"))
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    def _status(self, out: Any, code: str, message: str = "") -> None:
+        out.status.code = self.v2.code(code)
+        out.status.message = message
+
+    def _failed(self, response_class: Any, exc: BaseException) -> Any:
+        response = response_class()
+        self._status(response, error_code(exc), str(exc))
+        return response
+
+    def _not_implemented(self, name: str) -> Any:
+        method = self.v2.service.methods_by_name[name]
+        response_class = getattr(self.v2, method.output_type.name)
+
+        async def handler(request: Any, context: Context) -> Any:
+            response = response_class()
+            self._status(response, "NOT_IMPLEMENTED", f"{name} is not served by this endpoint yet")
+            return response
+
+        return handler
+
+    def _not_implemented_stream(self, name: str) -> Any:
+        method = self.v2.service.methods_by_name[name]
+        response_class = getattr(self.v2, method.output_type.name)
+
+        async def handler(request: Any, context: Context) -> AsyncIterator[Any]:
+            response = response_class()
+            self._status(response, "NOT_IMPLEMENTED", f"{name} is not served by this endpoint yet")
+            yield response
+
+        return handler
+
+    def _endpoints(self, out: Any) -> None:
+        out.scheme = self.v2.enum("AddressScheme", "IPv4")
+        address = out.addresses.add()
+        address.host, address.port = self.advertised
+
+    # ------------------------------------------------------------------ routes and liveness
+
+    async def query_route(self, request: Any, context: Context) -> Any:
+        """The topic's queues as the NameServers list them, every one served here."""
+        response = self.v2.QueryRouteResponse()
+        try:
+            topic = validate_topic(request.topic.name)
+            route = await self.producer.routes.get(topic)
+        except (FerryError, ValueError) as exc:
+            return self._failed(self.v2.QueryRouteResponse, exc)
+        writable = {(q.broker_name, q.queue_id) for q in route.write_queues}
+        readable = {(q.broker_name, q.queue_id) for q in route.read_queues}
+        types = [self.v2.enum("MessageType", n) for n in ("NORMAL", "FIFO", "DELAY", "TRANSACTION")]
+        for broker_name, queue_id in sorted(writable | readable):
+            queue = response.message_queues.add()
+            queue.topic.name = topic
+            queue.topic.resource_namespace = request.topic.resource_namespace
+            queue.id = queue_id
+            both = (broker_name, queue_id) in writable and (broker_name, queue_id) in readable
+            perm = (
+                "READ_WRITE" if both else "WRITE" if (broker_name, queue_id) in writable else "READ"
+            )
+            queue.permission = self.v2.enum("Permission", perm)
+            queue.broker.name = broker_name
+            queue.broker.id = 0
+            self._endpoints(queue.broker.endpoints)
+            queue.accept_message_types.extend(types)
+        self._status(response, "OK")
+        return response
+
+    async def heartbeat(self, request: Any, context: Context) -> Any:
+        """Liveness only: the endpoint keeps no per-client state beyond Telemetry."""
+        response = self.v2.HeartbeatResponse()
+        self._status(response, "OK")
+        return response
+
+    async def notify_client_termination(self, request: Any, context: Context) -> Any:
+        """Forget the client's Telemetry session."""
+        client_id = _metadata(context, "x-mq-client-id")
+        self.sessions.pop(client_id, None)
+        response = self.v2.NotifyClientTerminationResponse()
+        self._status(response, "OK")
+        return response
+
+    async def query_assignment(self, request: Any, context: Context) -> Any:
+        """One assignment per broker group holding readable queues of the topic."""
+        response = self.v2.QueryAssignmentResponse()
+        try:
+            topic = validate_topic(request.topic.name)
+            route = await self.producer.routes.get(topic)
+        except (FerryError, ValueError) as exc:
+            return self._failed(self.v2.QueryAssignmentResponse, exc)
+        for broker_name in sorted({q.broker_name for q in route.read_queues}):
+            queue = response.assignments.add().message_queue
+            queue.topic.CopyFrom(request.topic)
+            queue.id = -1
+            queue.permission = self.v2.enum("Permission", "READ_WRITE")
+            queue.broker.name = broker_name
+            self._endpoints(queue.broker.endpoints)
+        self._status(response, "OK")
+        return response
+
+    # ------------------------------------------------------------------ telemetry
+
+    async def telemetry(self, requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
+        """The settings exchange, then commands (transaction checks) pushed to the client."""
+        client_id = _metadata(context, "x-mq-client-id")
+        session = Session(client_id)
+        if client_id:
+            self.sessions[client_id] = session
+        done = object()
+
+        async def read() -> None:
+            try:
+                async for command in requests:
+                    if command.HasField("settings"):
+                        await self._settings(session, command.settings)
+            except (asyncio.CancelledError, grpc.RpcError):
+                pass
+            finally:
+                with contextlib.suppress(asyncio.QueueFull):
+                    session.outbox.put_nowait(done)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while True:
+                item = await session.outbox.get()
+                if item is done:
+                    return
+                yield item
+        finally:
+            reader.cancel()
+            if self.sessions.get(client_id) is session:
+                del self.sessions[client_id]
+
+    async def _settings(self, session: Session, settings: Any) -> None:
+        session.client_type = int(settings.client_type)
+        answer = self.v2.TelemetryCommand()
+        answer.settings.CopyFrom(settings)
+        reply = answer.settings
+        reply.backoff_policy.max_attempts = 3
+        reply.backoff_policy.exponential_backoff.initial.FromMilliseconds(10)
+        reply.backoff_policy.exponential_backoff.max.FromMilliseconds(1000)
+        reply.backoff_policy.exponential_backoff.multiplier = 2.0
+        reply.metric.on = False
+        if settings.HasField("publishing"):
+            session.topics = {t.name for t in settings.publishing.topics}
+            reply.publishing.max_body_size = MAX_BODY
+            reply.publishing.validate_message_type = False
+        if settings.HasField("subscription"):
+            session.group = settings.subscription.group.name
+            session.topics = {e.topic.name for e in settings.subscription.subscriptions}
+            reply.subscription.receive_batch_size = 32
+            reply.subscription.long_polling_timeout.FromSeconds(20)
+        self._status(answer, "OK")
+        with contextlib.suppress(asyncio.QueueFull):
+            session.outbox.put_nowait(answer)
+        if session.client_type == self.v2.enum("ClientType", "PRODUCER"):
+            for topic in sorted(session.topics):
+                with contextlib.suppress(FerryError, ValueError):
+                    await self._relay(topic)
+
+    # ------------------------------------------------------------------ sending
+
+    async def send_message(self, request: Any, context: Context) -> Any:
+        """Store each message (normal, FIFO, delayed or a transactional half) and say where."""
+        response = self.v2.SendMessageResponse()
+        failed: BaseException | None = None
+        for message in request.messages:
+            entry = response.entries.add()
+            try:
+                await self._send_one(message, entry)
+            except (FerryError, ValueError) as exc:
+                failed = failed or exc
+                entry.status.code = self.v2.code(error_code(exc))
+                entry.status.message = str(exc)
+                entry.message_id = message.system_properties.message_id
+            else:
+                entry.status.code = self.v2.code("OK")
+        if failed is None:
+            self._status(response, "OK")
+        elif len(request.messages) == 1:
+            self._status(response, error_code(failed), str(failed))
+        else:
+            self._status(response, "MULTIPLE_RESULTS", str(failed))
+        if not request.messages:
+            self._status(response, "BAD_REQUEST", "no message")
+        return response
+
+    async def _send_one(self, message: Any, entry: Any) -> None:
+        topic = validate_topic(message.topic.name)
+        body = bytes(message.body)
+        if not body:
+            raise InvalidMessageError("message body is empty")
+        if len(body) > MAX_BODY:
+            raise InvalidMessageError(f"message body of {len(body)} bytes exceeds {MAX_BODY}")
+        kind = int(message.system_properties.message_type)
+        transactional = kind == self.v2.enum("MessageType", "TRANSACTION")
+        properties = message_properties(message, transactional=transactional)
+        if not properties.get(props.UNIQ_KEY):
+            properties[props.UNIQ_KEY] = self.producer.new_msg_id()
+        entry.message_id = properties[props.UNIQ_KEY]
+        if transactional:
+            relay = await self._relay(topic)
+
+            async def execute(_: Message) -> TransactionState:
+                return TransactionState.UNKNOWN  # the client's EndTransaction decides
+
+            tags = properties.pop(props.TAGS, None)
+            keys = properties.pop(props.KEYS, None)
+            sent = (
+                await relay.send_in_transaction(
+                    topic, body, execute, tags=tags, keys=keys, properties=properties
+                )
+            ).send_result
+            _, log_offset = decode_offset_msg_id(sent.offset_msg_id)
+            handle = TxHandle(sent.queue.broker_name, log_offset, sent.queue_offset, sent.msg_id)
+            entry.transaction_id = handle.encode()
+            entry.offset = sent.queue_offset
+            return
+        queue: MessageQueue | None = None
+        group = properties.get(props.SHARDING_KEY)
+        if group:
+            queues = await self.producer.queues(topic)
+            queue = fifo_queue(queues, group) if queues else None
+        deliver = properties.pop(props.TIMER_DELIVER_MS, None)
+        deliver_at = int(deliver) if deliver is not None else None
+        if deliver_at is not None and deliver_at <= time.time() * 1000:
+            deliver_at = None  # due already: a normal message
+        tags = properties.pop(props.TAGS, None)
+        keys = properties.pop(props.KEYS, None)
+        result = await self.producer.send(
+            topic,
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            queue=queue,
+            deliver_at_ms=deliver_at,
+        )
+        entry.offset = result.queue_offset
+
+    # ------------------------------------------------------------------ transactions
+
+    async def _relay(self, topic: str) -> TransactionProducer:
+        """The topic's transaction relay, started on first use."""
+        topic = validate_topic(topic)
+        relay = self.relays.get(topic)
+        if relay is not None:
+            return relay
+        async with self._relay_lock:
+            relay = self.relays.get(topic)
+            if relay is None:
+                relay = TransactionProducer(
+                    self.namesrv,
+                    (_TX_GROUP_PREFIX + topic)[:120],
+                    self._check,
+                )
+                await relay.start()
+                self.relays[topic] = relay
+        return relay
+
+    async def _check(self, message: Message) -> TransactionState:
+        """A broker asks about a half message: relay it to a producer of its topic, if any."""
+        sessions = [
+            s
+            for s in self.sessions.values()
+            if s.client_type == self.v2.enum("ClientType", "PRODUCER") and message.topic in s.topics
+        ]
+        if not sessions:
+            log.info(
+                "no producer of %s connected for the check of %s", message.topic, message.msg_id
+            )
+            return TransactionState.UNKNOWN
+        session = sessions[hash(message.msg_id) % len(sessions)]
+        command = self.v2.TelemetryCommand()
+        recover = command.recover_orphaned_transaction_command
+        handle = TxHandle(
+            message.broker_name, message.log_offset, message.queue_offset, message.msg_id
+        )
+        recover.transaction_id = handle.encode()
+        fill_message(
+            recover.message,
+            topic=message.topic,
+            body=message.body,
+            properties=message.properties,
+            queue_id=max(message.queue_id, 0),
+            queue_offset=max(message.queue_offset, 0),
+            born_ms=message.born_timestamp_ms,
+            store_ms=message.store_timestamp_ms,
+            attempt=1,
+            message_type=self.v2.enum("MessageType", "TRANSACTION"),
+        )
+        with contextlib.suppress(asyncio.QueueFull):
+            session.outbox.put_nowait(command)
+        return TransactionState.UNKNOWN  # the producer answers with EndTransaction
+
+    async def end_transaction(self, request: Any, context: Context) -> Any:
+        """Commit or roll back a half message (END_TRANSACTION to its group's master)."""
+        response = self.v2.EndTransactionResponse()
+        try:
+            handle = TxHandle.decode(request.transaction_id)
+        except ValueError as exc:
+            self._status(response, "INVALID_TRANSACTION_ID", str(exc))
+            return response
+        resolution = int(request.resolution)
+        if resolution == self.v2.enum("TransactionResolution", "COMMIT"):
+            state = TransactionState.COMMIT
+        elif resolution == self.v2.enum("TransactionResolution", "ROLLBACK"):
+            state = TransactionState.ROLLBACK
+        else:
+            self._status(response, "BAD_REQUEST", "resolution must be COMMIT or ROLLBACK")
+            return response
+        try:
+            topic = validate_topic(request.topic.name)
+            route = await self.producer.routes.get(topic)
+            address = route.master(handle.broker_name)
+            if address is None:
+                route = await self.producer.routes.get(topic, refresh=True)
+                address = route.master(handle.broker_name)
+            if address is None:
+                self._status(response, "HA_NOT_AVAILABLE", f"{handle.broker_name} has no master")
+                return response
+            header = EndTransactionRequestHeader(
+                producer_group=(_TX_GROUP_PREFIX + topic)[:120],
+                tran_state_table_offset=handle.queue_offset,
+                commit_log_offset=handle.log_offset,
+                commit_or_rollback=state.value,
+                from_transaction_check=int(request.source)
+                == self.v2.enum("TransactionSource", "SOURCE_SERVER_CHECK"),
+                msg_id=request.message_id or handle.msg_id,
+                transaction_id=handle.msg_id,
+            )
+            answer = await self.rpc.call(
+                address,
+                RemotingCommand(code=RequestCode.END_TRANSACTION, ext_fields=to_ext_fields(header)),
+                5.0,
+            )
+        except (FerryError, ValueError) as exc:
+            return self._failed(self.v2.EndTransactionResponse, exc)
+        if answer.code != ResponseCode.SUCCESS:
+            self._status(response, "INTERNAL_SERVER_ERROR", answer.remark or str(answer.code))
+            return response
+        self._status(response, "OK")
+        return response
+
+    # ------------------------------------------------------------------ consuming
+
+    async def receive_message(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        """Not served until the broker's POP is in (part 1 of issue 21)."""
+        response = self.v2.ReceiveMessageResponse()
+        self._status(response, "NOT_IMPLEMENTED", "ReceiveMessage needs the broker's POP")
+        yield response
