@@ -25,6 +25,7 @@ from typing import Any, Self
 import click
 
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
+from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.controller.config import ControllerConfig
 from ferrymq.controller.server import ControllerNode, ControllerNodeConfig, ControllerStateMachine
@@ -37,6 +38,7 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
+from ferrymq.security.tls import split_tls_keys
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
 
@@ -223,6 +225,7 @@ def policy_from(config_file: Path | None, keys: Mapping[str, str | None]) -> Con
             raise ConfigError(str(config_file), exc.strerror or str(exc)) from None
         except UnicodeDecodeError:
             raise ConfigError(str(config_file), "not UTF-8") from None
+    values = split_tls_keys(values)[1]  # the process's TLS: `install_tls`
     values.update({k.removeprefix("policy__"): v for k, v in keys.items() if v is not None})
     policy, ignored = build_config(ControllerConfig, values)
     for key in ignored:
@@ -260,6 +263,7 @@ def policy_from(config_file: Path | None, keys: Mapping[str, str | None]) -> Con
     help='Write {"addr", "id", "pid"} as JSON here once listening.',
 )
 @controller_policy_options
+@tls_server_options
 def controller_command(
     controller_id: str,
     peers: str,
@@ -281,6 +285,11 @@ def controller_command(
             parse_address(listen)
     except ValueError as exc:
         fail(str(exc))
+    try:
+        file_values = parse_properties(config_file.read_text()) if config_file else {}
+    except (OSError, UnicodeDecodeError, ConfigError) as exc:
+        fail(f"--config {config_file}: {exc}")
+    install_tls(file_values, keys)
     try:
         policy = policy_from(config_file, keys)
     except ConfigError as exc:

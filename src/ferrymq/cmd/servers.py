@@ -31,6 +31,7 @@ from ferrymq.cmd.controller import (
     policy_from,
 )
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
+from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.errors import FerryError, StoreLockedError
 from ferrymq.model import format_address, parse_address
@@ -79,6 +80,7 @@ log = logging.getLogger("ferrymq")
     help='Write {"addr", "pid"} as JSON here once serving.',
 )
 @controller_policy_options
+@tls_server_options
 def namesrv_command(
     listen: str | None,
     broker_timeout: float,
@@ -94,7 +96,7 @@ def namesrv_command(
 ) -> None:
     """Run a NameServer (with --enable-controller, also a controller node on the same port)."""
     setup_logging(log_level)
-    file_config = _namesrv_file_config(config_file)
+    file_config = _namesrv_file_config(config_file, keys)
     make_parts: Callable[[], ControllerParts] | None = None
     if enable_controller:
         if not (controller_id and controller_peers and controller_dir):
@@ -146,12 +148,17 @@ def namesrv_command(
         fail(str(exc))
 
 
-def _namesrv_file_config(config_file: Path | None) -> NamesrvConfig:
-    """The NameServer config of `--config` (defaults without one); exits on a bad file."""
+def _namesrv_file_config(config_file: Path | None, flags: dict[str, str | None]) -> NamesrvConfig:
+    """The NameServer config of `--config` (defaults without one); exits on a bad file.
+
+    Also installs the process's TLS (the file's `tls.*` keys and the `--tls*` flags).
+    """
     if config_file is None:
+        install_tls({}, flags)
         return NamesrvConfig()
     try:
         values = parse_properties(config_file.read_text(), str(config_file))
+        values = install_tls(values, flags)
         config, ignored = build_config(NamesrvConfig, values)
     except OSError as exc:
         fail(f"--config {config_file}: {exc.strerror or exc}")
@@ -208,6 +215,7 @@ def _key_options(command: Callable[..., Any]) -> Callable[..., Any]:
     help='Write {"addr", "pid"} as JSON here once serving and registered.',
 )
 @_key_options
+@tls_server_options
 def broker_command(
     config_file: Path | None,
     cluster: str | None,
@@ -233,6 +241,7 @@ def broker_command(
             fail(f"--config {config_file}: {exc.strerror or exc}")
         except (ConfigError, UnicodeDecodeError) as exc:
             fail(str(exc))
+    values = install_tls(values, keys)
     values.update({name.removeprefix("key__"): v for name, v in keys.items() if v is not None})
     shorts = {
         "brokerClusterName": cluster,

@@ -37,6 +37,8 @@ from ferrymq import clock as process_clock
 from ferrymq.errors import FerryError, ProtocolError
 from ferrymq.replication.syncstate import SyncState, SyncStateChange
 from ferrymq.rpc.busypoll import BusyPoll
+from ferrymq.security.tls import process_server_tls
+from ferrymq.security.tlsserve import Listener, listen
 from ferrymq.store.epochs import EpochFile
 from ferrymq.store.store import Store
 from ferrymq.wire.ha import (
@@ -111,7 +113,7 @@ class ReplicationMaster:
         self._on_change = on_change
         self._on_confirm = on_confirm
         """Schedules the store's dispatch after the watermark moved (None: dispatch at once)."""
-        self._server: asyncio.Server | None = None
+        self._server: Listener | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._links: set[_SlaveLink] = set()
         """Slaves past their handshake: what `appended` pushes to."""
@@ -148,10 +150,10 @@ class ReplicationMaster:
 
     async def start(self, host: str, port: int) -> None:
         """Listen for slaves."""
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: _SlaveLink(self), host, port
+        self._server = await listen(
+            lambda: _SlaveLink(self), host, port, process_server_tls(), name="HA"
         )
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = self._server.sockname[1]
         self._spawn(self._lag_loop())
 
     async def close(self) -> None:

@@ -30,6 +30,7 @@ from ferrymq import testbugs
 from ferrymq.errors import FerryError, ProtocolError
 from ferrymq.model import parse_address
 from ferrymq.replication.handshake import consistent_point
+from ferrymq.security.tls import process_client_tls
 from ferrymq.store.epochs import EpochFile, EpochHistory
 from ferrymq.store.store import Store
 from ferrymq.wire.ha import (
@@ -120,12 +121,15 @@ class ReplicationSlave:
         host, port = parse_address(address)
         loop = asyncio.get_running_loop()
         link = _MasterLink(self)
+        tls = process_client_tls().context
         transport, _ = await asyncio.wait_for(
             loop.create_connection(
                 lambda: link,
                 host,
                 port,
                 local_addr=(self.config.local_host, 0) if self.config.local_host else None,
+                ssl=tls,
+                server_hostname=host if tls is not None else None,
             ),
             self.config.housekeeping_interval,
         )

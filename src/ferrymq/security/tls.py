@@ -183,13 +183,6 @@ def tls_config_from(values: Mapping[str, str]) -> TlsConfig:
         ),
         test_mode=_bool("tls.test.mode.enable", values.get("tls.test.mode.enable", "false")),
     )
-    if config.server_mode is not TlsMode.DISABLED and not config.test_mode:
-        for key, given in (
-            ("tls.server.certPath", config.server_cert_path),
-            ("tls.server.keyPath", config.server_key_path),
-        ):
-            if given is None:
-                raise ConfigError(key, f"required by tls.server.mode={config.server_mode}")
     if config.server_need_client_auth is not ClientAuth.NONE and not (
         config.server_trust_cert_path
     ):
@@ -240,11 +233,14 @@ def server_context(config: TlsConfig) -> ssl.SSLContext | None:
     """The listeners' SSLContext, or None when `tls.server.mode` is disabled."""
     if config.server_mode is TlsMode.DISABLED:
         return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
     cert, key = config.server_cert_path, config.server_key_path
     if cert is None or key is None:
+        if not config.test_mode:
+            missing = "tls.server.certPath" if cert is None else "tls.server.keyPath"
+            raise ConfigError(missing, f"required by tls.server.mode={config.server_mode}")
         cert, key = _self_signed()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key, password=config.server_key_password)
     if config.server_trust_cert_path is not None:
         context.load_verify_locations(cafile=config.server_trust_cert_path)
@@ -277,14 +273,17 @@ def client_context(config: TlsConfig) -> ssl.SSLContext | None:
     return context
 
 
-def settings_for(config: TlsConfig) -> TlsSettings:
-    """Build both sides' contexts from `config`.
+def settings_for(config: TlsConfig, *, server_side: bool = True) -> TlsSettings:
+    """Build both sides' contexts from `config` (a client-only process: `server_side=False`).
 
     Raises:
-        ConfigError: a certificate, key or CA file does not load (names the key).
+        ConfigError: a server mode without its certificate, or a certificate, key or CA file
+            that does not load (names the key).
     """
+    server = PLAIN_SERVER
     try:
-        server = ServerTls(config.server_mode, server_context(config))
+        if server_side:
+            server = ServerTls(config.server_mode, server_context(config))
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError("tls.server.certPath", f"cannot load: {exc}") from None
     try:
