@@ -35,6 +35,7 @@ from ferrymq.cmd.bench_replication import ReplicationBenchConfig, run_replicatio
 from ferrymq.cmd.bench_replication import ratios as replication_ratios
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
 from ferrymq.cmd.connect import worker_command
+from ferrymq.cmd.console import console_command
 from ferrymq.cmd.controller import controller_command
 from ferrymq.cmd.local import Child
 from ferrymq.cmd.measure import Row
@@ -68,6 +69,7 @@ cli.add_command(produce_command)
 cli.add_command(consume_command)
 connect_group.add_command(worker_command)
 cli.add_command(connect_group)
+cli.add_command(console_command)
 
 
 @cli.command("demo")
