@@ -15,7 +15,6 @@ from ferrymq.testing import LocalCluster
 from ferrymq.wire.bodies import (
     ConsumerData,
     ConsumerIdList,
-    ConsumeStats,
     HeartbeatData,
     KVTable,
     LockBatchRequestBody,
@@ -25,8 +24,9 @@ from ferrymq.wire.bodies import (
     SubscriptionData,
     TopicConfigSerializeWrapper,
     TopicRouteData,
-    TopicStatsTable,
     decode_body,
+    decode_consume_stats,
+    decode_topic_stats,
     encode_body,
 )
 from ferrymq.wire.broker import (
@@ -510,7 +510,7 @@ async def test_queries_by_key_id_offset_and_admin_views(
         command(RequestCode.GET_TOPIC_STATS_INFO, GetTopicStatsInfoRequestHeader(topic="T")),
         5,
     )
-    table = decode_body(stats.body, TopicStatsTable)
+    table = decode_topic_stats(stats.body)
     assert [(e.queue_id, e.max_offset) for e in table.offset_table] == [(0, 0), (1, 1)]
     await client.call(
         addr,
@@ -527,7 +527,7 @@ async def test_queries_by_key_id_offset_and_admin_views(
         command(RequestCode.GET_CONSUME_STATS, GetConsumeStatsRequestHeader(consumer_group="G")),
         5,
     )
-    entries = decode_body(consume.body, ConsumeStats).offset_table
+    entries = decode_consume_stats(consume.body).offset_table
     assert [(e.queue_id, e.broker_offset, e.consumer_offset) for e in entries] == [
         (0, 0, 0),
         (1, 1, 1),

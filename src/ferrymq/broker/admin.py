@@ -43,6 +43,8 @@ from ferrymq.wire.bodies import (
     TopicStatsTable,
     decode_body,
     encode_body,
+    encode_consume_stats,
+    encode_topic_stats,
 )
 from ferrymq.wire.broker import (
     CreateTopicRequestHeader,
@@ -228,7 +230,7 @@ async def get_topic_stats(
                 last_update_timestamp=last,
             )
         )
-    return _ok(request, encode_body(TopicStatsTable(entries)))
+    return _ok(request, encode_topic_stats(TopicStatsTable(entries)))
 
 
 async def get_fence(
@@ -277,10 +279,12 @@ async def get_consume_stats(
                 queue_id=queue_id,
                 broker_offset=state.store.max_queue_offset(topic, queue_id),
                 consumer_offset=committed.get(topic, {}).get(queue_id, 0),
+                # ferrymq keeps no pull offset: the committed one (nothing counted in flight)
+                pull_offset=committed.get(topic, {}).get(queue_id, 0),
             )
             for queue_id in range(config.write_queue_nums)
         )
-    return _ok(request, encode_body(ConsumeStats(entries)))
+    return _ok(request, encode_consume_stats(ConsumeStats(entries)))
 
 
 async def update_group(

@@ -33,13 +33,13 @@ from ferrymq.model import format_address, validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import (
     ClusterInfo,
-    ConsumeStats,
     ConsumeStatsEntry,
     TopicList,
     TopicOffsetEntry,
     TopicRouteData,
-    TopicStatsTable,
     decode_body,
+    decode_consume_stats,
+    decode_topic_stats,
 )
 from ferrymq.wire.broker import (
     CreateTopicRequestHeader,
@@ -509,7 +509,7 @@ class AdminClient:
             except RpcError:
                 continue
             if response.code == ResponseCode.SUCCESS:
-                held[name] = len(decode_body(response.body, TopicStatsTable).offset_table)
+                held[name] = len(decode_topic_stats(response.body).offset_table)
         desired: dict[str, int] = {}
         if record is not None:  # a topic with moved queues: the physical queues each group holds
             groups = set(record.placement) | {
@@ -644,7 +644,7 @@ class AdminClient:
                 code=RequestCode.GET_TOPIC_STATS_INFO, ext_fields=dict(header)
             )
             response = await self._broker_call(address, request)
-            entries += decode_body(response.body, TopicStatsTable).offset_table
+            entries += decode_topic_stats(response.body).offset_table
         return entries
 
     async def consumer_progress(
@@ -661,7 +661,7 @@ class AdminClient:
                 continue
             request = RemotingCommand(code=RequestCode.GET_CONSUME_STATS, ext_fields=dict(header))
             response = await self._broker_call(address, request)
-            entries += decode_body(response.body, ConsumeStats).offset_table
+            entries += decode_consume_stats(response.body).offset_table
         return entries
 
     async def reset_offsets(

@@ -19,6 +19,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from ferrymq.errors import ProtocolError
+from ferrymq.wire.fastjson import encode_object_map, loads, mq_key, parse_mq_key
 
 __all__ = [
     "MAX_MEMBER_DATA_BYTES",
@@ -52,9 +53,13 @@ __all__ = [
     "TopicRouteData",
     "TopicStatsTable",
     "decode_body",
+    "decode_consume_stats",
     "decode_register_body",
+    "decode_topic_stats",
     "encode_body",
+    "encode_consume_stats",
     "encode_register_body",
+    "encode_topic_stats",
 ]
 
 
@@ -281,10 +286,10 @@ class TopicOffsetEntry(_Body, kw_only=True):
 
 
 class TopicStatsTable(_Body):
-    """Answer to GET_TOPIC_STATS_INFO.
+    """Answer to GET_TOPIC_STATS_INFO, one entry per queue.
 
-    RocketMQ keys this map by `MessageQueue` objects, which only FastJSON can write; ferrymq
-    writes a list with the key's fields inlined, in standard JSON.
+    On the wire `offsetTable` is RocketMQ's map keyed by `MessageQueue` objects, in FastJSON's
+    form (`encode_topic_stats`, `decode_topic_stats`); in Python a list with the key inlined.
     """
 
     offset_table: list[TopicOffsetEntry] = msgspec.field(default_factory=list)
@@ -299,13 +304,106 @@ class ConsumeStatsEntry(_Body, kw_only=True):
     broker_offset: int
     consumer_offset: int
     last_timestamp: int = 0
+    pull_offset: int = 0
 
 
 class ConsumeStats(_Body):
-    """Answer to GET_CONSUME_STATS (list form, as `TopicStatsTable`)."""
+    """Answer to GET_CONSUME_STATS (`MessageQueue`-keyed on the wire, as `TopicStatsTable`)."""
 
     offset_table: list[ConsumeStatsEntry] = msgspec.field(default_factory=list)
     consume_tps: float = 0.0
+
+
+def encode_topic_stats(table: TopicStatsTable) -> bytes:
+    """GET_TOPIC_STATS_INFO's body as RocketMQ writes it (`offsetTable` keyed by MessageQueue)."""
+    offsets = encode_object_map(
+        (
+            mq_key(e.topic, e.broker_name, e.queue_id),
+            {
+                "lastUpdateTimestamp": e.last_update_timestamp,
+                "maxOffset": e.max_offset,
+                "minOffset": e.min_offset,
+            },
+        )
+        for e in table.offset_table
+    )
+    return b'{"offsetTable":' + offsets + b"}"
+
+
+def encode_consume_stats(stats: ConsumeStats) -> bytes:
+    """GET_CONSUME_STATS's body as RocketMQ writes it (`offsetTable` keyed by MessageQueue)."""
+    offsets = encode_object_map(
+        (
+            mq_key(e.topic, e.broker_name, e.queue_id),
+            {
+                "brokerOffset": e.broker_offset,
+                "consumerOffset": e.consumer_offset,
+                "lastTimestamp": e.last_timestamp,
+                "pullOffset": e.pull_offset,
+            },
+        )
+        for e in stats.offset_table
+    )
+    tps = msgspec.json.encode(float(stats.consume_tps))
+    return b'{"consumeTps":' + tps + b',"offsetTable":' + offsets + b"}"
+
+
+def _mq_table(data: bytes, what: str) -> tuple[dict[str, Any], list[tuple[dict[str, Any], Any]]]:
+    """The body's fields and its `offsetTable` as (queue fields, value) pairs.
+
+    Both RocketMQ's map and the list form ferrymq wrote before are read.
+    """
+    found = loads(data)
+    if not isinstance(found, dict):
+        raise ProtocolError(f"bad {what} body: not an object")
+    table = found.get("offsetTable", {})
+    pairs: list[tuple[dict[str, Any], Any]] = []
+    if isinstance(table, list):
+        pairs = [(entry, entry) for entry in table if isinstance(entry, dict)]
+    elif isinstance(table, dict):
+        for key, value in table.items():
+            topic, broker_name, queue_id = parse_mq_key(key)
+            queue = {"topic": topic, "brokerName": broker_name, "queueId": queue_id}
+            pairs.append((queue, value))
+    else:
+        raise ProtocolError(f"bad {what} body: offsetTable is neither a map nor a list")
+    return found, pairs
+
+
+def decode_topic_stats(data: bytes) -> TopicStatsTable:
+    """Parse GET_TOPIC_STATS_INFO's body (RocketMQ's FastJSON map, or standard JSON).
+
+    Raises:
+        ProtocolError: not that shape.
+    """
+    _, pairs = _mq_table(data, "TopicStatsTable")
+    return _convert({"offsetTable": _entries(pairs, "TopicStatsTable")}, TopicStatsTable)
+
+
+def decode_consume_stats(data: bytes) -> ConsumeStats:
+    """Parse GET_CONSUME_STATS's body (RocketMQ's FastJSON map, or standard JSON).
+
+    Raises:
+        ProtocolError: not that shape.
+    """
+    found, pairs = _mq_table(data, "ConsumeStats")
+    entries = _entries(pairs, "ConsumeStats")
+    return _convert(
+        {"offsetTable": entries, "consumeTps": found.get("consumeTps", 0)}, ConsumeStats
+    )
+
+
+def _entries(pairs: list[tuple[dict[str, Any], Any]], what: str) -> list[dict[str, Any]]:
+    if not all(isinstance(value, dict) for _, value in pairs):
+        raise ProtocolError(f"bad {what} body: an offsetTable value is not an object")
+    return [{**value, **queue} for queue, value in pairs]
+
+
+def _convert(found: dict[str, Any], body_type: type[B]) -> B:
+    try:
+        return msgspec.convert(found, body_type, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"bad {body_type.__name__} body: {exc}") from None
 
 
 class FencedRemark(_Body, kw_only=True):

@@ -1,0 +1,48 @@
+"""Bodies RocketMQ's own servers and serializer wrote, recorded, with where each was seen.
+
+These are the shapes Apache's Java tools (mqadmin, the Dashboard, rocketmq-exporter) decode with
+FastJSON; ferrymq's answers must match them byte for byte where the values are the same.
+"""
+
+RESET_OFFSET_BODY_4X = (
+    b'{"offsetTable":{{"brokerName":"RaftNode00","queueId":0,"topic":"topicB"}:0,'
+    b'{"brokerName":"RaftNode00","queueId":1,"topic":"topicB"}:0,'
+    b'{"brokerName":"RaftNode00","queueId":2,"topic":"topicB"}:0,'
+    b'{"brokerName":"RaftNode00","queueId":3,"topic":"topicB"}:0}}'
+)
+"""RESET_CONSUMER_CLIENT_OFFSET (220) body a RocketMQ 4.x broker (fastjson 1.2.76) sent after
+`mqadmin resetOffsetByTime`: apache/rocketmq-client-go issue #759 (2021-12-21), whose decoder
+panicked on it (fixed by PR #765)."""
+
+CONSUME_STATS_4X = (
+    b'{"consumeTps":0.0,"offsetTable":'
+    b'{{"brokerName":"broker-a","queueId":7,"topic":"topic_test"}:'
+    b'{"brokerOffset":0,"consumerOffset":0,"lastTimestamp":0},'
+    b'{"brokerName":"broker-a","queueId":6,"topic":"topic_test"}:'
+    b'{"brokerOffset":0,"consumerOffset":0,"lastTimestamp":0}}}'
+)
+"""GET_CONSUME_STATS (208) answer of a RocketMQ 4.x broker (no `pullOffset` yet), as quoted
+(`ExamineConsumeStats: ...`, first two entries) in a public Go admin client's comment on
+"Java's non-standard JSON"."""
+
+CONSUME_STATS_5X = (
+    b'{"consumeTps":1.5,"offsetTable":{{"brokerName":"broker-a","queueId":3,"topic":"MyTopic"}:'
+    b'{"brokerOffset":100,"consumerOffset":90,"lastTimestamp":1700000000000,"pullOffset":0}}}'
+)
+"""`JSON.toJSONString(consumeStats)` with RocketMQ 5.5.1's classes on fastjson2 2.0.64, as
+recorded by a Java probe in a public Python RocketMQ client's test fixtures."""
+
+TOPIC_STATS_5X = (
+    b'{"offsetTable":{{"brokerName":"broker-a","queueId":3,"topic":"MyTopic"}:'
+    b'{"lastUpdateTimestamp":1700000000000,"maxOffset":500,"minOffset":0}},"topicPutTps":0.0}'
+)
+"""GET_TOPIC_STATS_INFO (202) body, same probe as `CONSUME_STATS_5X`. `topicPutTps` is 5.5's;
+`TopicStatsTable` at apache/rocketmq 188e635 has only `offsetTable`, which ferrymq writes."""
+
+CLUSTER_INFO_4X = (
+    b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"192.168.1.111:10911"},'
+    b'"brokerName":"broker-a","cluster":"DefaultCluster"}},'
+    b'"clusterAddrTable":{"DefaultCluster":["broker-a"]}}'
+)
+"""GET_BROKER_CLUSTER_INFO (106) answer of a RocketMQ 4.x NameServer (number keys unquoted),
+quoted in the same Go client's comment as `CONSUME_STATS_4X`."""
