@@ -159,6 +159,13 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
     help="Connect workers (REST on free ports; listed in the ready file).",
 )
 @click.option(
+    "--console/--no-console",
+    "with_console",
+    default=True,
+    show_default=True,
+    help="Run the web console (ferry console) on a free port; its URL is in the ready file.",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the cluster as JSON here once it serves.",
@@ -173,12 +180,14 @@ def up_command(
     port_base: int,
     flush_disk_type: str,
     connect_workers: int,
+    with_console: bool,
     ready_file: Path | None,
     segment_bytes: int,
 ) -> None:
     """Run a local cluster (controllers, NameServer, brokers, Connect) until Ctrl-C or SIGTERM."""
     config = UpConfig(
         data_dir=data_dir or Path(tempfile.mkdtemp(prefix="ferrymq-up-")),
+        console=with_console,
         segment_bytes=segment_bytes,
         groups=groups,
         replicas=replicas,
@@ -207,6 +216,8 @@ def up_command(
             )
         for worker in info["connect"]:
             table.add_row(f"connect {worker['id']}", worker["url"], str(worker["pid"]), "")
+        if info["console"]:
+            table.add_row("console", info["console"], "", "")
         console.print(table)
         console.print(f"export NAMESRV_ADDR={info['namesrv']}   (Ctrl-C stops everything)")
         if info["connect"]:
@@ -218,7 +229,7 @@ def up_command(
             "stopping the cluster"
             if fatal
             else "the cluster goes on"
-            if child.name.startswith("connect-")
+            if child.name.startswith("connect-") or child.name == "console"
             else "its group fails over"
         )
         console.print(

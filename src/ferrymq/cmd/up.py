@@ -21,6 +21,10 @@ Brokers use laptop-sized commit-log segments (`DEFAULT_SEGMENT_BYTES`, 64 MiB, n
 holds every broker's segment, saying so in one line when it does not. A data directory `ferry up`
 made itself (no `--data-dir`) is removed at exit, or kept with its path said when a server failed
 (`finish_data_dir`).
+
+`ferry up` also runs the web console (`ferry console`, issue 22; `--no-console` leaves it out) on
+a free port, over the NameServer, the controllers and the first Connect worker; the ready file
+names it (`"console": URL`). A console that dies is reported and the cluster goes on.
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ class ReadyInfo(TypedDict):
     namesrv_pid: int
     controllers: list[ControllerEntry]
     brokers: list[BrokerEntry]
+    console: str | None
+    """The web console's URL (None: not run)."""
     connect: list[ConnectEntry]
 
 
@@ -116,6 +122,8 @@ class UpConfig:
     ready_file: Path | None = None
     connect: int = 0
     """Connect workers (`ferry connect worker`, REST on free ports); `ferry up` asks for 2."""
+    console: bool = False
+    """Run the web console (`ferry console`) too; `ferry up` does."""
     segment_bytes: int | None = None
     """Every broker's commit-log segment size (`mappedFileSizeCommitLog`); None: the broker's
     default (1 GiB). `ferry up` gives `DEFAULT_SEGMENT_BYTES`."""
@@ -155,6 +163,7 @@ class ProcessCluster:
         """Child name (`broker-a-1`, ...) -> process."""
         self.workers: dict[str, Child] = {}
         """Connect worker id (`connect-1`, ...) -> process."""
+        self.console: Child | None = None
         self._args: dict[str, list[str]] = {}
 
     @property
@@ -170,6 +179,7 @@ class ProcessCluster:
             *self.namesrvs,
             *self.brokers.values(),
             *self.workers.values(),
+            *([] if self.console is None else [self.console]),
         ]
 
     async def start(self) -> None:
@@ -217,6 +227,19 @@ class ProcessCluster:
         workers = [f"connect-{i}" for i in range(1, config.connect + 1)]
         await asyncio.gather(*(self.restart_worker(worker) for worker in workers))
         self.workers = {worker: self.workers[worker] for worker in workers}
+        if config.console:
+            await self.start_console()
+
+    async def start_console(self) -> Child:
+        """Start the web console (again) over this cluster, on a free port."""
+        config = self.config
+        args = ["console", "--namesrv", self.namesrv_addr, "--host", config.host, "--port", "0"]
+        if config.controller_mode:
+            args += ["--controller", ";".join(self._controller_api())]
+        if self.workers:
+            args += ["--connect", str(next(iter(self.workers.values())).info["url"])]
+        self.console = await spawn("console", args, config.data_dir)
+        return self.console
 
     async def restart_worker(
         self, worker_id: str, *, env: dict[str, str] | None = None, extra: Sequence[str] = ()
@@ -360,6 +383,7 @@ class ProcessCluster:
             namesrv_pid=first.pid,
             controllers=controllers,
             brokers=entries,
+            console=None if self.console is None else self.console.addr,
             connect=[
                 ConnectEntry(id=worker_id, url=str(child.info["url"]), pid=child.pid)
                 for worker_id, child in self.workers.items()
@@ -457,6 +481,7 @@ async def run_up(
             fatal = not (
                 (config.controller_mode and child in cluster.brokers.values())
                 or child in cluster.workers.values()
+                or child is cluster.console
             )
             on_exit(child, fatal)
             if fatal:
