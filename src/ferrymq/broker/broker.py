@@ -26,15 +26,27 @@ import datetime
 import functools
 import logging
 import shutil
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import msgspec
+from prometheus_client import CollectorRegistry
 
 from ferrymq import clock as process_clock
-from ferrymq.broker import admin, consumer, pull, query, queuemap, retention, send, switchover
+from ferrymq.broker import (
+    admin,
+    consumer,
+    metrics,
+    pull,
+    query,
+    queuemap,
+    retention,
+    send,
+    switchover,
+)
 from ferrymq.broker.clients import ClientTable, QueueLocks
 from ferrymq.broker.config import BrokerConfig, BrokerRole
 from ferrymq.broker.fenced import FencedTopics
@@ -42,6 +54,15 @@ from ferrymq.broker.forward import Forwarder
 from ferrymq.broker.longpoll import LongPoll
 from ferrymq.broker.metadata import DelayOffsetTable, GroupTable, OffsetTable, TopicTable
 from ferrymq.broker.metalog import MetadataFollower, MetadataLog
+from ferrymq.broker.metrics import BrokerStats
+from ferrymq.broker.popservice import (
+    PopReviver,
+    ack_message,
+    batch_ack_message,
+    change_invisible_time,
+    notification,
+    pop_message,
+)
 from ferrymq.broker.replicas import ReplicasManager
 from ferrymq.broker.schedule import ScheduleService
 from ferrymq.broker.sink import SINK_CODES, SinkService
@@ -49,6 +70,7 @@ from ferrymq.broker.state import NO_LEASE_YET, BrokerState
 from ferrymq.broker.timer import TimerService
 from ferrymq.broker.transactions import TransactionService, end_transaction
 from ferrymq.errors import FerryError, RequestError
+from ferrymq.metrics.exporter import FuncCollector, MetricsExporterType, MetricsServer
 from ferrymq.model import format_address
 from ferrymq.replication.master import HAConfig, ReplicationMaster
 from ferrymq.replication.slave import ReplicationSlave, SlaveConfig
@@ -58,6 +80,7 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse, RequestHandler
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
+from ferrymq.security.aclguard import AclGuard, acl_guard
 from ferrymq.store.atomic import write_atomic
 from ferrymq.store.config import FlushDiskType
 from ferrymq.store.epochs import EpochFile
@@ -115,10 +138,25 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
     RequestCode.DELETE_EXPIRED_COMMITLOG: admin.delete_expired_commit_log,
     RequestCode.GET_FENCE: admin.get_fence,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connections,
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connections,
+    RequestCode.GET_ALL_PRODUCER_INFO: admin.get_all_producer_info,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
     RequestCode.GET_GROUP_MEMBERS: consumer.get_group_members,
+    RequestCode.POP_MESSAGE: pop_message,
+    RequestCode.ACK_MESSAGE: ack_message,
+    RequestCode.BATCH_ACK_MESSAGE: batch_ack_message,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: change_invisible_time,
+    RequestCode.NOTIFICATION: notification,
 }
 """Every request code the broker serves, in one table."""
 
+_SEND_CODES = frozenset(
+    {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
+)
+"""Requests whose handling time is the send latency (`metrics.py`)."""
+_STATS_SAMPLE_S = 5.0
+"""How often the throughput counts are snapshotted for their rates (`metrics.stats`)."""
 _CLIENT_SCAN_S = 10.0
 _CLIENT_SCAN_MIN_S = 0.05
 """The shortest wait of the client expiry loop (a session deadline just passed)."""
@@ -151,7 +189,8 @@ class Broker:
         self._wall_ms = wall_ms
         self.router = Router("broker")
         for code, handler in _HANDLERS.items():
-            self.router.add(code, self._bind(handler))
+            timed = code in _SEND_CODES
+            self.router.add(code, self._bind_timed(handler) if timed else self._bind(handler))
         for code in SINK_CODES:
             self.router.add(code, self._bind(self._sink_request))
         serve_test_clock(self.router)
@@ -160,8 +199,11 @@ class Broker:
         self.busy_poll = (
             BusyPoll(config.busy_poll_micros / 1_000_000) if config.busy_poll_micros else None
         )
+        self.acl: AclGuard[Connection, Any] | None = acl_guard(
+            self.router, config.acl_enable, config.acl_file, "broker"
+        )
         self._server = RpcServer(
-            self.router,
+            self.acl or self.router,
             host=config.listen_host,
             port=config.listen_port,
             max_frame_bytes=max(16 * 1024 * 1024, config.max_message_size * 2),
@@ -177,6 +219,7 @@ class Broker:
         self.timer: TimerService | None = None
         self.transactions: TransactionService | None = None
         self.sink: SinkService | None = None
+        self.pop_reviver: PopReviver | None = None
         self.replication: ReplicationMaster | None = None
         self.slave: ReplicationSlave | None = None
         self._master_ha_address: str | None = None
@@ -202,6 +245,8 @@ class Broker:
         """Set once this broker has a role (at start in classic mode; controller mode: once
         the controller named one)."""
         self.replicas: ReplicasManager | None = None
+        self.metrics: MetricsServer | None = None
+        """The Prometheus endpoint (`metricsExporterType=PROM`), once started."""
 
     @property
     def state(self) -> BrokerState:
@@ -228,6 +273,23 @@ class Broker:
             if state is None:
                 raise RequestError(ResponseCode.SYSTEM_BUSY, "the broker is starting")
             return await handler(state, conn, request)
+
+        return run
+
+    def _bind_timed(self, handler: Handler) -> RequestHandler:
+        """`_bind`, counting the handling time as send latency (a later answer counts its own)."""
+
+        async def run(
+            conn: Connection, request: RemotingCommand
+        ) -> RemotingCommand | EncodedFrame | LaterResponse | None:
+            state = self._state
+            if state is None:
+                raise RequestError(ResponseCode.SYSTEM_BUSY, "the broker is starting")
+            started = time.perf_counter()
+            answer = await handler(state, conn, request)
+            if not isinstance(answer, LaterResponse):
+                state.stats.send_latency.observe(time.perf_counter() - started)
+            return answer
 
         return run
 
@@ -294,7 +356,9 @@ class Broker:
             role=config.broker_role,
             serving_since=self._clock(),
             wake_clients=self._clients_wake.set,
+            stats=BrokerStats(self._clock()),
         )
+        store.observe_flushes(self._state.stats.flush_latency.observe)
         store.keep_log_offset = self._state.fences.keep_log_offset
         start_queues = functools.partial(queuemap.start_hosted_queues, store, config.broker_name)
         topics.observers.append(start_queues)
@@ -305,6 +369,8 @@ class Broker:
         self.timer = TimerService(self._state, forwarder)
         self.transactions = TransactionService(self._state)
         self.sink = SinkService(self._state, prepared_timeout_ms=config.sink_prepared_timeout)
+        self.pop_reviver = PopReviver(self._state)
+        self._spawn(self.pop_reviver.run())
         await self._start_replication(store)
         for work in (
             self._register_loop(),
@@ -315,8 +381,18 @@ class Broker:
             self.timer.run(),
             self.transactions.run(),
             self.sink.run(),
+            self._stats_loop(),
         ):
             self._spawn(work)
+        if config.metrics_exporter_type is MetricsExporterType.PROM:
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(FuncCollector(lambda: metrics.collect(self.state)))
+            self.metrics = MetricsServer(
+                registry,
+                config.metrics_prom_exporter_host or config.listen_host,
+                config.metrics_prom_exporter_port,
+            )
+            await self.metrics.start()
         log.info(
             "broker %s (%s/%s) listening on %s",
             config.broker_name,
@@ -661,6 +737,9 @@ class Broker:
             state.longpoll.wake_all()
         await self._server.close()
         await self._namesrv.close()
+        if self.metrics is not None:
+            await self.metrics.close()
+            self.metrics = None
         if state is not None:
             state.offsets.save_if_dirty()
             state.delay_offsets.save_if_dirty()
@@ -784,6 +863,12 @@ class Broker:
                 async with asyncio.timeout(wait_s):
                     await self._clients_wake.wait()
             consumer.expire_clients(state)
+
+    async def _stats_loop(self) -> None:
+        """Snapshot the throughput counts, so rates cover the last seconds, minute, 10 minutes."""
+        while True:
+            await asyncio.sleep(_STATS_SAMPLE_S)
+            self.state.stats.sample(self._clock())
 
     async def _retention_loop(self) -> None:
         state = self.state

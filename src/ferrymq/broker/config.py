@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ferrymq.broker.metadata import SINK_TOPIC
 from ferrymq.config import ConfigError
+from ferrymq.metrics.exporter import DEFAULT_PROM_PORT, MetricsExporterType
 from ferrymq.model import format_address, parse_address
 from ferrymq.store.config import FlushDiskType, SegmentFill, StoreConfig
 from ferrymq.wire.records import pack_host
@@ -64,6 +65,10 @@ class BrokerConfig:
     default_topic_queue_nums: int = 8
     max_message_size: int = 4 * 1024 * 1024
     broker_permission: int = 6
+    acl_enable: bool = False
+    """ACL 1.0 (issue 23): every request is checked against `aclFile` (docs/security.md)."""
+    acl_file: Path | None = None
+    """The `plain_acl.yml` of `aclEnable`; reloaded within a second of a change."""
     enable_controller_mode: bool = False
     controller_addr: str = ""
     """Controller addresses separated by `;` (controller mode)."""
@@ -131,11 +136,21 @@ class BrokerConfig:
     the 2-vCPU VM of docs/benchmarks.md a sync send's round trip 0.22 -> 0.13 ms, at the cost of
     up to a core of CPU while requests come less than this apart."""
     slave_read_enable: bool = False
+    metrics_exporter_type: MetricsExporterType = MetricsExporterType.DISABLE
+    """PROM: serve Prometheus metrics (docs/metrics.md) on `metricsPromExporterPort`."""
+    metrics_prom_exporter_host: str = ""
+    """The metrics endpoint's interface; "" = `listenHost` (RocketMQ: brokerIP1)."""
+    metrics_prom_exporter_port: int = DEFAULT_PROM_PORT
+    """0: a free port (the ready file names it)."""
     access_message_in_memory_max_ratio: int = 40
     """With `slaveReadEnable`, consumers further behind than this % of RAM read from a slave."""
 
     def __post_init__(self) -> None:
-        for key, value in (("listenPort", self.listen_port), ("haListenPort", self.ha_listen_port)):
+        for key, value in (
+            ("listenPort", self.listen_port),
+            ("haListenPort", self.ha_listen_port),
+            ("metricsPromExporterPort", self.metrics_prom_exporter_port),
+        ):
             if not 0 <= value <= 65535:
                 raise ConfigError(key, f"port {value} is outside 0..65535")
         for key, number in (

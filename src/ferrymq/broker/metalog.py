@@ -16,7 +16,9 @@ offset 0 on every replica. Records are applied again at every start (from the ol
 a queue is dropped only if none of its entries lies after the delete record in the log and it
 holds no record waiting above the confirm offset, so replaying an old delete never drops a later
 incarnation of the topic. Offsets follow the master's own offset records. In controller mode
-the table's controller topic version (`TopicTable.controller_version`) travels too.
+the table's controller topic version (`TopicTable.controller_version`) travels too. POP
+consumption events (`pop.py`: pops, acks, changes of invisible time) travel as `PopChanges`, in
+the order the master applied them, and its whole state in every snapshot.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Final
 import msgspec
 
 from ferrymq.broker.metadata import METADATA_TOPIC, GroupConfig, TimerProgress
+from ferrymq.broker.pop import PopEvent, QueuePop
 from ferrymq.broker.state import BrokerState
 from ferrymq.errors import FerryError
 from ferrymq.store.store import GetStatus
@@ -79,6 +82,12 @@ class TimerChange(msgspec.Struct, tag="timer"):
     progress: TimerProgress
 
 
+class PopChanges(msgspec.Struct, tag="pop"):
+    """POP consumption events, in the order the master applied them."""
+
+    events: list[PopEvent]
+
+
 class Snapshot(msgspec.Struct, tag="snapshot"):
     """Every table whole."""
 
@@ -88,6 +97,7 @@ class Snapshot(msgspec.Struct, tag="snapshot"):
     delay_offsets: dict[int, int]
     timer_progress: TimerProgress | None = None
     controller_topic_version: int | None = None
+    pop: list[tuple[str, str, int, QueuePop]] | None = None
 
 
 Change = (
@@ -97,6 +107,7 @@ Change = (
     | OffsetChanges
     | DelayChanges
     | TimerChange
+    | PopChanges
     | Snapshot
 )
 
@@ -116,6 +127,7 @@ class MetadataLog:
         self._offsets: dict[tuple[str, int], int] = {}
         self._delays: dict[int, int] = {}
         self._timer: TimerProgress | None = None
+        self._pop: list[PopEvent] = []
         self._flush_scheduled = False
         self._last_end = 0
         state.topics.listener = self._topic_changed
@@ -124,6 +136,7 @@ class MetadataLog:
         state.offsets.listener = self._offset_changed
         state.delay_offsets.listener = self._delay_changed
         state.delay_offsets.timer_listener = self._timer_changed
+        state.pop.listener = self._pop_changed
 
     def snapshot(self) -> None:
         """Append every table whole."""
@@ -136,6 +149,7 @@ class MetadataLog:
                 dict(state.delay_offsets.offsets),
                 state.delay_offsets.timer,
                 state.topics.controller_version,
+                state.pop.snapshot(),
             )
         )
 
@@ -147,6 +161,7 @@ class MetadataLog:
         state.groups.listener = None
         state.offsets.listener = None
         state.delay_offsets.listener = None
+        state.pop.listener = None
 
     async def run(self) -> None:
         """Write a snapshot every `snapshot_interval`, forever."""
@@ -171,6 +186,10 @@ class MetadataLog:
         self._delays[level] = queue_offset
         self._schedule_flush()
 
+    def _pop_changed(self, event: PopEvent) -> None:
+        self._pop.append(event)
+        self._schedule_flush()
+
     def _timer_changed(self, progress: TimerProgress) -> None:
         self._timer = progress
         self._schedule_flush()
@@ -185,7 +204,12 @@ class MetadataLog:
         offsets, self._offsets = self._offsets, {}
         delays, self._delays = self._delays, {}
         timer, self._timer = self._timer, None
+        pop, self._pop = self._pop, []
         kept = True
+        # POP events before the offsets they moved: a slave applies both in this order
+        if pop and not self._append(PopChanges(pop)):
+            self._pop = pop + self._pop
+            kept = False
         if offsets and not self._append(
             OffsetChanges([(k, q, o) for (k, q), o in offsets.items()])
         ):
@@ -227,7 +251,7 @@ class MetadataLog:
         """
         if self._flush_scheduled:
             self._flush()
-            if self._offsets or self._delays:
+            if self._offsets or self._delays or self._pop:
                 return False  # the disk refused them; they are retried
         replication = self._state.replication
         if replication is None or not replication.config.sync:
@@ -307,6 +331,9 @@ class MetadataFollower:
                 state.delay_offsets.set(level, queue_offset)
         elif isinstance(change, TimerChange):
             state.delay_offsets.set_timer(change.progress)
+        elif isinstance(change, PopChanges):
+            for event in change.events:
+                state.pop.apply(event)
         else:
             for topic in sorted(state.topics.configs.keys() - change.topics.keys()):
                 self._drop_queues(topic, log_offset)
@@ -319,6 +346,8 @@ class MetadataFollower:
             state.delay_offsets.replace_all(change.delay_offsets)
             if change.timer_progress is not None:
                 state.delay_offsets.set_timer(change.timer_progress)
+            if change.pop is not None:
+                state.pop.replace_all(change.pop)
 
     def _drop_queues(self, topic: str, log_offset: int) -> None:
         """The master deleted `topic` at `log_offset`: drop its queues here too (module doc)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import time
 from typing import Final
 
 from ferrymq.broker.metadata import GroupConfig
@@ -88,6 +89,7 @@ async def pull_message(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
     """PULL_MESSAGE (11)."""
+    started = time.perf_counter()
     header = from_ext_fields(PullMessageRequestHeader, request.ext_fields)
     state.check_readable()
     group = state.group_config(header.consumer_group)
@@ -115,6 +117,7 @@ async def pull_message(
             header.topic, header.consumer_group, header.queue_id, header.commit_offset
         )
     result = _read(state, header, codes)
+    state.stats.pull_latency.observe(time.perf_counter() - started)  # a long poll's hold excluded
     code = _status_code(result.status, header.queue_offset)
     queue_map = queue_map_of(topic)
     found = queue_map.owner(state.config.broker_name, header.queue_id) if queue_map else None
@@ -162,6 +165,12 @@ async def pull_message(
         # a moved queue's old physical queue (queuemap.py): ferrymq's clients read on in the
         # queue's next segment (or refresh the route to learn it)
         fields[SEALED_FIELD] = "true"
+    state.stats.pulled(
+        header.topic,
+        header.consumer_group,
+        len(result.records) if code == ResponseCode.SUCCESS else 0,
+        result.total_bytes if code == ResponseCode.SUCCESS else 0,
+    )
     return request.make_response(code, ext_fields=fields, body=b"".join(result.records))
 
 

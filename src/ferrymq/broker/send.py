@@ -23,6 +23,7 @@ import concurrent.futures
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -498,7 +499,7 @@ async def _send_fenced(
 class _CommitAnswer:
     """A SYNC_MASTER send's answer, called once with whether the SyncStateSet committed it."""
 
-    __slots__ = ("header", "items", "later", "queue_id", "request", "result", "state")
+    __slots__ = ("header", "items", "later", "queue_id", "request", "result", "started", "state")
 
     def __init__(
         self,
@@ -517,8 +518,10 @@ class _CommitAnswer:
         self.queue_id = queue_id
         self.result = result
         self.later = conn.answer_later(request)
+        self.started = time.perf_counter()
 
     def __call__(self, committed: bool) -> None:
+        self.state.stats.send_latency.observe(time.perf_counter() - self.started)
         self.later.send_built(self._build_success if committed else self._build_timeout)
 
     def _build_success(self) -> RemotingCommand | EncodedFrame:
@@ -544,6 +547,12 @@ def _send_response(
 ) -> RemotingCommand | EncodedFrame:
     store_host = state.store.config.store_host
     log_offsets = result.log_offsets
+    if code == ResponseCode.SUCCESS:  # an acknowledged send (metrics.py)
+        state.stats.put.add(
+            header.topic,
+            len(items),
+            len(items[0].body) if len(items) == 1 else sum(len(i.body) for i in items),
+        )
     if (
         code == ResponseCode.SUCCESS
         and len(log_offsets) == 1

@@ -27,6 +27,8 @@ from ferrymq.broker.metadata import (
     OffsetTable,
     TopicTable,
 )
+from ferrymq.broker.metrics import BrokerStats
+from ferrymq.broker.pop import PopState
 from ferrymq.errors import RequestError
 from ferrymq.model import parse_address, validate_group
 from ferrymq.replication.master import ReplicationMaster
@@ -134,6 +136,10 @@ class BrokerState:
     topic_authority: TopicAuthority | None = None
     """Controller mode, once registered with a controller: topic creates and deletes (admin
     requests, auto-create) go to it (issue 20 section 3). None: this broker decides alone."""
+    stats: BrokerStats = field(default_factory=lambda: BrokerStats(process_clock.mono()))
+    """Throughput and latency counts (`metrics.py`): TPS in the admin answers, and metrics."""
+    pop: PopState = field(default_factory=PopState)
+    """POP consumption progress (`pop.py`), replicated through the metadata log."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
     _dispatch_retry: asyncio.TimerHandle | None = field(default=None, repr=False)
 

@@ -23,7 +23,7 @@ from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
 from ferrymq.client.transaction import TransactionProducer, TransactionState
 from ferrymq.errors import FerryError, InvalidMessageError
-from ferrymq.model import MessageQueue, validate_topic
+from ferrymq.model import MessageQueue, format_address, validate_topic
 from ferrymq.proxy.convert import (
     MAX_BODY,
     TxHandle,
@@ -40,6 +40,7 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 from ferrymq.wire.msgid import decode_offset_msg_id
+from ferrymq.wire.records import unpack_host
 
 __all__ = ["MessagingService"]
 
@@ -420,11 +421,12 @@ class MessagingService:
             )
             return TransactionState.UNKNOWN
         session = sessions[hash(message.msg_id) % len(sessions)]
+        broker_name = await self._broker_of(message)
+        if broker_name is None:
+            return TransactionState.UNKNOWN
         command = self.v2.TelemetryCommand()
         recover = command.recover_orphaned_transaction_command
-        handle = TxHandle(
-            message.broker_name, message.log_offset, message.queue_offset, message.msg_id
-        )
+        handle = TxHandle(broker_name, message.log_offset, message.queue_offset, message.msg_id)
         recover.transaction_id = handle.encode()
         fill_message(
             recover.message,
@@ -441,6 +443,23 @@ class MessagingService:
         with contextlib.suppress(asyncio.QueueFull):
             session.outbox.put_nowait(command)
         return TransactionState.UNKNOWN  # the producer answers with EndTransaction
+
+    async def _broker_of(self, message: Message) -> str | None:
+        """The broker group a checked half message is stored in (by its store address)."""
+        try:
+            packed, _ = decode_offset_msg_id(message.offset_msg_id)
+            store_host = format_address(*unpack_host(packed))
+            route = await self.producer.routes.get(message.topic)
+        except (FerryError, ValueError) as exc:
+            log.info("check of %s: no route to name its broker: %s", message.msg_id, exc)
+            return None
+        for name, addresses in route.brokers.items():
+            if store_host in addresses.values():
+                return name
+        if len(route.brokers) == 1:
+            return next(iter(route.brokers))
+        log.info("check of %s: no broker group at %s", message.msg_id, store_host)
+        return None
 
     async def end_transaction(self, request: Any, context: Context) -> Any:
         """Commit or roll back a half message (END_TRANSACTION to its group's master)."""

@@ -73,6 +73,10 @@ class SyncState:
         """What a connected slave last said it holds."""
         return self._acks.get(broker_id)
 
+    def acks(self) -> dict[int, int]:
+        """Every connected slave that acknowledged: broker id -> log offset it holds."""
+        return dict(self._acks)
+
     def connected(self, broker_id: int, now: float) -> None:
         """A slave (re)connected: its old ack no longer counts until it sends a new one."""
         self._acks.pop(broker_id, None)

@@ -545,6 +545,19 @@ class Store:
         """Every record below this log offset is on disk."""
         return self._flusher.flushed_log_offset if self._flusher else 0
 
+    @property
+    def dispatched_log_offset(self) -> int:
+        """Every record below this log offset is in its consume queue."""
+        return self._dispatched_log_offset
+
+    def observe_flushes(self, observe: Callable[[float], None]) -> None:
+        """Call `observe(seconds)` after each commit-log fsync that wrote something.
+
+        It runs on the flusher thread: it must only count (`metrics.Latency.observe`).
+        """
+        if self._flusher is not None:
+            self._flusher.on_flush = observe
+
     def put(
         self,
         topic: str,

@@ -1,0 +1,488 @@
+"""POP consumption requests, and the revive of messages not acknowledged in time.
+
+RocketMQ 5's `PopMessageProcessor`, `AckMessageProcessor`, `ChangeInvisibleTimeProcessor` and
+`NotificationProcessor`.
+
+The state is `pop.PopState` (pure); these handlers decide with it, apply the event (a master's
+metadata log writes it into the replicated commit log) and answer. Only a master serves POP.
+
+- POP_MESSAGE reads up to `maxMsgNums` records, the group's POP retry topic first
+  (`%RETRY%<group>_<topic>`, unordered pops only), then the topic's queues (one, or all for
+  queue id -1), filtered by tag, and answers with the stored bytes unchanged plus the header
+  strings the client builds receipt handles from (`wire/pop.py`). Nothing there and `pollTime`
+  set: held until a queue grows or the time passes (`longpoll.py`). A queue never popped starts
+  at the group's committed consumer offset, else as `initMode` says.
+- ACK_MESSAGE / BATCH_ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME name a delivery by its receipt
+  handle; a stale handle (of an earlier delivery) is NO_MESSAGE. Their answer waits until the
+  change is replicated (as an offset commit's does), so a failover never loses an ack.
+- Pull and POP share the group's consumer offset (RocketMQ does too): every POP change commits
+  the lowest unacknowledged offset, so a group switched from one to the other continues there.
+- `PopReviver` copies each unordered message whose invisible time ran out to the POP retry topic
+  with reconsume times + 1 (the delivery attempt the client sees is that + 1), or to
+  `%DLQ%<group>` past the group's `retryMaxTimes` (default `maxReconsumeTimes`, 16), then takes
+  it out of flight: a crash between the two delivers it twice, never zero times. Orderly
+  messages are delivered again in place, in order; past the limit they go to the DLQ too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+
+from ferrymq.broker.metadata import dlq_topic
+from ferrymq.broker.pop import Acked, PopEvent, Popped, QueueKey
+from ferrymq.broker.pull import tag_codes
+from ferrymq.broker.send import put_messages, topic_for_send
+from ferrymq.broker.state import BrokerState
+from ferrymq.errors import FerryError, ProtocolError, RequestError
+from ferrymq.rpc.connection import Connection
+from ferrymq.store.store import GetStatus
+from ferrymq.wire import properties as props
+from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import from_ext_fields, to_ext_fields
+from ferrymq.wire.pop import (
+    POP_ORDER_REVIVE_QUEUE,
+    AckMessageRequestHeader,
+    BatchAckMessageRequestBody,
+    ChangeInvisibleTimeRequestHeader,
+    ChangeInvisibleTimeResponseHeader,
+    NotificationRequestHeader,
+    NotificationResponseHeader,
+    PopMessageRequestHeader,
+    PopMessageResponseHeader,
+    ReceiptHandle,
+    format_msg_offset_info,
+    format_order_count_info,
+    format_start_offset_info,
+    pop_retry_topic,
+)
+from ferrymq.wire.properties import encode_properties
+from ferrymq.wire.records import BatchItem, decode_record
+
+__all__ = [
+    "PopReviver",
+    "ack_message",
+    "batch_ack_message",
+    "change_invisible_time",
+    "notification",
+    "pop_message",
+]
+
+log = logging.getLogger(__name__)
+
+REVIVE_QID: Final = 0
+"""The revive queue id an unordered pop's handles carry (ferrymq revives from one table)."""
+_MAX_POP: Final = 32
+_MAX_POLL_S: Final = 60.0
+_MIN_INVISIBLE_MS: Final = 100
+_REVIVE_TICK_S: Final = 0.2
+_REVIVE_BATCH: Final = 256
+_BATCH_ACK_BODY: Final = msgspec.json.Decoder(BatchAckMessageRequestBody)
+
+
+def _check_master(state: BrokerState) -> None:
+    if not state.is_master:
+        raise RequestError(
+            ResponseCode.NO_PERMISSION,
+            f"the broker[{state.address}] is a slave: POP is served by the master",
+        )
+
+
+def _real_topic(group: str, topic: str, retry: bool) -> str:
+    return pop_retry_topic(group, topic) if retry else topic
+
+
+def _commit(state: BrokerState, key: QueueKey) -> None:
+    """Rule 5 of `pop.py`: the group's consumer offset is POP's lowest unacknowledged offset."""
+    committed = state.pop.committed_offset(key)
+    if committed is not None:
+        group, topic, queue_id = key
+        state.offsets.commit(topic, group, queue_id, committed)
+
+
+def _apply(state: BrokerState, event: PopEvent) -> None:
+    state.pop.apply(event)
+    _commit(state, (event.group, event.topic, event.queue_id))
+
+
+async def _replicated(state: BrokerState, what: str) -> None:
+    if state.metadata_committed is not None and not await state.metadata_committed():
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, f"the {what} was not replicated in time; send it again"
+        )
+
+
+@dataclass
+class _Popped:
+    """What one pop request gathered so far."""
+
+    records: list[bytes] = field(default_factory=list)
+    starts: list[tuple[bool, int, int]] = field(default_factory=list)
+    offsets: list[tuple[bool, int, list[int]]] = field(default_factory=list)
+    orders: list[tuple[bool, int, int, int]] = field(default_factory=list)
+    rest: int = 0
+
+
+_rotation = itertools.count()
+
+
+def _candidates(
+    state: BrokerState, header: PopMessageRequestHeader, orderly: bool
+) -> list[tuple[str, int, bool]]:
+    """(topic, queue id, retry) in the order this pop reads them."""
+    topic = state.topics.get(header.topic)
+    if topic is None:
+        raise RequestError(
+            ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!"
+        )
+    queues = max(topic.read_queue_nums, 1)
+    if header.queue_id >= 0:
+        if header.queue_id >= queues:
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
+                f"topicConfig.readQueueNums:[{topic.read_queue_nums}]",
+            )
+        found = [(header.topic, header.queue_id, False)]
+    else:
+        start = next(_rotation)
+        found = [(header.topic, (start + i) % queues, False) for i in range(queues)]
+    retry = pop_retry_topic(header.consumer_group, header.topic)
+    retry_config = state.topics.get(retry)
+    if not orderly and retry_config is not None:
+        found[:0] = [(retry, q, True) for q in range(max(retry_config.read_queue_nums, 1))]
+    return found
+
+
+def _pop_queue(
+    state: BrokerState,
+    header: PopMessageRequestHeader,
+    topic: str,
+    queue_id: int,
+    retry: bool,
+    codes: frozenset[int] | None,
+    now_ms: int,
+    gathered: _Popped,
+) -> None:
+    orderly = bool(header.order)
+    group = header.consumer_group
+    key = (group, topic, queue_id)
+    pop = state.pop
+    store = state.store
+    if orderly and pop.is_blocked(key, now_ms):
+        return
+    wanted = min(header.max_msg_nums, _MAX_POP) - len(gathered.records)
+    redo = pop.redeliveries(key, now_ms)[:wanted] if orderly else []
+    records: list[bytes] = []
+    offsets: list[int] = []
+    for queue_offset in redo:
+        got = store.get(topic, queue_id, queue_offset, 1)
+        if got.records and got.queue_offsets[0] == queue_offset:
+            records.append(got.records[0])
+            offsets.append(queue_offset)
+        else:  # gone from the store (expired segment): nothing to deliver again
+            _apply(state, Acked(group, topic, queue_id, [queue_offset]))
+    known = pop.position(key)
+    position = known
+    minimum = store.min_queue_offset(topic, queue_id)
+    maximum = store.max_queue_offset(topic, queue_id)
+    committed = state.offsets.query(topic, group, queue_id)
+    if position is None:
+        if committed is not None:
+            position = committed
+        else:
+            position = minimum if header.init_mode == 0 else maximum
+    elif committed is not None and committed > position:
+        position = committed  # a pull consumer of the group went further
+    position = max(position, minimum)
+    next_offset = position
+    if len(records) < wanted and position < maximum:
+        got = store.get(topic, queue_id, position, wanted - len(records), tags_codes=codes)
+        if got.status is GetStatus.FOUND:
+            records.extend(got.records)
+            offsets.extend(got.queue_offsets)
+        next_offset = max(got.next_queue_offset, position)
+    gathered.rest += max(maximum - next_offset, 0)
+    if not offsets and next_offset == known:
+        return
+    attempts = [pop.attempt(key, o) for o in offsets]
+    pop_time = now_ms
+    if redo:  # a redelivery's handle must differ from the last one's
+        queue = pop.queues[key]
+        pop_time = max(now_ms, *(queue.inflight[o].pop_time_ms + 1 for o in offsets if o in redo))
+    invisible = max(header.invisible_time, _MIN_INVISIBLE_MS)
+    _apply(
+        state,
+        Popped(
+            group, topic, queue_id, offsets, pop_time, pop_time + invisible, next_offset, orderly
+        ),
+    )
+    if offsets:
+        gathered.records.extend(records)
+        gathered.starts.append((retry, queue_id, offsets[0]))
+        gathered.offsets.append((retry, queue_id, offsets))
+        if orderly:
+            gathered.orders.extend(
+                (retry, queue_id, o, a) for o, a in zip(offsets, attempts, strict=True)
+            )
+
+
+async def pop_message(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """POP_MESSAGE (200050): hand out messages that stay invisible until acknowledged."""
+    header = from_ext_fields(PopMessageRequestHeader, request.ext_fields)
+    state.check_readable()
+    _check_master(state)
+    group = state.group_config(header.consumer_group)
+    if not group.consume_enable:
+        raise RequestError(
+            ResponseCode.NO_PERMISSION, f"subscription group no permission, {header.consumer_group}"
+        )
+    if header.max_msg_nums <= 0 or header.invisible_time <= 0:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, "maxMsgNums and invisibleTime must be > 0")
+    orderly = bool(header.order)
+    codes = tag_codes(header.exp, header.exp_type)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(max(header.poll_time, 0) / 1000, _MAX_POLL_S)
+    while True:
+        candidates = _candidates(state, header, orderly)
+        now_ms = state.wall_ms()
+        gathered = _Popped()
+        for topic, queue_id, retry in candidates:
+            if len(gathered.records) >= min(header.max_msg_nums, _MAX_POP):
+                break
+            _pop_queue(state, header, topic, queue_id, retry, codes, now_ms, gathered)
+        left = deadline - loop.time()
+        if gathered.records or left <= 0 or not state.config.long_polling_enable:
+            break
+        if not await _wait_any(state, [(t, q) for t, q, _ in candidates], left):
+            break
+    response = PopMessageResponseHeader(
+        pop_time=now_ms,
+        invisible_time=max(header.invisible_time, _MIN_INVISIBLE_MS),
+        revive_qid=POP_ORDER_REVIVE_QUEUE if orderly else REVIVE_QID,
+        rest_num=gathered.rest,
+        start_offset_info=format_start_offset_info(gathered.starts) or None,
+        msg_offset_info=format_msg_offset_info(gathered.offsets) or None,
+        order_count_info=format_order_count_info(gathered.orders) or None,
+    )
+    code = ResponseCode.SUCCESS if gathered.records else ResponseCode.PULL_NOT_FOUND
+    return request.make_response(
+        code, ext_fields=to_ext_fields(response), body=b"".join(gathered.records)
+    )
+
+
+async def _wait_any(state: BrokerState, queues: list[tuple[str, int]], timeout: float) -> bool:
+    """Wait until any of the queues grows, or `timeout` passes; whether one grew."""
+    store = state.store
+    waits = [
+        asyncio.ensure_future(state.longpoll.wait(t, q, store.max_queue_offset(t, q), timeout))
+        for t, q in queues
+    ]
+    try:
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        return any(task.result() for task in done)
+    finally:
+        for task in waits:
+            task.cancel()
+        for task in waits:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _handle(text: str) -> ReceiptHandle:
+    try:
+        return ReceiptHandle.parse(text)
+    except ProtocolError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+
+
+def _stale(handle: str) -> RequestError:
+    return RequestError(
+        ResponseCode.NO_MESSAGE,
+        f"receipt handle [{handle}] is stale or unknown: the message was acknowledged, "
+        "delivered again since, or never popped here",
+    )
+
+
+async def ack_message(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """ACK_MESSAGE (200051): a popped message is consumed."""
+    header = from_ext_fields(AckMessageRequestHeader, request.ext_fields)
+    _check_master(state)
+    handle = _handle(header.extra_info)
+    topic = _real_topic(header.consumer_group, header.topic, handle.retry)
+    key = (header.consumer_group, topic, header.queue_id)
+    event = state.pop.decide_ack(key, [(header.offset, handle.pop_time_ms)])
+    if event is None:
+        raise _stale(header.extra_info)
+    _apply(state, event)
+    await _replicated(state, "ack")
+    return request.make_response(ResponseCode.SUCCESS)
+
+
+async def batch_ack_message(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """BATCH_ACK_MESSAGE (200151): acks of several checkpoints; stale ones are skipped."""
+    _check_master(state)
+    try:
+        body = _BATCH_ACK_BODY.decode(request.body or b"")
+    except msgspec.DecodeError as exc:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, f"bad BatchAckMessageRequestBody: {exc}"
+        ) from None
+    for ack in body.acks:
+        try:
+            offsets = ack.offsets
+        except ProtocolError as exc:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        key = (ack.c, _real_topic(ack.c, ack.t, ack.r == "1"), ack.q)
+        event = state.pop.decide_ack(key, [(o, ack.pt) for o in offsets])
+        if event is not None:
+            _apply(state, event)
+    await _replicated(state, "batch ack")
+    return request.make_response(ResponseCode.SUCCESS)
+
+
+async def change_invisible_time(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """CHANGE_MESSAGE_INVISIBLETIME (200053): a new invisible time, and so a new handle."""
+    header = from_ext_fields(ChangeInvisibleTimeRequestHeader, request.ext_fields)
+    _check_master(state)
+    handle = _handle(header.extra_info)
+    topic = _real_topic(header.consumer_group, header.topic, handle.retry)
+    key = (header.consumer_group, topic, header.queue_id)
+    invisible = max(header.invisible_time, 0)
+    event = state.pop.decide_change(
+        key, header.offset, handle.pop_time_ms, state.wall_ms(), invisible
+    )
+    if event is None:
+        raise _stale(header.extra_info)
+    _apply(state, event)
+    await _replicated(state, "change of invisible time")
+    response = ChangeInvisibleTimeResponseHeader(
+        pop_time=event.pop_time_ms, invisible_time=invisible, revive_qid=handle.revive_qid
+    )
+    return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(response))
+
+
+async def notification(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """NOTIFICATION (200054): whether a pop would find messages, waiting up to `pollTime`."""
+    header = from_ext_fields(NotificationRequestHeader, request.ext_fields)
+    _check_master(state)
+    pop_header = PopMessageRequestHeader(
+        consumer_group=header.consumer_group,
+        topic=header.topic,
+        queue_id=header.queue_id,
+        max_msg_nums=1,
+        invisible_time=1,
+        poll_time=0,
+        born_time=header.born_time,
+        init_mode=0,
+        order=header.order,
+    )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(max(header.poll_time, 0) / 1000, _MAX_POLL_S)
+    while True:
+        candidates = _candidates(state, pop_header, bool(header.order))
+        has = any(_has_message(state, header.consumer_group, t, q) for t, q, _ in candidates)
+        left = deadline - loop.time()
+        if has or left <= 0 or not await _wait_any(state, [(t, q) for t, q, _ in candidates], left):
+            break
+    response = NotificationResponseHeader(has_msg=has)
+    return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(response))
+
+
+def _has_message(state: BrokerState, group: str, topic: str, queue_id: int) -> bool:
+    key = (group, topic, queue_id)
+    now_ms = state.wall_ms()
+    if state.pop.redeliveries(key, now_ms) and state.pop.queues[key].orderly:
+        return True
+    position = state.pop.position(key)
+    if position is None:
+        position = state.offsets.query(topic, group, queue_id) or 0
+    return position < state.store.max_queue_offset(topic, queue_id)
+
+
+class PopReviver:
+    """Revives unacknowledged messages whose invisible time ran out (module doc)."""
+
+    def __init__(self, state: BrokerState) -> None:
+        self._state = state
+        self.revived = 0
+        self.dead_lettered = 0
+
+    async def run(self) -> None:
+        """Revive due messages, forever (on a master)."""
+        while True:
+            if self._state.is_master:
+                try:
+                    await self.revive_due()
+                except FerryError as exc:
+                    log.error("POP revive failed, retrying: %s", exc)
+            await asyncio.sleep(_REVIVE_TICK_S)
+
+    async def revive_due(self) -> int:
+        """One pass: revive (or dead-letter) up to 256 due messages; returns how many."""
+        state = self._state
+        now_ms = state.wall_ms()
+        due = list(itertools.islice(state.pop.expired(now_ms), _REVIVE_BATCH * 4))
+        done = 0
+        for key, queue_offset, inflight, orderly in due:
+            if done >= _REVIVE_BATCH:
+                break
+            group, topic, queue_id = key
+            limit = state.group_config(group).retry_max_times
+            if orderly and inflight.attempt <= limit:
+                continue  # delivered again in place by the next pop
+            got = state.store.get(topic, queue_id, queue_offset, 1)
+            if got.records and got.queue_offsets[0] == queue_offset:
+                record = decode_record(got.records[0])
+                reconsume = inflight.attempt if orderly else record.reconsume_times + 1
+                properties = dict(record.properties)
+                properties.pop(props.PROPERTY_CRC32, None)
+                original = properties.setdefault(props.RETRY_TOPIC, topic)
+                properties.setdefault(props.ORIGIN_MESSAGE_ID, properties.get(props.UNIQ_KEY, ""))
+                if orderly or reconsume > limit:
+                    target = dlq_topic(group)
+                    self.dead_lettered += 1
+                else:
+                    target = pop_retry_topic(group, original)
+                    self.revived += 1
+                topic_for_send(state, target, 1)
+                await put_messages(
+                    state,
+                    target,
+                    0,
+                    [BatchItem(record.body, encode_properties(properties), record.flag)],
+                    born_host=record.born_host,
+                    born_timestamp_ms=record.born_timestamp_ms,
+                    sys_flag=record.sys_flag,
+                    reconsume_times=reconsume,
+                    wait_flush=False,
+                )
+            else:
+                log.warning(
+                    "POP: %s queue %d offset %d expired in flight but is gone from the store",
+                    topic,
+                    queue_id,
+                    queue_offset,
+                )
+            # still in flight under the same pop? (an ack may have come while the copy was put)
+            if state.pop.decide_ack(key, [(queue_offset, inflight.pop_time_ms)]) is not None:
+                _apply(state, Acked(group, topic, queue_id, [queue_offset]))
+            done += 1
+        return done

@@ -1,0 +1,166 @@
+"""POP consumption over remoting with the SDK's SimpleConsumer, against in-process brokers."""
+
+import asyncio
+
+import pytest
+
+from ferrymq import Producer
+from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
+from ferrymq.errors import RemoteError
+from ferrymq.model import MessageQueue
+from ferrymq.rpc.client import RpcClient
+from ferrymq.testing import LocalCluster
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.pop import AckMessageRequestHeader
+
+from .remoting import command, create_topic
+
+
+async def _receive_until(
+    consumer: SimpleConsumer, topic: str, count: int, *, invisible: float, timeout: float = 20.0
+) -> list[ReceivedMessage]:
+    """Receive until `count` messages came (or fail after `timeout` s)."""
+    got: list[ReceivedMessage] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(got) < count:
+        assert loop.time() < deadline, f"only {len(got)} of {count} messages within {timeout} s"
+        got += await consumer.receive(
+            topic, max_messages=count - len(got), invisible_duration=invisible, wait=0.5
+        )
+    return got
+
+
+async def _send(cluster: LocalCluster, topic: str, n: int, queue_id: int | None = None) -> None:
+    async with Producer(cluster.namesrv_addr) as producer:
+        for i in range(n):
+            queue = MessageQueue(topic, "broker-a", queue_id) if queue_id is not None else None
+            await producer.send(topic, f"m{i}".encode(), queue=queue)
+
+
+async def test_pop_ack_change_invisible_and_redelivery(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    """Acked messages never come back; an unacked one comes back with attempt 2 after its
+    invisible time; a changed one keeps away for its new time and its old handle is stale."""
+    await create_topic(client, cluster.broker.address, "PopT", queues=2)
+    await _send(cluster, "PopT", 6)
+    async with SimpleConsumer(cluster.namesrv_addr, "G1") as consumer:
+        first = await _receive_until(consumer, "PopT", 6, invisible=1.0)
+        assert sorted(m.message.body for m in first) == [f"m{i}".encode() for i in range(6)]
+        assert {m.delivery_attempt for m in first} == {1}
+        acked, changed, left = first[:4], first[4], first[5]
+        for received in acked:
+            await consumer.ack(received)
+        old_handle = changed.receipt_handle
+        await consumer.change_invisible_duration(changed, 60.0)
+        assert changed.receipt_handle != old_handle
+        stale = ReceivedMessage(changed.message, old_handle, 1, "PopT")
+        with pytest.raises(RemoteError) as refused:
+            await consumer.ack(stale)
+        assert refused.value.code == ResponseCode.NO_MESSAGE
+        again = await _receive_until(consumer, "PopT", 1, invisible=30.0)
+        assert [m.message.body for m in again] == [left.message.body]
+        assert again[0].delivery_attempt == 2
+        assert again[0].message.topic == "PopT"  # popped from the POP retry topic
+        await consumer.ack(again[0])
+        await consumer.ack(changed)  # the new handle is good
+        assert await consumer.receive("PopT", invisible_duration=1.0, wait=1.5) == []
+
+
+async def test_pop_state_survives_a_restart(cluster: LocalCluster, client: RpcClient) -> None:
+    """An ack before a restart holds; a message in flight is acked after it by its old handle;
+    one not acked comes back after its invisible time."""
+    await create_topic(client, cluster.broker.address, "PopR", queues=1)
+    await _send(cluster, "PopR", 3)
+    async with SimpleConsumer(cluster.namesrv_addr, "G2") as consumer:
+        got = await _receive_until(consumer, "PopR", 3, invisible=2.0)
+        await consumer.ack(got[0])
+        await cluster.restart_broker(0)
+        consumer.routes.invalidate("PopR")
+        await consumer.ack(got[1])
+        again = await _receive_until(consumer, "PopR", 1, invisible=30.0)
+        assert [m.message.body for m in again] == [got[2].message.body]
+        assert again[0].delivery_attempt == 2
+        await consumer.ack(again[0])
+        assert await consumer.receive("PopR", invisible_duration=1.0, wait=0.5) == []
+
+
+async def test_fifo_pop_holds_a_queue_and_redelivers_in_order(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    await create_topic(client, cluster.broker.address, "PopF", queues=1)
+    await _send(cluster, "PopF", 3, queue_id=0)
+    async with (
+        SimpleConsumer(cluster.namesrv_addr, "G3", fifo=True) as one,
+        SimpleConsumer(cluster.namesrv_addr, "G3", fifo=True) as other,
+    ):
+        got = await _receive_until(one, "PopF", 3, invisible=0.5)
+        assert [m.message.body for m in got] == [b"m0", b"m1", b"m2"]
+        assert await other.receive("PopF", invisible_duration=0.5) == []  # the queue is held
+        await one.ack(got[0])
+        again = await _receive_until(other, "PopF", 2, invisible=30.0)
+        assert [(m.message.body, m.delivery_attempt) for m in again] == [(b"m1", 2), (b"m2", 2)]
+        for received in again:
+            await other.ack(received)
+        assert await one.receive("PopF", invisible_duration=1.0, wait=0.3) == []
+
+
+@pytest.mark.parametrize("cluster", [{"max_reconsume_times": 1}], indirect=True)
+async def test_past_max_reconsume_times_a_message_goes_to_the_dlq(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    await create_topic(client, cluster.broker.address, "PopD", queues=1)
+    await _send(cluster, "PopD", 1)
+    async with SimpleConsumer(cluster.namesrv_addr, "G4") as consumer:
+        attempts = [
+            m.delivery_attempt for m in await _receive_until(consumer, "PopD", 1, invisible=0.2)
+        ]
+        attempts += [
+            m.delivery_attempt for m in await _receive_until(consumer, "PopD", 1, invisible=0.2)
+        ]
+        assert attempts == [1, 2]
+        store = cluster.broker.store
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while store.max_queue_offset("%DLQ%G4", 0) < 1:
+            assert loop.time() < deadline, "not dead-lettered"
+            await asyncio.sleep(0.05)
+        assert await consumer.receive("PopD", invisible_duration=1.0, wait=0.3) == []
+
+
+async def test_pull_continues_where_pop_acked(cluster: LocalCluster, client: RpcClient) -> None:
+    """Mixed group (served, as RocketMQ does): POP commits the group's offset below its lowest
+    unacknowledged message; a pull consumer of the group reads on from there, and a pop after
+    the pull consumer committed further starts at that commit."""
+    await create_topic(client, cluster.broker.address, "PopM", queues=1)
+    await _send(cluster, "PopM", 5)
+    queue = MessageQueue("PopM", "broker-a", 0)
+    async with (
+        SimpleConsumer(cluster.namesrv_addr, "G5") as popper,
+        PullConsumer(cluster.namesrv_addr, "G5") as puller,
+    ):
+        got = await _receive_until(popper, "PopM", 3, invisible=30.0)
+        for received in got[:2]:
+            await popper.ack(received)
+        assert await puller.committed(queue) == 2  # offset 2 still in flight
+        await popper.ack(got[2])
+        assert await puller.committed(queue) == 3
+        pulled = await puller.pull(queue, 3)
+        assert [m.body for m in pulled.messages] == [b"m3", b"m4"]
+        await puller.commit(queue, 5)
+        await _send(cluster, "PopM", 1)
+        last = await _receive_until(popper, "PopM", 1, invisible=30.0)
+        assert [(m.message.body, m.message.queue_offset) for m in last] == [(b"m0", 5)]
+
+
+async def test_a_bad_receipt_handle_is_refused(cluster: LocalCluster, client: RpcClient) -> None:
+    header = AckMessageRequestHeader(
+        consumer_group="G6", topic="PopB", queue_id=0, extra_info="garbage", offset=0
+    )
+    response = await client.call(
+        cluster.broker.address, command(RequestCode.ACK_MESSAGE, header), 5
+    )
+    assert response.code == ResponseCode.SYSTEM_ERROR
+    assert "8 fields" in (response.remark or "")
