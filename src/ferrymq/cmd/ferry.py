@@ -41,6 +41,7 @@ from ferrymq.cmd.local import Child
 from ferrymq.cmd.measure import Row
 from ferrymq.cmd.process import run_until_signal, setup_logging
 from ferrymq.cmd.servers import broker_command, namesrv_command
+from ferrymq.cmd.tlsflags import client_tls, tls_client_options
 from ferrymq.cmd.up import (
     DEFAULT_SEGMENT_BYTES,
     DiskFullError,
@@ -50,6 +51,7 @@ from ferrymq.cmd.up import (
     run_up,
 )
 from ferrymq.errors import FerryError
+from ferrymq.security.tls import TlsSettings, install
 from ferrymq.testbugs import BUGS
 
 __all__ = ["main"]
@@ -57,8 +59,13 @@ __all__ = ["main"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ferry")
-def cli() -> None:
-    """ferrymq: a highly available, RocketMQ-compatible message queue."""
+@tls_client_options
+def cli(tls: bool, tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
+    """ferrymq: a highly available, RocketMQ-compatible message queue.
+
+    `ferry --tls-ca CA ...` (or FERRY_TLS_CA=CA): every client command connects with TLS.
+    """
+    install(TlsSettings(client=client_tls(tls, tls_ca, tls_cert, tls_key)))
 
 
 cli.add_command(namesrv_command)
@@ -170,6 +177,13 @@ def demo_command(messages: int, data_dir: Path | None) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the cluster as JSON here once it serves.",
 )
+@click.option(
+    "--tls",
+    "up_tls",
+    is_flag=True,
+    help="TLS only on every port, certificates from a local CA (its path: tls_ca in the ready "
+    "file). Connect workers are not started (their TLS is not done yet).",
+)
 def up_command(
     data_dir: Path | None,
     groups: int,
@@ -183,6 +197,7 @@ def up_command(
     with_console: bool,
     ready_file: Path | None,
     segment_bytes: int,
+    up_tls: bool,
 ) -> None:
     """Run a local cluster (controllers, NameServer, brokers, Connect) until Ctrl-C or SIGTERM."""
     config = UpConfig(
@@ -197,7 +212,8 @@ def up_command(
         port_base=port_base,
         flush_disk_type=flush_disk_type.upper(),
         ready_file=ready_file,
-        connect=connect_workers,
+        connect=0 if up_tls else connect_workers,
+        tls=up_tls,
     )
     console = Console(stderr=True)
     status = 0
@@ -220,6 +236,8 @@ def up_command(
             table.add_row("console", info["console"], "", "")
         console.print(table)
         console.print(f"export NAMESRV_ADDR={info['namesrv']}   (Ctrl-C stops everything)")
+        if info["tls_ca"]:
+            console.print(f"export FERRY_TLS_CA={info['tls_ca']}")
         if info["connect"]:
             urls = ",".join(w["url"] for w in info["connect"])
             console.print(f"export FERRY_CONNECT_URL={urls}")

@@ -10,6 +10,11 @@ per controller node) instead of as their own processes.
 on free ports, sharing one store directory for task checkpoints), listed in the ready file as
 `"connect": [{"id", "url", "pid"}, ...]`; a worker that dies is reported and the cluster goes on.
 
+`--tls` (issue 23) makes a local CA and one certificate for the servers (SAN: the host,
+127.0.0.1, localhost) under `<data dir>/tls`, runs every server with TLS only (`--tls`: enforcing,
+and TLS on its own connections), and gives the CA's path in the ready file (`"tls_ca"`) for
+clients to trust (`ferry ... --tls-ca PATH`, `FERRY_TLS_CA`).
+
 `ProcessCluster` is also what `ferry demo` and `ferry bench failover` drive: it can kill and
 restart any child. `ferry up` writes the `--ready-file` JSON once everything serves, and stops
 every child it started, by PID, when told to. In controller mode a broker that dies is reported
@@ -40,6 +45,7 @@ from typing import Final, TypedDict
 
 from ferrymq.cmd.local import Child, spawn
 from ferrymq.cmd.measure import free_port
+from ferrymq.security.tlscerts import issue_certificate, make_ca
 from ferrymq.store.atomic import write_atomic
 
 __all__ = [
@@ -101,6 +107,8 @@ class ReadyInfo(TypedDict):
     console: str | None
     """The web console's URL (None: not run)."""
     connect: list[ConnectEntry]
+    tls_ca: str | None
+    """The CA file clients trust (`--tls`), else None."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,8 @@ class UpConfig:
     segment_bytes: int | None = None
     """Every broker's commit-log segment size (`mappedFileSizeCommitLog`); None: the broker's
     default (1 GiB). `ferry up` gives `DEFAULT_SEGMENT_BYTES`."""
+    tls: bool = False
+    """Every server with TLS only; a local CA under `<data_dir>/tls`."""
     broker_flags: tuple[str, ...] = ()
     """Extra flags for every broker (e.g. `--mapped-file-size-commit-log N` in tests: these
     come last, so they win over `segment_bytes`)."""
@@ -165,6 +175,29 @@ class ProcessCluster:
         """Connect worker id (`connect-1`, ...) -> process."""
         self.console: Child | None = None
         self._args: dict[str, list[str]] = {}
+        self.tls_ca: Path | None = None
+        """The local CA's certificate (with `UpConfig.tls`), once `start` made it."""
+        self._tls_flags: list[str] = []
+
+    def _make_tls(self) -> None:
+        """The local CA and the servers' certificate (kept: a restart reuses them)."""
+        where = self.config.data_dir / "tls"
+        ca_path = where / "ca.pem"
+        cert, key = where / "server.pem", where / "server-key.pem"
+        if not (ca_path.is_file() and cert.is_file() and key.is_file()):
+            ca = make_ca(where)
+            hosts = dict.fromkeys((self.config.host, "127.0.0.1", "localhost"))
+            cert, key = issue_certificate(ca, where, "server", hosts=tuple(hosts))
+        self.tls_ca = ca_path
+        self._tls_flags = [
+            "--tls",
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+            "--tls-ca",
+            str(ca_path),
+        ]
 
     @property
     def namesrv_addr(self) -> str:
@@ -189,6 +222,8 @@ class ProcessCluster:
             RuntimeError: a server did not start (its log tail says why).
         """
         config = self.config
+        if config.tls:
+            await asyncio.to_thread(self._make_tls)
         peers = ",".join(f"{node}={addr}" for node, addr in self.controller_addrs.items())
         if config.embedded_controller and config.controller_mode:
             await asyncio.gather(
@@ -289,6 +324,7 @@ class ProcessCluster:
                 self.controller_addrs[node],
                 "--data-dir",
                 str(config.data_dir / f"controller-{node}"),
+                *self._tls_flags,
             ],
             config.data_dir,
             env=env,
@@ -296,7 +332,11 @@ class ProcessCluster:
 
     async def _start_namesrv(self, name: str, listen: str, extra: list[str]) -> None:
         self.namesrvs.append(
-            await spawn(name, ["namesrv", "--listen", listen, *extra], self.config.data_dir)
+            await spawn(
+                name,
+                ["namesrv", "--listen", listen, *extra, *self._tls_flags],
+                self.config.data_dir,
+            )
         )
 
     def _broker_args(self, index: int, replica: int, name: str) -> list[str]:
@@ -320,6 +360,7 @@ class ProcessCluster:
                 if config.segment_bytes is None
                 else ("--mapped-file-size-commit-log", str(config.segment_bytes))
             ),
+            *self._tls_flags,
             *config.broker_flags,
         ]
         if config.controller_mode:
@@ -388,6 +429,7 @@ class ProcessCluster:
                 ConnectEntry(id=worker_id, url=str(child.info["url"]), pid=child.pid)
                 for worker_id, child in self.workers.items()
             ],
+            tls_ca=None if self.tls_ca is None else str(self.tls_ca),
         )
 
     async def stop(self) -> None:
