@@ -41,9 +41,8 @@ async def test_up_tls_runs_raft_ha_and_clients_over_tls_and_refuses_plain_text(
         async with RpcClient() as client:
             deadline = time.monotonic() + 30
             while True:
-                response = await client.call(
-                    str(master["addr"]), RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), 5
-                )
+                runtime = RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO)
+                response = await client.call(str(master["addr"]), runtime, 5)
                 if decode_body(response.body, KVTable).table.get("syncStateSet") == "1,2":
                     break
                 assert time.monotonic() < deadline, "the slave never joined over TLS"
@@ -70,7 +69,7 @@ async def test_up_tls_runs_raft_ha_and_clients_over_tls_and_refuses_plain_text(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await asyncio.wait_for(cli.communicate(b"from-the-cli\n"), 60)
+        _, err = await asyncio.wait_for(cli.communicate(b"from-the-cli\n"), 60)
         assert cli.returncode == 0, err.decode()
         async with PullConsumer(namesrv, "TlsCheck") as consumer:
             (queue,) = await consumer.queues("TlsUp")
