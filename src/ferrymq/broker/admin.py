@@ -2,7 +2,10 @@
 
 Topics: UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, GET_ALL_TOPIC_CONFIG,
 GET_TOPIC_STATS_INFO, and ferrymq's GET_FENCE. Groups: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-DELETE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUME_STATS. Broker:
+DELETE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUME_STATS,
+QUERY_TOPIC_CONSUME_BY_WHO. Clients: GET_CONSUMER_CONNECTION_LIST,
+GET_PRODUCER_CONNECTION_LIST, GET_ALL_PRODUCER_INFO (RocketMQ's body shapes: what the Dashboard
+and rocketmq-exporter read). Broker:
 GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG, UPDATE_BROKER_CONFIG (hot keys only; see
 `HOT_KEYS`), DELETE_EXPIRED_COMMITLOG.
 
@@ -34,10 +37,16 @@ from ferrymq.errors import InvalidNameError, RequestError
 from ferrymq.model import validate_group, validate_topic
 from ferrymq.rpc.connection import Connection
 from ferrymq.wire.bodies import (
+    ClientConnection,
+    ConsumerConnection,
     ConsumeStats,
     ConsumeStatsEntry,
     FenceHolder,
+    GroupList,
     KVTable,
+    ProducerConnection,
+    ProducerInfo,
+    ProducerTableInfo,
     TopicConfig,
     TopicOffsetEntry,
     TopicStatsTable,
@@ -50,12 +59,16 @@ from ferrymq.wire.broker import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
+    GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
     GetFenceRequestHeader,
+    GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
     parse_attribute_changes,
 )
 from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.fastjson import encode_sorted
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields
 from ferrymq.wire.records import store_timestamp_of
@@ -68,12 +81,16 @@ __all__ = [
     "delete_group",
     "delete_topic",
     "get_all_groups",
+    "get_all_producer_info",
     "get_all_topics",
     "get_broker_config",
     "get_consume_stats",
+    "get_consumer_connections",
     "get_fence",
+    "get_producer_connections",
     "get_runtime_info",
     "get_topic_stats",
+    "query_topic_consume_by_who",
     "update_broker_config",
     "update_group",
 ]
@@ -406,3 +423,99 @@ async def update_broker_config(
         state.on_topics_changed()
     log.info("broker config updated: %s", ", ".join(f"{k}={v}" for k, v in values.items()))
     return _ok(request)
+
+
+async def get_consumer_connections(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_CONSUMER_CONNECTION_LIST (203): a group's online clients, subscriptions and modes.
+
+    RocketMQ `getConsumerConnectionList`: a group with no online client is CONSUMER_NOT_ONLINE.
+    """
+    header = from_ext_fields(GetConsumerConnectionListRequestHeader, request.ext_fields)
+    group = state.clients.consumers.get(header.consumer_group)
+    if group is None or not group.channels:
+        raise RequestError(
+            ResponseCode.CONSUMER_NOT_ONLINE,
+            f"the consumer group[{header.consumer_group}] not online",
+        )
+    body = ConsumerConnection(
+        connection_set=[
+            ClientConnection(
+                client_addr=channel.conn.peer,
+                client_id=client_id,
+                language=channel.language,
+                version=channel.version,
+            )
+            for client_id, channel in sorted(group.channels.items())
+        ],
+        consume_from_where=group.consume_from_where,
+        consume_type=group.consume_type,
+        message_model=group.message_model,
+        subscription_table=dict(sorted(group.subscriptions.items())),
+    )
+    return _ok(request, encode_sorted(body))
+
+
+async def get_producer_connections(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_PRODUCER_CONNECTION_LIST (204): a producer group's clients.
+
+    RocketMQ `getProducerConnectionList`: a group with no client is SYSTEM_ERROR "not exist".
+    """
+    header = from_ext_fields(GetProducerConnectionListRequestHeader, request.ext_fields)
+    channels = state.clients.producers.get(header.producer_group, {})
+    if not channels:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, f"the producer group[{header.producer_group}] not exist"
+        )
+    body = ProducerConnection(
+        [
+            ClientConnection(
+                client_addr=channel.conn.peer,
+                client_id=client_id,
+                language=channel.language,
+                version=channel.version,
+            )
+            for client_id, channel in sorted(channels.items())
+        ]
+    )
+    return _ok(request, encode_sorted(body))
+
+
+async def get_all_producer_info(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_ALL_PRODUCER_INFO (328): every producer group and its clients (`ProducerTableInfo`)."""
+    now, wall_ms = state.clock(), state.wall_ms()
+    data = {
+        group: [
+            ProducerInfo(
+                client_id=client_id,
+                language=channel.language,
+                # the table keeps monotonic seconds: its wall time is now less the silence
+                last_update_timestamp=wall_ms - round((now - channel.last_update) * 1000),
+                remote_i_p=channel.conn.peer,
+                version=channel.version,
+            )
+            for client_id, channel in sorted(channels.items())
+        ]
+        for group, channels in sorted(state.clients.producers.items())
+        if channels
+    }
+    return _ok(request, encode_sorted(ProducerTableInfo(data)))
+
+
+async def query_topic_consume_by_who(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """QUERY_TOPIC_CONSUME_BY_WHO (300): groups subscribed to the topic or holding its offsets."""
+    header = from_ext_fields(QueryTopicConsumeByWhoRequestHeader, request.ext_fields)
+    online = {
+        name
+        for name, group in state.clients.consumers.items()
+        if header.topic in group.subscriptions
+    }
+    groups = sorted(online | set(state.offsets.groups_of(header.topic)))
+    return _ok(request, encode_sorted(GroupList(groups)))

@@ -34,6 +34,9 @@ class _Channel:
     session_timeout: float | None = None
     """Seconds of silence after which this member leaves (None: the table's `expire_after`)."""
     member_data: str = ""
+    language: str = "JAVA"
+    """The client's language and version, from its heartbeat's header (consumerConnection)."""
+    version: int = 0
 
     def deadline(self, expire_after: float) -> float:
         """When this client leaves unless it heartbeats again."""
@@ -79,7 +82,14 @@ class ClientTable:
         self.producers: dict[str, dict[str, _Channel]] = {}
 
     def register_consumer(
-        self, client_id: str, conn: Connection, data: ConsumerData, now: float
+        self,
+        client_id: str,
+        conn: Connection,
+        data: ConsumerData,
+        now: float,
+        *,
+        language: str = "JAVA",
+        version: int = 0,
     ) -> bool:
         """Record a consumer heartbeat; True when the group's membership changed.
 
@@ -101,12 +111,25 @@ class ClientTable:
             channel.session_timeout = session_timeout
             channel.member_data = member_data
             return False
-        group.channels[client_id] = _Channel(client_id, conn, now, session_timeout, member_data)
+        group.channels[client_id] = _Channel(
+            client_id, conn, now, session_timeout, member_data, language, version
+        )
         return channel is None
 
-    def register_producer(self, client_id: str, conn: Connection, group: str, now: float) -> None:
+    def register_producer(
+        self,
+        client_id: str,
+        conn: Connection,
+        group: str,
+        now: float,
+        *,
+        language: str = "JAVA",
+        version: int = 0,
+    ) -> None:
         """Record a producer heartbeat."""
-        self.producers.setdefault(group, {})[client_id] = _Channel(client_id, conn, now)
+        self.producers.setdefault(group, {})[client_id] = _Channel(
+            client_id, conn, now, language=language, version=version
+        )
 
     def unregister(
         self, client_id: str, producer_group: str | None, consumer_group: str | None

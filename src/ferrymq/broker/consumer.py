@@ -154,8 +154,11 @@ async def heartbeat(
     ):
         _check_master_for_members(state, "heartbeats with member data")
     now = state.clock()
+    language, version = request.language.name, request.version
     for producer in data.producer_data_set:
-        state.clients.register_producer(data.client_id, conn, producer.group_name, now)
+        state.clients.register_producer(
+            data.client_id, conn, producer.group_name, now, language=language, version=version
+        )
     for consumer in data.consumer_data_set:
         group_config = state.group_config(consumer.group_name)
         # RocketMQ creates the retry topic here, so a consumer's route lookup for it succeeds
@@ -166,7 +169,9 @@ async def heartbeat(
             1,
             retry_queue_nums=group_config.retry_queue_nums,
         )
-        if state.clients.register_consumer(data.client_id, conn, consumer, now):
+        if state.clients.register_consumer(
+            data.client_id, conn, consumer, now, language=language, version=version
+        ):
             log.info("consumer %s joined group %s", data.client_id, consumer.group_name)
             notify_group_changed(state, consumer.group_name)
         if consumer.session_timeout_ms is not None:

@@ -26,14 +26,17 @@ __all__ = [
     "MAX_SESSION_TIMEOUT_MS",
     "MIN_SESSION_TIMEOUT_MS",
     "BrokerData",
+    "ClientConnection",
     "ClusterInfo",
     "ConsumeStats",
     "ConsumeStatsEntry",
+    "ConsumerConnection",
     "ConsumerData",
     "ConsumerIdList",
     "DataVersion",
     "FenceHolder",
     "FencedRemark",
+    "GroupList",
     "GroupMember",
     "GroupMembers",
     "HeartbeatData",
@@ -42,7 +45,10 @@ __all__ = [
     "LockBatchResponseBody",
     "MessageQueueBody",
     "Perm",
+    "ProducerConnection",
     "ProducerData",
+    "ProducerInfo",
+    "ProducerTableInfo",
     "QueueData",
     "RegisterBrokerBody",
     "SubscriptionData",
@@ -442,6 +448,53 @@ class GroupMembers(_Body, kw_only=True):
 
     members: list[GroupMember] = msgspec.field(default_factory=list)
     master_since_ms: int = 0
+
+
+class ClientConnection(_Body, kw_only=True):
+    """One client connection (RocketMQ `Connection`); fields in FastJSON's order (by name)."""
+
+    client_addr: str
+    client_id: str
+    language: str = "JAVA"
+    version: int = 0
+
+
+class ConsumerConnection(_Body, kw_only=True):
+    """Answer to GET_CONSUMER_CONNECTION_LIST (203): a group's online clients and subscriptions."""
+
+    connection_set: list[ClientConnection] = msgspec.field(default_factory=list)
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    subscription_table: dict[str, SubscriptionData] = msgspec.field(default_factory=dict)
+
+
+class ProducerConnection(_Body):
+    """Answer to GET_PRODUCER_CONNECTION_LIST (204)."""
+
+    connection_set: list[ClientConnection] = msgspec.field(default_factory=list)
+
+
+class GroupList(_Body):
+    """Answer to QUERY_TOPIC_CONSUME_BY_WHO (300): groups consuming a topic."""
+
+    group_list: list[str] = msgspec.field(default_factory=list)
+
+
+class ProducerInfo(_Body, kw_only=True):
+    """One producer client (RocketMQ `ProducerInfo`), fields by name as FastJSON writes them."""
+
+    client_id: str
+    language: str = "JAVA"
+    last_update_timestamp: int = 0
+    remote_i_p: str = msgspec.field(name="remoteIP")
+    version: int = 0
+
+
+class ProducerTableInfo(_Body):
+    """Answer to GET_ALL_PRODUCER_INFO (328): producer group -> its clients."""
+
+    data: dict[str, list[ProducerInfo]] = msgspec.field(default_factory=dict)
 
 
 class KVTable(_Body):

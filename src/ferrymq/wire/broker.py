@@ -22,6 +22,7 @@ __all__ = [
     "DeleteTopicRequestHeader",
     "EndTransactionRequestHeader",
     "GetConsumeStatsRequestHeader",
+    "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetEarliestMsgStoretimeResponseHeader",
@@ -31,6 +32,7 @@ __all__ = [
     "GetMaxOffsetResponseHeader",
     "GetMinOffsetRequestHeader",
     "GetMinOffsetResponseHeader",
+    "GetProducerConnectionListRequestHeader",
     "GetTopicStatsInfoRequestHeader",
     "NotifyConsumerIdsChangedRequestHeader",
     "PullMessageRequestHeader",
@@ -39,6 +41,7 @@ __all__ = [
     "QueryConsumerOffsetResponseHeader",
     "QueryMessageRequestHeader",
     "QueryMessageResponseHeader",
+    "QueryTopicConsumeByWhoRequestHeader",
     "SearchOffsetRequestHeader",
     "SearchOffsetResponseHeader",
     "SendMessageRequestHeader",
@@ -421,6 +424,24 @@ class GetConsumeStatsRequestHeader(CommandHeader):
 
     consumer_group: str
     topic: str | None = None
+
+
+class GetConsumerConnectionListRequestHeader(CommandHeader):
+    """GET_CONSUMER_CONNECTION_LIST (203)."""
+
+    consumer_group: str
+
+
+class GetProducerConnectionListRequestHeader(CommandHeader):
+    """GET_PRODUCER_CONNECTION_LIST (204)."""
+
+    producer_group: str
+
+
+class QueryTopicConsumeByWhoRequestHeader(CommandHeader):
+    """QUERY_TOPIC_CONSUME_BY_WHO (300)."""
+
+    topic: str
 
 
 class DeleteSubscriptionGroupRequestHeader(CommandHeader):

@@ -31,12 +31,17 @@ import msgspec
 
 from ferrymq.errors import ProtocolError
 
-__all__ = ["encode_object_map", "loads", "mq_key", "parse_mq_key"]
+__all__ = ["encode_object_map", "encode_sorted", "loads", "mq_key", "parse_mq_key"]
 
 MAX_DEPTH: Final = 64
 """Nesting allowed in a tolerant parse (RocketMQ bodies nest 4 deep)."""
 _STOP: Final = frozenset(",:]} \t\r\n")
 _encoder: Final = msgspec.json.Encoder(order="sorted")
+
+
+def encode_sorted(body: object) -> bytes:
+    """JSON with every object's fields sorted by name, as FastJSON writes a Java bean."""
+    return _encoder.encode(body)
 
 
 def mq_key(topic: str, broker_name: str, queue_id: int) -> bytes:

@@ -46,3 +46,11 @@ CLUSTER_INFO_4X = (
 )
 """GET_BROKER_CLUSTER_INFO (106) answer of a RocketMQ 4.x NameServer (number keys unquoted),
 quoted in the same Go client's comment as `CONSUME_STATS_4X`."""
+
+HEARTBEAT_SUBSCRIPTION_4X = (
+    b'{"classFilterMode":false,"codeSet":[],"expressionType":"TAG","subString":"*",'
+    b'"subVersion":1680444498755,"tagsSet":[],"topic":"gaohongbin-test"}'
+)
+"""One `SubscriptionData` of a Java 4.x push consumer's HEART_BEAT body (header version 373),
+quoted in a public RocketMQ sidecar's source (`ConnectionManager::onHeartbeat`): FastJSON's field
+order, which GET_CONSUMER_CONNECTION_LIST's `subscriptionTable` values take too."""

@@ -1,0 +1,108 @@
+"""Admin codes the Dashboard and rocketmq-exporter call (203, 204, 300, 328), over real sockets,
+with RocketMQ's body shapes (FastJSON's field order, checked against recorded Java bodies)."""
+
+import asyncio
+import json
+import time
+
+from ferrymq.client.message import Message
+from ferrymq.client.push import PushConsumer
+from ferrymq.rpc.client import RpcClient
+from ferrymq.testing import LocalCluster
+from ferrymq.wire.bodies import (
+    ConsumerConnection,
+    GroupList,
+    HeartbeatData,
+    ProducerConnection,
+    ProducerData,
+    ProducerTableInfo,
+    decode_body,
+    encode_body,
+)
+from ferrymq.wire.broker import (
+    GetConsumerConnectionListRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
+)
+from ferrymq.wire.codes import RequestCode, ResponseCode
+
+from ..unit.wire.rocketmq_recorded import HEARTBEAT_SUBSCRIPTION_4X
+from .remoting import command, create_topic
+
+
+async def _ignore(message: Message) -> None:
+    pass
+
+
+async def test_connections_producers_and_consumers_of_a_topic(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    addr = cluster.broker.address
+    await create_topic(client, addr, "Watched", queues=2)
+    beat = HeartbeatData(client_id="prod-1@127.0.0.1", producer_data_set=[ProducerData("PG1")])
+    answer = await client.call(addr, command(RequestCode.HEART_BEAT, body=encode_body(beat)), 5)
+    assert answer.code == ResponseCode.SUCCESS
+    consumer = PushConsumer(cluster.namesrv_addr, "CG1", _ignore, client_id="cons-1@127.0.0.1")
+    consumer.subscribe("Watched")
+    async with consumer:
+        get = GetConsumerConnectionListRequestHeader(consumer_group="CG1")
+        deadline = time.monotonic() + 10
+        while True:  # the consumer heartbeats as it starts
+            found = await client.call(
+                addr, command(RequestCode.GET_CONSUMER_CONNECTION_LIST, get), 5
+            )
+            if found.code == ResponseCode.SUCCESS:
+                break
+            assert found.code == ResponseCode.CONSUMER_NOT_ONLINE, found.remark
+            assert time.monotonic() < deadline, "the consumer never heartbeated"
+            await asyncio.sleep(0.05)
+        raw = json.loads(found.body)
+        assert list(raw) == sorted(raw)  # FastJSON writes a bean's fields by name
+        assert list(raw["connectionSet"][0]) == ["clientAddr", "clientId", "language", "version"]
+        assert list(raw["subscriptionTable"]["Watched"]) == list(
+            json.loads(HEARTBEAT_SUBSCRIPTION_4X)
+        )
+        connection = decode_body(found.body, ConsumerConnection)
+        assert [(c.client_id, c.language) for c in connection.connection_set] == [
+            ("cons-1@127.0.0.1", "PYTHON")
+        ]
+        assert connection.connection_set[0].client_addr.startswith("127.0.0.1:")
+        assert (connection.consume_type, connection.message_model) == (
+            "CONSUME_PASSIVELY",
+            "CLUSTERING",
+        )
+        assert list(connection.subscription_table) == ["%RETRY%CG1", "Watched"]  # as RocketMQ
+
+        who = QueryTopicConsumeByWhoRequestHeader(topic="Watched")
+        groups = await client.call(addr, command(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, who), 5)
+        assert decode_body(groups.body, GroupList).group_list == ["CG1"]
+
+    offline = await client.call(addr, command(RequestCode.GET_CONSUMER_CONNECTION_LIST, get), 5)
+    assert (offline.code, offline.remark) == (
+        ResponseCode.CONSUMER_NOT_ONLINE,
+        "the consumer group[CG1] not online",
+    )
+    producers = GetProducerConnectionListRequestHeader(producer_group="PG1")
+    listed = await client.call(
+        addr, command(RequestCode.GET_PRODUCER_CONNECTION_LIST, producers), 5
+    )
+    connections = decode_body(listed.body, ProducerConnection).connection_set
+    assert [(c.client_id, c.language) for c in connections] == [("prod-1@127.0.0.1", "PYTHON")]
+    missing = GetProducerConnectionListRequestHeader(producer_group="Nobody")
+    absent = await client.call(addr, command(RequestCode.GET_PRODUCER_CONNECTION_LIST, missing), 5)
+    assert (absent.code, absent.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "the producer group[Nobody] not exist",
+    )
+    table = await client.call(addr, command(RequestCode.GET_ALL_PRODUCER_INFO), 5)
+    raw_table = json.loads(table.body)
+    assert list(raw_table["data"]["PG1"][0]) == [
+        "clientId",
+        "language",
+        "lastUpdateTimestamp",
+        "remoteIP",
+        "version",
+    ]
+    info = decode_body(table.body, ProducerTableInfo).data["PG1"][0]
+    assert info.client_id == "prod-1@127.0.0.1"
+    assert abs(info.last_update_timestamp - time.time() * 1000) < 60_000
