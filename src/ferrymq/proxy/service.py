@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
@@ -65,6 +66,13 @@ class Session:
     outbox: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(_SESSION_QUEUE))
 
 
+@dataclass(frozen=True, slots=True)
+class _Malformed:
+    """A request that did not parse as its type (answered BAD_REQUEST, never raised)."""
+
+    reason: str
+
+
 def _metadata(context: Context, key: str) -> str:
     for item in context.invocation_metadata() or ():
         if item[0] == key:
@@ -100,24 +108,51 @@ class MessagingService:
         """Every served RPC, with its request and response classes."""
         v2 = self.v2
 
+        def parser(request_class: Any) -> Any:
+            def parse(data: bytes) -> Any:
+                try:
+                    return request_class.FromString(data)
+                except DecodeError as exc:  # answered BAD_REQUEST by the handler's wrapper
+                    return _Malformed(f"not a {request_class.DESCRIPTOR.name}: {exc}")
+
+            return parse
+
         def unary(name: str, fn: Any) -> Any:
             method = v2.service.methods_by_name[name]
-            request = getattr(v2, method.input_type.name)
-            response = getattr(v2, method.output_type.name)
+            request_class = getattr(v2, method.input_type.name)
+            response_class = getattr(v2, method.output_type.name)
+
+            async def handler(request: Any, context: Context) -> Any:
+                if isinstance(request, _Malformed):
+                    response = response_class()
+                    self._status(response, "BAD_REQUEST", request.reason)
+                    return response
+                return await fn(request, context)
+
             return grpc.unary_unary_rpc_method_handler(
-                fn,
-                request_deserializer=request.FromString,
-                response_serializer=response.SerializeToString,
+                handler,
+                request_deserializer=parser(request_class),
+                response_serializer=response_class.SerializeToString,
             )
 
         def stream(name: str, fn: Any) -> Any:
             method = v2.service.methods_by_name[name]
-            request = getattr(v2, method.input_type.name)
-            response = getattr(v2, method.output_type.name)
+            request_class = getattr(v2, method.input_type.name)
+            response_class = getattr(v2, method.output_type.name)
+
+            async def handler(request: Any, context: Context) -> AsyncIterator[Any]:
+                if isinstance(request, _Malformed):
+                    response = response_class()
+                    self._status(response, "BAD_REQUEST", request.reason)
+                    yield response
+                    return
+                async for response in fn(request, context):
+                    yield response
+
             return grpc.unary_stream_rpc_method_handler(
-                fn,
-                request_deserializer=request.FromString,
-                response_serializer=response.SerializeToString,
+                handler,
+                request_deserializer=parser(request_class),
+                response_serializer=response_class.SerializeToString,
             )
 
         handlers = {
@@ -132,7 +167,7 @@ class MessagingService:
             "ReceiveMessage": stream("ReceiveMessage", self.receive_message),
             "Telemetry": grpc.stream_stream_rpc_method_handler(
                 self.telemetry,
-                request_deserializer=v2.TelemetryCommand.FromString,
+                request_deserializer=parser(v2.TelemetryCommand),
                 response_serializer=v2.TelemetryCommand.SerializeToString,
             ),
         }
@@ -261,7 +296,7 @@ class MessagingService:
         async def read() -> None:
             try:
                 async for command in requests:
-                    if command.HasField("settings"):
+                    if not isinstance(command, _Malformed) and command.HasField("settings"):
                         await self._settings(session, command.settings)
             except (asyncio.CancelledError, grpc.RpcError):
                 pass
