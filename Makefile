@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: setup test lint unit bench bench-store demo clean soak-raft chaos soak fuzz
+.PHONY: setup test lint unit bench bench-store demo clean soak-raft chaos chaos-tls soak fuzz
 
 setup: $(STAMP)
 
@@ -69,6 +69,11 @@ CHAOS_TOPOLOGY ?= controller
 CHAOS_ARGS     ?=
 chaos: setup
 	$(BIN)/ferry chaos --schedule standard --topology $(CHAOS_TOPOLOGY) --seed $(CHAOS_SEED) --out $(CHAOS_OUT) $(CHAOS_ARGS)
+
+# The same run with TLS only on every port and link (issue 23; no Connect workers: their TLS is
+# not done). Not part of `make test`.
+chaos-tls: setup
+	$(BIN)/ferry chaos --schedule standard --topology $(CHAOS_TOPOLOGY) --seed $(CHAOS_SEED) --out $(CHAOS_OUT)-tls --tls $(CHAOS_ARGS)
 
 # A long chaos run: seeded rounds of every fault for DURATION (seconds, or 20m, 1h), one history,
 # one check.

@@ -47,6 +47,8 @@ from ferrymq.client.controller_admin import ControllerAdmin, ReplicaInfo
 from ferrymq.clock import TEST_CLOCK_ENV
 from ferrymq.errors import FerryError
 from ferrymq.rpc.client import RpcClient
+from ferrymq.security.tls import TlsSettings, install, settings_for, tls_config_from
+from ferrymq.security.tlscerts import issue_certificate, make_ca
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
@@ -113,6 +115,9 @@ class ClusterConfig:
     """Controller nodes (a Raft group) choosing the master; 0 = classic static roles."""
     connect_workers: int = 0
     """Connect workers (w1, w2, ...); 0: none."""
+    tls: bool = False
+    """Every server with TLS only (issue 23), certificates from a CA under `out_dir/tls`; the
+    harness's own clients connect with TLS too. Connect workers have no TLS yet: none with it."""
 
     @property
     def controller_mode(self) -> bool:
@@ -267,11 +272,19 @@ class Cluster:
         config = self.config
         logs = config.out_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        tls_flags = self._make_tls() if config.tls else []
         self.ledger_path = config.out_dir / "fsync-ledger.txt"
         self.namesrv = Node(
             "n1-namesrv",
             "127.0.0.1",
-            ["namesrv", "--listen", f"127.0.0.1:{NAMESRV_PORT}", "--broker-timeout", "10"],
+            [
+                "namesrv",
+                "--listen",
+                f"127.0.0.1:{NAMESRV_PORT}",
+                "--broker-timeout",
+                "10",
+                *tls_flags,
+            ],
             logs / "n1-namesrv.log",
             {TEST_CLOCK_ENV: "1"},
             NAMESRV_PORT,
@@ -293,6 +306,7 @@ class Cluster:
                 peers,
                 "--data-dir",
                 str(config.out_dir / "data" / name),
+                *tls_flags,
             ]
             self.controllers.append(
                 Node(name, ip, args, logs / f"{name}.log", env, CONTROLLER_PORT, kind="controller")
@@ -302,8 +316,21 @@ class Cluster:
             for g in range(len(config.group_names))
             for i in range(config.replicas)
         ]
+        for broker in self.brokers:
+            broker.args += tls_flags
         self.workers = [self._worker(i) for i in range(config.connect_workers)]
         self.rpc = RpcClient(local_host=_HARNESS_IP, connect_timeout=1.0)
+
+    def _make_tls(self) -> list[str]:
+        """A CA and one certificate for every 127.0.0.x; this process's clients trust the CA."""
+        where = self.config.out_dir / "tls"
+        ca = make_ca(where, name="ferrymq chaos CA")
+        hosts = ("localhost", *(f"127.0.0.{octet}" for octet in range(1, 255)))
+        cert, key = issue_certificate(ca, where, "servers", hosts=hosts)
+        values = {"tls.enable": "true", "tls.client.trustCertPath": str(ca.cert_path)}
+        install(TlsSettings(client=settings_for(tls_config_from(values), server_side=False).client))
+        ca_path = str(ca.cert_path)
+        return ["--tls", "--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", ca_path]
 
     @property
     def controller_addr(self) -> str:

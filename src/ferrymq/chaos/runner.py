@@ -78,6 +78,8 @@ class RunConfig:
     connect_workers: int = 3
     """Connect workers running the Connect workload (config writes; 0: none). The standard,
     smoke and soak schedules then hit the workers too."""
+    tls: bool = False
+    """Every server and client with TLS only (`make chaos-tls`); no Connect workers then."""
 
     def argv(self) -> list[str]:
         """The `ferry chaos` arguments that repeat this run."""
@@ -101,6 +103,7 @@ class RunConfig:
             str(self.duration_s),
             "--connect-workers",
             str(self.connect_workers),
+            *(["--tls"] if self.tls else []),
         ]
         for bug in self.bugs:
             args += ["--bug", bug]
@@ -412,6 +415,7 @@ async def run_inside(config: RunConfig) -> Results:
             controllers=0 if config.topology == "classic" else 3,
             groups=2 if config.topology == "controller-2groups" else 1,
             connect_workers=config.connect_workers,
+            tls=config.tls,
         )
     )
     cluster.mount_stores()

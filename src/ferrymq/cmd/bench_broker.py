@@ -13,6 +13,10 @@ each payload size:
 - consume: batches of 256 from the start (ferrymq pull by offset; JetStream pull consumer
   fetch 256 with AckNone).
 
+With `tls` (issue 23), a second ferrymq broker and NameServer run with TLS only (`--tls`, a local
+CA's certificate) as the system `ferrymq-tls`: its sync and windowed sends are interleaved with
+the plain broker's in the same rounds, and its raw rows follow (`ratios_tls`: TLS over plain).
+
 Each row carries the client's and the server's CPU (% of one core) over the row. Nothing here
 asserts a speed; the numbers go to docs/benchmarks.md with the command that made them.
 """
@@ -48,12 +52,14 @@ from ferrymq.cmd.measure import (
     timed_window,
 )
 from ferrymq.rpc.client import RpcClient
+from ferrymq.security.tls import ClientTls, settings_for, tls_config_from
+from ferrymq.security.tlscerts import issue_certificate, make_ca
 from ferrymq.wire.broker import SendMessageRequestHeader, SendMessageRequestHeaderV2
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 
-__all__ = ["BrokerBenchConfig", "Row", "ratios_to_nats", "run_broker_bench"]
+__all__ = ["BrokerBenchConfig", "Row", "ratios_tls", "ratios_to_nats", "run_broker_bench"]
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +75,13 @@ class BrokerBenchConfig:
     nats: bool = True
     cpp: bool = True
     workdir: Path | None = None
+    tls: bool = False
+    """Also a TLS-only broker (`ferrymq-tls`), measured in the same rounds as the plain one."""
 
 
 def ratios_to_nats(rows: list[Row]) -> list[dict[str, Any]]:
     """Ferrymq over NATS for every row both measured (same mode and size), throughput and p99."""
-    nats = {(r.mode, r.size): r for r in rows if r.system != "ferrymq"}
+    nats = {(r.mode, r.size): r for r in rows if r.system.startswith("nats")}
     paired = []
     for row in rows:
         peer = nats.get((row.mode, row.size))
@@ -93,16 +101,42 @@ def ratios_to_nats(rows: list[Row]) -> list[dict[str, Any]]:
     return paired
 
 
+def ratios_tls(rows: list[Row]) -> list[dict[str, Any]]:
+    """TLS over plain ferrymq for every row both measured (same mode and size): throughput."""
+    plain = {(r.mode, r.size): r for r in rows if r.system == "ferrymq"}
+    paired = []
+    for row in rows:
+        peer = plain.get((row.mode, row.size))
+        if row.system != "ferrymq-tls" or peer is None or not peer.msgs_per_s:
+            continue
+        ratio = round(row.msgs_per_s / peer.msgs_per_s, 2)
+        paired.append({"mode": row.mode, "size": row.size, "throughput_ratio": ratio})
+    return paired
+
+
 # ---------------------------------------------------------------------- ferrymq
 
 
+def _make_tls(workdir: Path) -> tuple[list[str], ClientTls]:
+    """A local CA and the TLS broker's certificate: its flags, and the clients' TLS."""
+    ca = make_ca(workdir / "tls")
+    cert, key = issue_certificate(ca, workdir / "tls", "server")
+    flags = ["--tls", "--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", str(ca.cert_path)]
+    values = {"tls.enable": "true", "tls.client.trustCertPath": str(ca.cert_path)}
+    return flags, settings_for(tls_config_from(values), server_side=False).client
+
+
 @contextlib.asynccontextmanager
-async def _ferrymq(workdir: Path) -> AsyncIterator[tuple[str, list[Child]]]:
+async def _ferrymq(
+    workdir: Path, name: str = "ferrymq", flags: tuple[str, ...] = ()
+) -> AsyncIterator[tuple[str, list[Child]]]:
     namesrv = await spawn(
-        "bench-namesrv", ["namesrv", "--listen", "127.0.0.1:0", "--log-level", "WARNING"], workdir
+        f"bench-{name}-namesrv",
+        ["namesrv", "--listen", "127.0.0.1:0", "--log-level", "WARNING", *flags],
+        workdir,
     )
     broker = await spawn(
-        "bench-broker",
+        f"bench-{name}-broker",
         [
             "broker",
             "--listen",
@@ -110,9 +144,10 @@ async def _ferrymq(workdir: Path) -> AsyncIterator[tuple[str, list[Child]]]:
             "--namesrv",
             namesrv.addr,
             "--store-dir",
-            str(workdir / "ferrymq-store"),
+            str(workdir / f"{name}-store"),
             "--log-level",
             "WARNING",
+            *flags,
         ],
         workdir,
     )
@@ -124,10 +159,17 @@ async def _ferrymq(workdir: Path) -> AsyncIterator[tuple[str, list[Child]]]:
 
 
 @contextlib.asynccontextmanager
-async def _ferrymq_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterator[Side]:
-    async with _ferrymq(workdir) as (namesrv, children):
+async def _ferrymq_side(
+    config: BrokerBenchConfig, workdir: Path, tls: bool = False
+) -> AsyncIterator[Side]:
+    system = "ferrymq-tls" if tls else "ferrymq"
+    flags, client_tls = _make_tls(workdir) if tls else ([], ClientTls(None))
+    async with (
+        _ferrymq(workdir, system, tuple(flags)) as (namesrv, children),
+        RpcClient(tls=client_tls) as admin_rpc,
+    ):
         pids = [children[1].pid]
-        async with AdminClient(namesrv) as admin:
+        async with AdminClient(namesrv, rpc=admin_rpc) as admin:
             for size in config.sizes:
                 await admin.create_topic(f"Bench{size}", queues=4)
             deadline = time.monotonic() + 10
@@ -135,7 +177,10 @@ async def _ferrymq_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterat
                 if time.monotonic() > deadline:
                     raise RuntimeError("benchmark topics never reached the NameServer")
                 await asyncio.sleep(0.05)
-        async with Producer(namesrv, "bench-producer", send_timeout=10) as producer:
+        async with (
+            RpcClient(tls=client_tls) as rpc,
+            Producer(namesrv, "bench-producer", send_timeout=10, rpc=rpc) as producer,
+        ):
             payloads = {size: os.urandom(size) for size in config.sizes}
 
             def sender(size: int) -> Callable[[], Awaitable[object]]:
@@ -147,7 +192,13 @@ async def _ferrymq_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterat
                     topic = f"Bench{size}"
                     route = await producer.routes.get(topic)
                     address = route.master(route.write_queues[0].broker_name) or ""
-                    rows.append(await _raw_rows(address, topic, payloads[size], size, config, pids))
+                    rows.append(
+                        await _raw_rows(
+                            address, topic, payloads[size], size, config, pids, system, client_tls
+                        )
+                    )
+                if tls:
+                    return rows
                 if config.cpp:
                     for size in config.sizes:
                         row = await asyncio.to_thread(
@@ -170,11 +221,18 @@ async def _ferrymq_side(config: BrokerBenchConfig, workdir: Path) -> AsyncIterat
                         rows.append(meter.row("ferrymq", "consume 256", size, total, []))
                 return rows
 
-            yield Side("ferrymq", pids, sender, rows_after)
+            yield Side(system, pids, sender, rows_after)
 
 
 async def _raw_rows(
-    address: str, topic: str, payload: bytes, size: int, config: BrokerBenchConfig, pids: list[int]
+    address: str,
+    topic: str,
+    payload: bytes,
+    size: int,
+    config: BrokerBenchConfig,
+    pids: list[int],
+    system: str,
+    tls: ClientTls,
 ) -> Row:
     header = SendMessageRequestHeader(
         producer_group="bench-raw",
@@ -188,7 +246,7 @@ async def _raw_rows(
         properties="WAIT\x01true\x02",
     )
     fields = to_ext_fields(SendMessageRequestHeaderV2.from_v1(header))
-    async with RpcClient(max_in_flight=config.window * 2) as rpc:
+    async with RpcClient(max_in_flight=config.window * 2, tls=tls) as rpc:
         conn = await rpc.connection(address)
         meter = Meter(pids)
 
@@ -199,7 +257,7 @@ async def _raw_rows(
             return await conn.call(request, 10)
 
         count, latencies = await timed_window(send, config.seconds, config.window)
-        return meter.row("ferrymq", f"raw window {config.window}", size, count, latencies)
+        return meter.row(system, f"raw window {config.window}", size, count, latencies)
 
 
 def _cpp_row(namesrv: str, topic: str, size: int, seconds: float, pids: list[int]) -> Row | None:
@@ -354,6 +412,8 @@ async def run_broker_bench(config: BrokerBenchConfig, progress: Callable[[str], 
         async with contextlib.AsyncExitStack() as stack:
             progress("starting the servers")
             sides = [await stack.enter_async_context(_ferrymq_side(config, workdir))]
+            if config.tls:
+                sides.append(await stack.enter_async_context(_ferrymq_side(config, workdir, True)))
             if config.nats:
                 sides.append(await stack.enter_async_context(_nats_side(config, workdir)))
             rows = await interleaved_sends_by_size(
@@ -369,5 +429,6 @@ async def run_broker_bench(config: BrokerBenchConfig, progress: Callable[[str], 
                 rows += await side.rows_after()
     finally:
         shutil.rmtree(workdir / "ferrymq-store", ignore_errors=True)
+        shutil.rmtree(workdir / "ferrymq-tls-store", ignore_errors=True)
         shutil.rmtree(workdir / "nats-store", ignore_errors=True)
-    return sorted(rows, key=lambda r: (r.system != "ferrymq", r.system))
+    return sorted(rows, key=lambda r: (not r.system.startswith("ferrymq"), r.system))

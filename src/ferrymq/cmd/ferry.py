@@ -26,7 +26,12 @@ from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
 from ferrymq.cli.connect import connect_group
 from ferrymq.cli.duration import Duration
 from ferrymq.cli.stream import consume_command, produce_command
-from ferrymq.cmd.bench_broker import BrokerBenchConfig, ratios_to_nats, run_broker_bench
+from ferrymq.cmd.bench_broker import (
+    BrokerBenchConfig,
+    ratios_tls,
+    ratios_to_nats,
+    run_broker_bench,
+)
 from ferrymq.cmd.bench_connect import TIMINGS as CONNECT_TIMINGS
 from ferrymq.cmd.bench_connect import ConnectBenchConfig, run_connect_bench
 from ferrymq.cmd.bench_controller import ControllerBenchConfig, run_controller_bench
@@ -330,6 +335,12 @@ def up_command(
     help="Connect workers running the Connect workload (config writes checked like sends; the "
     "schedule hits the workers too); 0: none.",
 )
+@click.option(
+    "--tls",
+    "chaos_tls",
+    is_flag=True,
+    help="Every server and client with TLS only (no Connect workers: their TLS is not done).",
+)
 def chaos_command(
     out_dir: Path | None,
     seed: int,
@@ -341,6 +352,7 @@ def chaos_command(
     drain_timeout: float,
     converge_timeout: float,
     connect_workers: int,
+    chaos_tls: bool,
 ) -> None:
     """Run controllers, 3-replica groups and Connect workers under faults; exit 1 on an anomaly.
 
@@ -356,7 +368,8 @@ def chaos_command(
         converge_timeout_s=converge_timeout,
         topology=topology,
         duration_s=duration,
-        connect_workers=connect_workers,
+        connect_workers=0 if chaos_tls else connect_workers,
+        tls=chaos_tls,
     )
     if is_inside():
         setup_logging("INFO")
@@ -469,6 +482,12 @@ def bench_store(
 )
 @click.option("--no-nats", is_flag=True, help="Skip the NATS JetStream rows.")
 @click.option("--no-cpp", is_flag=True, help="Skip the official C++-core client rows.")
+@click.option(
+    "--tls",
+    "with_tls",
+    is_flag=True,
+    help="Also a TLS-only broker (ferrymq-tls), its sends in the same rounds as the plain one's.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def bench_broker(
     sizes: str,
@@ -477,6 +496,7 @@ def bench_broker(
     window: int,
     no_nats: bool,
     no_cpp: bool,
+    with_tls: bool,
     as_json: bool,
 ) -> None:
     """One broker beside NATS JetStream R1: sync, windowed and raw sends, consumes; CPU per row."""
@@ -487,6 +507,7 @@ def bench_broker(
         window=window,
         nats=not no_nats,
         cpp=not no_cpp,
+        tls=with_tls,
     )
     console = Console(stderr=True)
     with console.status("measuring") as status:
@@ -507,6 +528,7 @@ def bench_broker(
                     "rounds": rounds,
                     "rows": [r.as_json() for r in rows],
                     "ratios_to_nats": ratios_to_nats(rows),
+                    "ratios_tls": ratios_tls(rows),
                 }
             )
         )
@@ -516,6 +538,10 @@ def bench_broker(
         click.echo(
             f"{ratio['mode']} {ratio['size']} B: ferrymq/NATS throughput "
             f"{ratio['throughput_ratio']}x, p99 NATS/ferrymq {ratio['p99_ratio']}"
+        )
+    for ratio in ratios_tls(rows):
+        click.echo(
+            f"{ratio['mode']} {ratio['size']} B: TLS/plain throughput {ratio['throughput_ratio']}x"
         )
 
 
