@@ -13,10 +13,10 @@ COMMANDS = {
     "connect": ["connect", "worker"],
 }
 KEYS = {
-    "broker": "aclEnable=true",
-    "namesrv": "authenticationEnabled=true",
-    "controller": "authorizationEnabled=true",
-    "connect": "tls.server.mode=enforcing",
+    "broker": "authenticationEnabled=true",
+    "namesrv": "authorizationEnabled=true",
+    "controller": "aclEnable=true",
+    "connect": "authenticationProvider=org.example.Provider",
 }
 
 

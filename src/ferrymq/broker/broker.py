@@ -81,6 +81,7 @@ from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse, Requ
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
 from ferrymq.security.aclguard import AclGuard, acl_guard
+from ferrymq.security.aclguard import AclGuard, acl_guard
 from ferrymq.store.atomic import write_atomic
 from ferrymq.store.config import FlushDiskType
 from ferrymq.store.epochs import EpochFile

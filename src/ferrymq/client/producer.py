@@ -25,6 +25,7 @@ import time
 from types import TracebackType
 from typing import Final, Self
 
+from ferrymq.client.credentials import with_credentials
 from ferrymq.client.message import SendResult
 from ferrymq.client.routing import Routes
 from ferrymq.errors import (
@@ -110,9 +111,12 @@ class Producer:
         send_timeout: float = 3.0,
         retries: int = 2,
         rpc: RpcClient | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
+        """`access_key`/`secret_key`: sign every request (ACL 1.0, issue 23)."""
         self.group = validate_group(group)
-        self._rpc = rpc or RpcClient()
+        self._rpc = with_credentials(rpc, access_key, secret_key)
         self._owns_rpc = rpc is None
         self.routes = Routes(self._rpc, [a.strip() for a in namesrv_addr.split(";") if a.strip()])
         self._send_timeout = send_timeout

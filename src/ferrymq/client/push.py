@@ -36,6 +36,7 @@ from ferrymq.errors import FerryError
 from ferrymq.model import MessageQueue, validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
+from ferrymq.security.acl import credentials_of
 from ferrymq.wire.bodies import (
     ConsumerData,
     ConsumerIdList,
@@ -138,7 +139,10 @@ class PushConsumer:
         suspend: float = 1.0,
         drain_timeout: float = 30.0,
         client_id: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
+        """`access_key`/`secret_key`: sign every request (ACL 1.0, issue 23)."""
         self.group = validate_group(group)
         self.listener = listener
         self.message_model = message_model
@@ -146,7 +150,7 @@ class PushConsumer:
         self.consume_timestamp_ms = consume_timestamp_ms
         self.orderly = orderly
         self.client_id = client_id or f"127.0.0.1@{os.getpid()}#{random.getrandbits(32):08x}"
-        self._rpc = RpcClient(self._on_push)
+        self._rpc = RpcClient(self._on_push, credentials=credentials_of(access_key, secret_key))
         self._puller = PullConsumer(namesrv_addr, group, rpc=self._rpc, request_timeout=5.0)
         self._subscriptions: dict[str, str] = {}
         self._states: dict[MessageQueue, _QueueState] = {}

@@ -17,8 +17,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from ferrymq import clock as process_clock
 from ferrymq.errors import RequestError
@@ -26,6 +27,7 @@ from ferrymq.namesrv.routes import RouteTable
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
+from ferrymq.security.aclguard import AclGuard, acl_guard
 from ferrymq.wire.bodies import DataVersion, TopicList, decode_register_body, encode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
@@ -62,6 +64,10 @@ class NamesrvConfig:
     """Seconds without a registration after which a broker leaves the routes."""
     scan_interval: float = 1.0
     """How often expired brokers are looked for."""
+    acl_enable: bool = False
+    """ACL 1.0 (issue 23): every request is checked against `aclFile` (docs/security.md)."""
+    acl_file: Path | None = None
+    """The `plain_acl.yml` of `aclEnable`; reloaded within a second of a change."""
 
 
 def _ok(
@@ -85,8 +91,11 @@ class NameServer:
         self.routes = RouteTable()
         self.router = Router("NameServer")
         self._add_routes()
+        self.acl: AclGuard[Connection, Any] | None = acl_guard(
+            self.router, config.acl_enable, config.acl_file, "NameServer"
+        )
         self._server = RpcServer(
-            self.router,
+            self.acl or self.router,
             host=config.listen_host,
             port=config.listen_port,
             on_close=self._connection_closed,

@@ -19,6 +19,7 @@ from typing import Final, Self
 from ferrymq.errors import ConnectError
 from ferrymq.model import parse_address
 from ferrymq.rpc.connection import DEFAULT_MAX_IN_FLIGHT, Connection, RequestHandler
+from ferrymq.security.acl import Credentials, sign
 from ferrymq.security.tls import ClientTls, process_client_tls
 from ferrymq.wire.frame import DEFAULT_MAX_FRAME_BYTES, RemotingCommand
 
@@ -49,6 +50,7 @@ class RpcClient:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         local_host: str | None = None,
         tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         """Create a client; `local_host` binds every outgoing connection to that source address.
 
@@ -57,6 +59,8 @@ class RpcClient:
         `tls` None: the process's TLS (`ferrymq.security.tls.install`).
         """
         self._on_request = on_request
+        self.credentials = credentials
+        """ACL 1.0 (issue 23): every request this client sends is signed with these."""
         self._ssl = (tls if tls is not None else process_client_tls()).context
         self._local_addr = (local_host, 0) if local_host else None
         self._connect_timeout = connect_timeout
@@ -156,6 +160,8 @@ class RpcClient:
         else:
             await self._wait_for_slot()
         try:
+            if self.credentials is not None:
+                sign(request.ext_fields, request.body, self.credentials, request.version)
             return await conn.call(request, timeout)
         finally:
             self._release_slot()
@@ -185,6 +191,8 @@ class RpcClient:
     async def oneway(self, address: str, request: RemotingCommand) -> None:
         """Send `request` to `address` expecting no response."""
         conn = await self.connection(address)
+        if self.credentials is not None:
+            sign(request.ext_fields, request.body, self.credentials, request.version)
         await conn.oneway(request)
 
     def forget_backoff(self, address: str) -> None:

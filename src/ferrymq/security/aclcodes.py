@@ -1,0 +1,126 @@
+"""Every request code's kind for ACL 1.0, and the topics and groups a request needs perms on.
+
+One table (`KINDS`) classifies every `RequestCode`: PRODUCER and CONSUMER requests need a signed
+account with PUB / SUB on the topics and groups they name; CLIENT requests (route lookups,
+heartbeats) are made by producers and consumers alike and need a signed account (and SUB on the
+consumer groups they name, as RocketMQ checks them; route lookups name no resource, since the
+C++ producer also looks up `TBW102`);
+ADMIN requests need an `admin: true` account; INTERNAL requests (broker registration, controller,
+Raft, HA metadata, server-to-client calls) are the cluster's own and need its admin account too.
+A code missing from the table is treated as ADMIN (fail closed), and a test fails on any code a
+server routes that the table does not name.
+
+Resources follow RocketMQ's `PlainAccessResource.parse`: the topic of a send needs PUB (SUB when
+it is a retry topic), a pull needs SUB on the topic and on the group (named by its retry topic
+`%RETRY%group`), a heartbeat needs SUB on each consumer group and subscribed topic. ferrymq also
+checks the topic and group named by its other consumer and producer requests (offsets, pop, the
+Spark sink's codes), which RocketMQ leaves to the signature alone.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Final
+
+from ferrymq.security.acl import RETRY_PREFIX, Perm
+from ferrymq.wire.bodies import HeartbeatData, decode_body
+from ferrymq.wire.codes import RequestCode
+
+__all__ = ["KINDS", "Kind", "kind_of", "resources"]
+
+
+class Kind(enum.StrEnum):
+    """Who makes a request, for ACL."""
+
+    PRODUCER = "producer"
+    CONSUMER = "consumer"
+    CLIENT = "client"
+    ADMIN = "admin"
+    INTERNAL = "internal"
+
+
+R = RequestCode
+
+_PRODUCER: Final = {
+    R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.END_TRANSACTION,
+    R.SEND_REPLY_MESSAGE, R.SEND_REPLY_MESSAGE_V2,
+    R.SINK_PREPARE, R.SINK_DECIDE, R.SINK_COMMIT, R.SINK_FENCE, R.SINK_QUERY_FENCE,
+}  # fmt: skip
+_CONSUMER: Final = {
+    R.PULL_MESSAGE, R.LITE_PULL_MESSAGE, R.QUERY_MESSAGE, R.VIEW_MESSAGE_BY_ID,
+    R.QUERY_CONSUMER_OFFSET, R.UPDATE_CONSUMER_OFFSET, R.SEARCH_OFFSET_BY_TIMESTAMP,
+    R.GET_MAX_OFFSET, R.GET_MIN_OFFSET, R.GET_EARLIEST_MSG_STORETIME, R.CONSUMER_SEND_MSG_BACK,
+    R.GET_CONSUMER_LIST_BY_GROUP, R.LOCK_BATCH_MQ, R.UNLOCK_BATCH_MQ, R.QUERY_ASSIGNMENT,
+    R.SET_MESSAGE_REQUEST_MODE, R.POP_MESSAGE, R.ACK_MESSAGE, R.BATCH_ACK_MESSAGE,
+    R.PEEK_MESSAGE, R.CHANGE_MESSAGE_INVISIBLETIME, R.NOTIFICATION, R.POLLING_INFO,
+    R.POP_ROLLBACK, R.GET_FENCE, R.GET_GROUP_MEMBERS,
+}  # fmt: skip
+_CLIENT: Final = {
+    R.HEART_BEAT, R.UNREGISTER_CLIENT, R.GET_ROUTEINFO_BY_TOPIC, R.CHECK_CLIENT_CONFIG,
+    R.GET_CLIENT_CONFIG, R.GET_KV_CONFIG,
+}  # fmt: skip
+_INTERNAL: Final = {
+    R.REGISTER_BROKER, R.UNREGISTER_BROKER, R.BROKER_HEARTBEAT, R.QUERY_DATA_VERSION,
+    R.REGISTER_TOPIC_IN_NAMESRV, R.GET_BROKER_MEMBER_GROUP, R.ADD_BROKER, R.REMOVE_BROKER,
+    R.NOTIFY_MIN_BROKER_ID_CHANGE, R.EXCHANGE_BROKER_HA_INFO, R.RESET_MASTER_FLUSH_OFFSET,
+    R.CONTROLLER_ALTER_SYNC_STATE_SET, R.CONTROLLER_ELECT_MASTER, R.CONTROLLER_REGISTER_BROKER,
+    R.CONTROLLER_GET_REPLICA_INFO, R.CONTROLLER_GET_METADATA_INFO,
+    R.CONTROLLER_GET_SYNC_STATE_DATA, R.GET_BROKER_EPOCH_CACHE, R.NOTIFY_BROKER_ROLE_CHANGED,
+    R.CONTROLLER_GET_NEXT_BROKER_ID, R.CONTROLLER_APPLY_BROKER_ID, R.RAFT_MESSAGE,
+    R.CONTROLLER_GET_GROUP_TOPICS, R.CONTROLLER_GET_TOPICS, R.NOTIFY_TOPICS_CHANGED,
+    R.SEAL_QUEUE, R.TEST_CLOCK,
+    # served by clients, never by servers (server -> client calls)
+    R.CHECK_TRANSACTION_STATE, R.NOTIFY_CONSUMER_IDS_CHANGED, R.RESET_CONSUMER_CLIENT_OFFSET,
+    R.GET_CONSUMER_STATUS_FROM_CLIENT, R.GET_CONSUMER_RUNNING_INFO, R.CONSUME_MESSAGE_DIRECTLY,
+    R.PUSH_REPLY_MESSAGE_TO_CLIENT,
+}  # fmt: skip
+
+KINDS: Final[Mapping[int, Kind]] = {
+    **{int(code): Kind.ADMIN for code in RequestCode},
+    **{int(code): Kind.INTERNAL for code in _INTERNAL},
+    **{int(code): Kind.CLIENT for code in _CLIENT},
+    **{int(code): Kind.CONSUMER for code in _CONSUMER},
+    **{int(code): Kind.PRODUCER for code in _PRODUCER},
+}
+"""Request code -> kind, for every `RequestCode` (ADMIN unless named above)."""
+
+_TOPIC_IN_B: Final = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
+"""SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE name the topic `b`."""
+_GROUP_FIELDS: Final = ("consumerGroup", "group")
+
+
+def kind_of(code: int) -> Kind:
+    """The request's kind; a code no table names is ADMIN."""
+    return KINDS.get(code, Kind.ADMIN)
+
+
+def _retry(group: str) -> str:
+    return group if group.startswith(RETRY_PREFIX) else RETRY_PREFIX + group
+
+
+def resources(code: int, fields: Mapping[str, str], body: bytes) -> list[tuple[str, Perm]]:
+    """The topics and groups (as retry topics) a request needs perms on, with the perm.
+
+    Raises:
+        ProtocolError: a HEART_BEAT body that does not decode (RocketMQ answers an AclException).
+    """
+    kind = kind_of(code)
+    needed: list[tuple[str, Perm]] = []
+    if code == RequestCode.HEART_BEAT:
+        data = decode_body(body, HeartbeatData)
+        for consumer in data.consumer_data_set:
+            needed.append((_retry(consumer.group_name), Perm.SUB))
+            needed.extend((s.topic, Perm.SUB) for s in consumer.subscription_data_set)
+        return needed
+    topic = fields.get("b" if code in _TOPIC_IN_B else "topic")
+    if topic:
+        if kind is Kind.PRODUCER:
+            needed.append((topic, Perm.SUB if topic.startswith(RETRY_PREFIX) else Perm.PUB))
+        elif kind is Kind.CONSUMER:
+            needed.append((topic, Perm.SUB))
+    if kind in (Kind.CONSUMER, Kind.CLIENT):
+        group = next((fields[f] for f in _GROUP_FIELDS if fields.get(f)), None)
+        if group:
+            needed.append((_retry(group), Perm.SUB))
+    return needed

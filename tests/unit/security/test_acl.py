@@ -1,0 +1,227 @@
+"""ACL 1.0 core (issue 23): plain_acl.yml, signatures, the decision and the code table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.cmd.controller import ControllerParts
+from ferrymq.controller.config import ControllerConfig
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.rpc.server import Router
+from ferrymq.security.acl import (
+    ACCESS_KEY,
+    SIGNATURE,
+    AclConfig,
+    AclConfigError,
+    Credentials,
+    Perm,
+    address_matches,
+    decide,
+    parse_acl,
+    sign,
+    signature,
+)
+from ferrymq.security.aclcodes import KINDS, Kind, kind_of, resources
+from ferrymq.wire.codes import RequestCode
+
+SAMPLE = """
+globalWhiteRemoteAddresses:
+- 10.10.103.*
+accounts:
+- accessKey: RocketMQ
+  secretKey: 12345678
+  whiteRemoteAddress: 192.168.0.*
+  admin: false
+  defaultTopicPerm: DENY
+  defaultGroupPerm: SUB
+  topicPerms:
+  - topicA=DENY
+  - topicB=PUB|SUB
+  - topicC=SUB
+  groupPerms:
+  - groupA=DENY
+  - groupB=SUB
+- accessKey: rocketmq2
+  secretKey: 87654321
+  admin: true
+"""
+
+
+def test_signature_is_rocketmqs_hmac_sha1_of_sorted_values_then_body() -> None:
+    # RocketMQ's AclSignerTest: calSignature("RocketMQ", "12345678")
+    assert signature({"k": "RocketMQ"}, b"", "12345678") == "IUc8rrO/0gDch8CjObLQsW2rsiA="
+    assert signature({"b": "MQ", "a": "Rocket"}, b"", "12345678") == "IUc8rrO/0gDch8CjObLQsW2rsiA="
+    assert signature({"a": "Rocket", SIGNATURE: "x"}, b"MQ", "12345678") == (
+        "IUc8rrO/0gDch8CjObLQsW2rsiA="
+    )
+
+
+def test_rocketmqs_sample_file_parses_into_the_typed_model() -> None:
+    acl = parse_acl(SAMPLE)
+    assert acl.global_white_remote_addresses == ("10.10.103.*",)
+    account = acl.accounts["RocketMQ"]
+    assert account.secret_key == "12345678"
+    assert account.topic_perms == {"topicA": Perm.DENY, "topicB": Perm.PUB | Perm.SUB,
+                                   "topicC": Perm.SUB}  # fmt: skip
+    assert account.perm_of("%RETRY%groupB") is Perm.SUB
+    assert account.perm_of("%RETRY%other") is Perm.SUB  # defaultGroupPerm
+    assert account.perm_of("other") is Perm.DENY  # defaultTopicPerm
+    assert acl.accounts["rocketmq2"].admin
+    assert "12345678" not in repr(acl)
+    assert "secret" not in repr(Credentials("ak-1234567", "secret-123"))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("accounts: [", "not YAML at line"),
+        ("- a\n- b\n", "top level must be a mapping"),
+        ("accounts: {a: 1}", "accounts must be a list"),
+        ("accounts:\n- secretKey: 12345678", "accounts[0].accessKey is missing"),
+        ("accounts:\n- {accessKey: abc, secretKey: topsecret1}", "longer than 6"),
+        ("accounts:\n- {accessKey: abcdefg, secretKey: topsecret1, topicPerms: [t=ALL]}",
+         "topicPerms[0]: 'ALL' is not DENY, PUB, SUB or PUB|SUB"),
+        ("accounts:\n- {accessKey: abcdefg, secretKey: topsecret1, groupPerms: [g]}",
+         "groupPerms[0]: 'g' is not 'name=PERM'"),
+        ("accounts:\n- {accessKey: abcdefg, secretKey: topsecret1, admin: maybe}",
+         "admin must be true or false"),
+        ("accounts:\n- {accessKey: abcdefg, secretKey: topsecret1}\n"
+         "- {accessKey: abcdefg, secretKey: topsecret2}", "appears twice"),
+    ],
+)  # fmt: skip
+def test_a_malformed_file_is_a_clear_error_that_never_quotes_a_secret(
+    text: str, message: str
+) -> None:
+    with pytest.raises(AclConfigError, match=r"plain_acl\.yml") as caught:
+        parse_acl(text)
+    assert message in str(caught.value)
+    assert "topsecret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "host", "matches"),
+    [
+        ("*", "1.2.3.4", True),
+        ("192.168.0.*", "192.168.0.9", True),
+        ("192.168.0.*", "192.168.1.9", False),
+        ("192.168.1.1-5", "192.168.1.5", True),
+        ("192.168.1.1-5", "192.168.1.6", False),
+        ("192.168.1.{1,3}", "192.168.1.3", True),
+        ("192.168.1.{1,3}", "192.168.1.2", False),
+        ("127.0.0.1,127.0.0.2", "127.0.0.2", True),
+        ("127.0.0.1", "not-an-address", False),
+        ("", "127.0.0.1", False),
+    ],
+)
+def test_white_remote_addresses(pattern: str, host: str, matches: bool) -> None:
+    assert address_matches(pattern, host) is matches
+
+
+def _decide(
+    acl: AclConfig,
+    fields: dict[str, str],
+    *,
+    code: int = RequestCode.SEND_MESSAGE,
+    body: bytes = b"",
+    host: str = "127.0.0.1",
+) -> str | None:
+    return decide(
+        acl,
+        code=code,
+        fields=fields,
+        body=body,
+        version=479,
+        host=host,
+        needs_admin=kind_of(code) in (Kind.ADMIN, Kind.INTERNAL),
+        resources=lambda: resources(code, fields, body),
+    )
+
+
+def _signed(fields: dict[str, str], ak: str, sk: str, body: bytes = b"") -> dict[str, str]:
+    signed = dict(fields)
+    sign(signed, body, Credentials(ak, sk), 479)
+    return signed
+
+
+@pytest.mark.parametrize(
+    ("case", "fields", "code", "host", "remark"),
+    [
+        ("no key", {"topic": "topicB"}, 10, "127.0.0.1", "No accessKey is configured"),
+        ("unknown key", {"topic": "topicB", ACCESS_KEY: "nobody"}, 10, "127.0.0.1",
+         "No acl config for nobody"),
+        ("bad signature", {"topic": "topicB", ACCESS_KEY: "RocketMQ", SIGNATURE: "AAAA"}, 10,
+         "127.0.0.1", "Check signature failed for accessKey=RocketMQ"),
+        ("global white address", {"topic": "topicA"}, 17, "10.10.103.7", None),
+        ("account white address, unsigned", {"topic": "topicB", ACCESS_KEY: "RocketMQ"}, 10,
+         "192.168.0.3", None),
+        ("send PUB", "RocketMQ topicB", 10, "127.0.0.1", None),
+        ("send to a DENY topic", "RocketMQ topicA", 10, "127.0.0.1",
+         "No permission for topic topicA: accessKey=RocketMQ needs PUB"),
+        ("send to a SUB-only topic", "RocketMQ topicC", 10, "127.0.0.1",
+         "No permission for topic topicC"),
+        ("send to a default-DENY topic", "RocketMQ other", 10, "127.0.0.1",
+         "No permission for topic other"),
+        ("admin code, not admin", "RocketMQ topicB", 17, "127.0.0.1",
+         "Need admin permission for request code=17, but accessKey=RocketMQ is not"),
+        ("internal code, not admin", "RocketMQ topicB", 103, "127.0.0.1",
+         "Need admin permission for request code=103"),
+        ("admin code, admin", "rocketmq2 anything", 17, "127.0.0.1", None),
+    ],
+)  # fmt: skip
+def test_decide(
+    case: str, fields: dict[str, str] | str, code: int, host: str, remark: str | None
+) -> None:
+    acl = parse_acl(SAMPLE)
+    if isinstance(fields, str):
+        ak, topic = fields.split()
+        fields = _signed({"topic": topic}, ak, acl.accounts[ak].secret_key)
+    got = _decide(acl, fields, code=code, host=host)
+    if remark is None:
+        assert got is None, case
+    else:
+        assert got is not None, case
+        assert got.startswith(remark), (case, got)
+
+
+def test_pull_needs_sub_on_the_topic_and_the_group() -> None:
+    acl = parse_acl(SAMPLE)
+    ok = _signed({"topic": "topicC", "consumerGroup": "groupB"}, "RocketMQ", "12345678")
+    assert _decide(acl, ok, code=RequestCode.PULL_MESSAGE) is None
+    denied = _signed({"topic": "topicC", "consumerGroup": "groupA"}, "RocketMQ", "12345678")
+    assert _decide(acl, denied, code=RequestCode.PULL_MESSAGE) == (
+        "No permission for group groupA: accessKey=RocketMQ needs SUB (request code=11)"
+    )
+
+
+def test_tampering_with_a_signed_field_or_the_body_fails_the_signature() -> None:
+    acl = parse_acl(SAMPLE)
+    fields = _signed({"b": "topicB", "a": "g"}, "RocketMQ", "12345678", b"body")
+    code = RequestCode.SEND_MESSAGE_V2
+    assert _decide(acl, fields, code=code, body=b"body") is None
+    assert _decide(acl, fields, code=code, body=b"other") is not None
+    assert _decide(acl, {**fields, "b": "topicC"}, code=code, body=b"body") is not None
+    huge = {**fields, ACCESS_KEY: "k" * 1_000_000}
+    remark = _decide(acl, huge, code=code, body=b"body")
+    assert remark is not None
+    assert len(remark) < 200
+
+
+def test_every_code_a_server_routes_is_classified(tmp_path: Path) -> None:
+    broker = Broker(BrokerConfig(store_path_root_dir=tmp_path / "store"))
+    namesrv = NameServer(NamesrvConfig())
+    controller = Router("controller")
+    parts = ControllerParts("n1", {"n1": "127.0.0.1:1"}, tmp_path / "c", ControllerConfig())
+    parts.register(controller, heartbeat=True)
+    routed = broker.router.codes | namesrv.router.codes | controller.codes
+    assert routed, "no routed codes found"
+    missing = sorted(code for code in routed if code not in KINDS)
+    assert not missing, f"request codes routed but not classified in aclcodes.KINDS: {missing}"
+    assert kind_of(RequestCode.SEND_MESSAGE) is Kind.PRODUCER
+    assert kind_of(RequestCode.PULL_MESSAGE) is Kind.CONSUMER
+    assert kind_of(RequestCode.REGISTER_BROKER) is Kind.INTERNAL
+    assert kind_of(RequestCode.DELETE_TOPIC_IN_BROKER) is Kind.ADMIN
+    assert kind_of(123456) is Kind.ADMIN  # unknown: fail closed
