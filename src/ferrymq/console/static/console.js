@@ -174,7 +174,7 @@ pages.topics = {
     if (one) {
       const t = await api("/api/topics/" + encodeURIComponent(one));
       out.push(h("h2", {}, `Topic ${t.topic}: ${fmt(t.rate)} msg/s`));
-      out.push(table(["group", "queue", "min offset", "max offset", "messages", "last store"],
+      out.push(table(["broker group", "queue", "min offset", "max offset", "messages", "last store"],
         t.queues.map((q) => h("tr", { "data-queue": `${q.broker_name}/${q.queue_id}`, "data-max-offset": q.max_offset },
           h("td", {}, q.broker_name), num(q.queue_id), num(q.min_offset), num(q.max_offset), num(q.messages),
           h("td", {}, q.last_update_timestamp ? new Date(q.last_update_timestamp).toLocaleTimeString() : "–")))));
@@ -204,7 +204,7 @@ pages.groups = {
     if (one) {
       const g = await api("/api/groups/" + encodeURIComponent(one));
       out.push(h("h2", { "data-group-lag": g.lag }, `Group ${g.group}: lag ${g.lag}, ${fmt(g.rate)} msg/s`));
-      out.push(table(["topic", "group", "queue", "queue end", "committed", "lag"], g.queues.map((q) => h("tr", {
+      out.push(table(["topic", "broker group", "queue", "queue end", "committed", "lag"], g.queues.map((q) => h("tr", {
         "data-queue": `${q.topic}/${q.broker_name}/${q.queue_id}`, "data-lag": q.lag,
         "data-consumer-offset": q.consumer_offset, "data-broker-offset": q.broker_offset,
       }, h("td", {}, q.topic), h("td", {}, q.broker_name), num(q.queue_id), num(q.broker_offset),
@@ -303,10 +303,8 @@ async function refresh() {
   busy = true;
   try {
     const content = await current.live();
-    if (content !== null) {
-      document.getElementById("live").replaceChildren(...content);
-      document.body.dataset.loaded = String(Date.now());
-    }
+    if (content !== null) document.getElementById("live").replaceChildren(...content);
+    document.body.dataset.loaded = String(Date.now());
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (err) {
     notice("error", (err.data && err.data.error ? err.data.error + ": " : "") + err.message);
