@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from ferrymq.cmd.metrics import metrics_endpoint, metrics_options
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.connect.config import WorkerConfig
@@ -77,11 +78,15 @@ def load_worker_config(config_file: Path | None, keys: dict[str, str | None]) ->
     help='Write {"id", "url", "pid"} as JSON here once serving.',
 )
 @_key_options
+@metrics_options
 def worker_command(
     config_file: Path | None,
     spark_master: str,
     log_level: str,
     ready_file: Path | None,
+    metrics_exporter_type: str,
+    metrics_prom_exporter_host: str,
+    metrics_prom_exporter_port: int,
     **keys: str | None,
 ) -> None:
     """Run a Connect worker (REST API, config log follower, tasks on Spark)."""
@@ -91,6 +96,7 @@ def worker_command(
     except ConfigError as exc:
         fail(str(exc))
     try:  # the REST server and the plugins come with the `connect` extra
+        from ferrymq.connect import metrics as connect_metrics
         from ferrymq.connect.plugin import Plugins
         from ferrymq.connect.worker import Worker, WorkerStartError
         from ferrymq.connectors.runtime import SparkTaskRunner
@@ -107,9 +113,23 @@ def worker_command(
             spark_master=spark_master,
         )
         try:
-            async with Worker(config, runner=runner, plugins=plugins) as worker:
+            async with (
+                Worker(config, runner=runner, plugins=plugins) as worker,
+                metrics_endpoint(
+                    metrics_exporter_type,
+                    metrics_prom_exporter_host or config.http_host,
+                    metrics_prom_exporter_port,
+                    [lambda: connect_metrics.collect(worker.herder.tasks)],
+                ) as endpoint,
+            ):
                 write_ready(
-                    ready_file, {"id": worker.worker_id, "url": worker.url, "addr": worker.url}
+                    ready_file,
+                    {
+                        "id": worker.worker_id,
+                        "url": worker.url,
+                        "addr": worker.url,
+                        "metrics": endpoint.address if endpoint else None,
+                    },
                 )
                 serving = asyncio.ensure_future(worker.serve_forever())
                 stopped = asyncio.ensure_future(stop.wait())

@@ -24,9 +24,11 @@ from typing import Any, Self
 
 import click
 
+from ferrymq.cmd.metrics import metrics_endpoint, metrics_options
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
 from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
+from ferrymq.controller import metrics as controller_metrics
 from ferrymq.controller.config import ControllerConfig
 from ferrymq.controller.server import ControllerNode, ControllerNodeConfig, ControllerStateMachine
 from ferrymq.controller.state import ControllerState
@@ -264,6 +266,7 @@ def policy_from(config_file: Path | None, keys: Mapping[str, str | None]) -> Con
 )
 @controller_policy_options
 @tls_server_options
+@metrics_options
 def controller_command(
     controller_id: str,
     peers: str,
@@ -273,6 +276,9 @@ def controller_command(
     snapshot_interval: int,
     log_level: str,
     ready_file: Path | None,
+    metrics_exporter_type: str,
+    metrics_prom_exporter_host: str,
+    metrics_prom_exporter_port: int,
     **keys: str | None,
 ) -> None:
     """Run a controller node (a Raft group of 3 or 5 keeps broker ids and elects masters)."""
@@ -304,8 +310,24 @@ def controller_command(
             listen=listen,
             raft_config=RaftConfig(snapshot_interval=snapshot_interval),
         )
-        async with server:
-            write_ready(ready_file, {"addr": server.address, "id": controller_id})
+        parts = server.parts
+        async with (
+            server,
+            metrics_endpoint(
+                metrics_exporter_type,
+                metrics_prom_exporter_host or parse_address(server.address)[0],
+                metrics_prom_exporter_port,
+                [lambda: controller_metrics.collect(parts.raft, parts.state_machine.state)],
+            ) as endpoint,
+        ):
+            write_ready(
+                ready_file,
+                {
+                    "addr": server.address,
+                    "id": controller_id,
+                    "metrics": endpoint.address if endpoint else None,
+                },
+            )
             await stop.wait()
 
     try:

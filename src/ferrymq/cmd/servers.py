@@ -30,11 +30,14 @@ from ferrymq.cmd.controller import (
     parse_peers,
     policy_from,
 )
+from ferrymq.cmd.metrics import metrics_endpoint, metrics_options
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
 from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
+from ferrymq.controller import metrics as controller_metrics
 from ferrymq.errors import FerryError, StoreLockedError
 from ferrymq.model import format_address, parse_address
+from ferrymq.namesrv import metrics as namesrv_metrics
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 
 __all__ = ["broker_command", "namesrv_command", "run_until_signal"]
@@ -81,6 +84,7 @@ log = logging.getLogger("ferrymq")
 )
 @controller_policy_options
 @tls_server_options
+@metrics_options
 def namesrv_command(
     listen: str | None,
     broker_timeout: float,
@@ -92,6 +96,9 @@ def namesrv_command(
     controller_config: Path | None,
     log_level: str,
     ready_file: Path | None,
+    metrics_exporter_type: str,
+    metrics_prom_exporter_host: str,
+    metrics_prom_exporter_port: int,
     **keys: str | None,
 ) -> None:
     """Run a NameServer (with --enable-controller, also a controller node on the same port)."""
@@ -130,12 +137,30 @@ def namesrv_command(
             parts.register(namesrv.router, heartbeat=False)
             parts.compose_heartbeat(namesrv.router)
             namesrv.close_listeners.append(parts.connection_closed)
+        collectors = [lambda: namesrv_metrics.collect(namesrv.routes)]
+        if parts is not None:
+            node = parts
+            collectors.append(
+                lambda: controller_metrics.collect(node.raft, node.state_machine.state)
+            )
         async with namesrv:
             if parts is not None:
                 await parts.start()
             try:
-                write_ready(ready_file, {"addr": namesrv.address})
-                await stop.wait()
+                async with metrics_endpoint(
+                    metrics_exporter_type,
+                    metrics_prom_exporter_host or host,
+                    metrics_prom_exporter_port,
+                    collectors,
+                ) as endpoint:
+                    write_ready(
+                        ready_file,
+                        {
+                            "addr": namesrv.address,
+                            "metrics": endpoint.address if endpoint else None,
+                        },
+                    )
+                    await stop.wait()
             finally:
                 if parts is not None:
                     await parts.close()
@@ -290,6 +315,7 @@ def broker_command(
                     "broker_id": broker.broker_id,
                     "role": broker.state.role.value,
                     "ha_addr": broker.ha_address,  # None on a slave
+                    "metrics": broker.metrics.address if broker.metrics else None,
                     "store_dir": str(config.store_path_root_dir),
                 },
             )

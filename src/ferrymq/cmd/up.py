@@ -79,6 +79,8 @@ class BrokerEntry(TypedDict):
     ha_addr: str | None
     pid: int
     store_dir: str
+    metrics: str | None
+    """Its Prometheus endpoint, `host:port` (docs/metrics.md)."""
 
 
 class ControllerEntry(TypedDict):
@@ -87,6 +89,7 @@ class ControllerEntry(TypedDict):
     id: str
     addr: str
     pid: int
+    metrics: str | None
 
 
 class ConnectEntry(TypedDict):
@@ -95,6 +98,24 @@ class ConnectEntry(TypedDict):
     id: str
     url: str
     pid: int
+    metrics: str | None
+
+
+class NamesrvEntry(TypedDict):
+    """One NameServer of the `--ready-file` object."""
+
+    addr: str
+    pid: int
+    metrics: str | None
+
+
+METRICS_FLAGS: Final = ("--metrics-exporter-type", "PROM", "--metrics-prom-exporter-port", "0")
+"""Every server of `ferry up` serves Prometheus metrics on a free port."""
+
+
+def _metrics(child: Child) -> str | None:
+    found = child.info.get("metrics")
+    return None if found is None else str(found)
 
 
 class ReadyInfo(TypedDict):
@@ -102,6 +123,7 @@ class ReadyInfo(TypedDict):
 
     namesrv: str
     namesrv_pid: int
+    namesrvs: list[NamesrvEntry]
     controllers: list[ControllerEntry]
     brokers: list[BrokerEntry]
     console: str | None
@@ -300,6 +322,7 @@ class ProcessCluster:
                 "--store-path-root-dir",
                 # shared by the cluster's workers: a task that moves continues from its checkpoint
                 str(config.data_dir / "connect"),
+                *METRICS_FLAGS,
                 *extra,
             ],
             config.data_dir,
@@ -325,6 +348,7 @@ class ProcessCluster:
                 "--data-dir",
                 str(config.data_dir / f"controller-{node}"),
                 *self._tls_flags,
+                *METRICS_FLAGS,
             ],
             config.data_dir,
             env=env,
@@ -334,7 +358,7 @@ class ProcessCluster:
         self.namesrvs.append(
             await spawn(
                 name,
-                ["namesrv", "--listen", listen, *extra, *self._tls_flags],
+                ["namesrv", "--listen", listen, *extra, *self._tls_flags, *METRICS_FLAGS],
                 self.config.data_dir,
             )
         )
@@ -361,6 +385,7 @@ class ProcessCluster:
                 else ("--mapped-file-size-commit-log", str(config.segment_bytes))
             ),
             *self._tls_flags,
+            *METRICS_FLAGS,
             *config.broker_flags,
         ]
         if config.controller_mode:
@@ -406,27 +431,34 @@ class ProcessCluster:
                     ha_addr=None if ha_addr is None else str(ha_addr),
                     pid=child.pid,
                     store_dir=str(child.info["store_dir"]),
+                    metrics=_metrics(child),
                 )
             )
         if self.config.embedded_controller:
             controllers = [
-                ControllerEntry(id=node, addr=child.addr, pid=child.pid)
+                ControllerEntry(id=node, addr=child.addr, pid=child.pid, metrics=_metrics(child))
                 for node, child in zip(self.controller_addrs, self.namesrvs, strict=False)
             ]
         else:
             controllers = [
-                ControllerEntry(id=node, addr=child.addr, pid=child.pid)
+                ControllerEntry(id=node, addr=child.addr, pid=child.pid, metrics=_metrics(child))
                 for node, child in self.controllers.items()
             ]
         first = self.namesrvs[0]
         return ReadyInfo(
             namesrv=self.namesrv_addr,
             namesrv_pid=first.pid,
+            namesrvs=[
+                NamesrvEntry(addr=child.addr, pid=child.pid, metrics=_metrics(child))
+                for child in self.namesrvs
+            ],
             controllers=controllers,
             brokers=entries,
             console=None if self.console is None else self.console.addr,
             connect=[
-                ConnectEntry(id=worker_id, url=str(child.info["url"]), pid=child.pid)
+                ConnectEntry(
+                    id=worker_id, url=str(child.info["url"]), pid=child.pid, metrics=_metrics(child)
+                )
                 for worker_id, child in self.workers.items()
             ],
             tls_ca=None if self.tls_ca is None else str(self.tls_ca),

@@ -144,6 +144,9 @@ class RaftDriver:
         self._warned_receivers: set[str] = set()
         self.is_leader = False
         """Whether this node leads and has applied its term's first entry."""
+        self.leader_changes = 0
+        """How many times the leader this node knows of changed (its first one included)."""
+        self._last_leader: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -525,6 +528,9 @@ class RaftDriver:
 
     def _publish_state(self, node: RaftNode) -> None:
         role = node.role
+        if node.leader_id is not None and node.leader_id != self._last_leader:
+            self._last_leader = node.leader_id
+            self.leader_changes += 1
         if role is not self._last_role:
             if role is Role.LEADER:
                 self._leader_first_index = node.log.last_index
