@@ -31,6 +31,14 @@ Rules:
    below its numeric column's limit by more than any rounding as `repr(number)`: PostgreSQL
    stores from that text exactly what it stores from `row_of`'s datetime and Decimal
    (tests/connectors/test_sink_rows.py checks it in a real server).
+6. `bulk_reader(columns)` (the writer's vectorized path) maps a whole run of bodies at once:
+   msgspec decodes them as one JSON array into rule 4's struct (the same checks, in C), Arrow
+   arrays are built from the struct's fields, and what rule 4 checks in Python is checked on
+   the arrays (numeric limits, RFC 3339 timestamps, dates in the calendar). It takes a run only
+   when every body passes as it is and each column's text for a CSV COPY is what rule 5's row
+   gives PostgreSQL (the same value); anything else (one malformed body, epoch milliseconds, a
+   numeric string, a number near its limit) is None, and the caller maps that run body by body.
+   Specs with date, uuid, json/jsonb or unbounded numeric columns have no bulk reader.
 """
 
 from __future__ import annotations
@@ -48,7 +56,15 @@ from typing import Annotated, Any, Final
 import msgspec
 from psycopg.types.json import Json, Jsonb
 
-__all__ = ["Column", "RowReader", "parse_fields", "row_of", "row_reader"]
+__all__ = [
+    "BulkReader",
+    "Column",
+    "RowReader",
+    "bulk_reader",
+    "parse_fields",
+    "row_of",
+    "row_reader",
+]
 
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _TYPES: Final = (
@@ -443,6 +459,14 @@ def _fast_type(column: Column) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
+def _row_struct(columns: tuple[Column, ...]) -> type[msgspec.Struct]:
+    """The struct the fast paths decode a body into: field `f<i>` is column i (`_fast_type`)."""
+    fields = [(f"f{i}", _fast_type(c) | None, None) for i, c in enumerate(columns)]
+    names = {f"f{i}": c.name for i, c in enumerate(columns)}
+    return msgspec.defstruct("Row", fields, rename=names, gc=False)  # decoded JSON has no cycles
+
+
+@functools.lru_cache(maxsize=64)
 def row_reader(columns: tuple[Column, ...], *, copy_text: bool = False) -> RowReader:
     """`row_of(columns, body)` as one function, with the fast path of rule 4.
 
@@ -450,11 +474,7 @@ def row_reader(columns: tuple[Column, ...], *, copy_text: bool = False) -> RowRe
     values over as text (rule 5) instead of Decimal and datetime, which cost more to make and
     to format again than the rest of the row.
     """
-    fields = [(f"f{i}", _fast_type(c) | None, None) for i, c in enumerate(columns)]
-    struct = msgspec.defstruct(
-        "Row", fields, rename={f"f{i}": c.name for i, c in enumerate(columns)}
-    )
-    decode = msgspec.json.Decoder(struct).decode
+    decode = msgspec.json.Decoder(_row_struct(columns)).decode
     astuple = msgspec.structs.astuple
     required = tuple(i for i, c in enumerate(columns) if c.not_null)
     floats = tuple(i for i, c in enumerate(columns) if c.kind in ("real", "double precision"))
@@ -501,3 +521,89 @@ def _is_utf8(body: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+BulkReader = Callable[[Sequence[bytes | None]], Any]
+"""`bulk_reader` bound to one column spec: the bodies' rows as a `pyarrow.Table` (a column per
+spec column, in order), or None when the run must be mapped body by body."""
+
+_BULK_KINDS: Final = frozenset(
+    {*_INT_RANGES, "real", "double precision", "numeric", "boolean", "text", "varchar", "char"}
+    | {"timestamp", "timestamptz"}
+)
+_RFC3339: Final = (
+    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:"
+    r"[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?$"
+)
+"""Timestamps the bulk path takes: `_ISO_TIMESTAMP`'s text with every field in its range, so
+that `fromisoformat` accepts it once its date is in the calendar and its year is not 0."""
+_EXACT_DOUBLE: Final = 2**53
+"""Integers below this are exact as doubles (and so is the text Arrow writes for them)."""
+
+
+def bulk_reader(columns: tuple[Column, ...]) -> BulkReader | None:
+    """The vectorized `row_reader(columns, copy_text=True)` of rule 6 (None: no bulk path)."""
+    if not all(c.kind in _BULK_KINDS for c in columns):
+        return None
+    if any(c.kind == "numeric" and c.length is None for c in columns):
+        return None  # unbounded numeric keeps a number's own scale ("5" vs "5.0"): row by row
+    import operator
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    row_type: Any = _row_struct(columns)
+    decode = msgspec.json.Decoder(list[row_type]).decode
+    getters = [operator.attrgetter(f"f{i}") for i in range(len(columns))]
+    required = [c.not_null for c in columns]
+
+    def limit(column: Column) -> float:
+        digits = (column.length or 0) - (column.scale or 0)
+        return min(10 ** (digits - 1), _EXACT_DOUBLE) if digits >= 1 else 0
+
+    def array(column: Column, values: list[Any]) -> Any:
+        kind = column.kind
+        if kind in _INT_RANGES:  # ranges checked by the struct
+            return pa.array(values, pa.int64())
+        if kind in ("real", "double precision"):  # ints beyond 2**53 raise: row by row
+            return pa.array(values, pa.float64())
+        if kind == "numeric":  # a numeric string raises; a number near the limit returns None
+            numbers = pa.array(values, pa.float64())
+            inside = pc.all(pc.less(pc.abs(numbers), limit(column))).as_py()
+            return numbers if inside in (True, None) else None
+        if kind == "boolean":
+            return pa.array(values, pa.bool_())
+        texts = pa.array(values, pa.string())  # epoch milliseconds raise
+        if kind in ("timestamp", "timestamptz") and texts.null_count < len(texts):
+            if not pc.all(pc.match_substring_regex(texts, pattern=_RFC3339)).as_py():
+                return None
+            if pc.any(pc.starts_with(texts, pattern="0000")).as_py():
+                return None
+            pc.cast(pc.utf8_slice_codeunits(texts, 0, 10), pa.date32())  # Feb 30 raises
+        return texts
+
+    def read(bodies: Sequence[bytes | None]) -> Any:
+        try:
+            joined = b"[" + b",".join(bodies) + b"]"  # type: ignore[arg-type]  # None: TypeError
+        except TypeError:
+            return None
+        if b"\\u0000" in joined or not (joined.isascii() or _is_utf8(joined)):
+            return None
+        try:
+            rows = decode(joined)
+        except msgspec.DecodeError:
+            return None
+        if len(rows) != len(bodies):  # a body of several values, e.g. '{...},{...}'
+            return None
+        arrays = []
+        for column, get, not_null in zip(columns, getters, required, strict=True):
+            try:
+                made = array(column, list(map(get, rows)))
+            except (pa.ArrowException, OverflowError, TypeError, ValueError):
+                return None
+            if made is None or (not_null and made.null_count):
+                return None
+            arrays.append(made)
+        return pa.Table.from_arrays(arrays, names=[c.name for c in columns])
+
+    return read

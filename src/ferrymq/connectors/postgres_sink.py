@@ -41,6 +41,13 @@ Exactly once, whatever Spark replays or whoever owns the task (rules):
 6. A wrong password, an unreachable server, a missing table (auto.create=false) or a fenced
    writer raise `PostgresConnectorError` naming the database without its password: from `build`
    (the task shows FAILED with the trace) or from the writer (the query ends with it).
+7. Bulk mapping: a queue run of at least `BULK_ROWS` rows at or above its stored offset is
+   first mapped as a whole (`postgres_columns.bulk_reader`: one msgspec decode of the run, Arrow
+   checks) and COPYed as CSV written by Arrow, `batch.size` rows per COPY, instead of row by row
+   through psycopg. A run it does not take as it is (one malformed body, a value it cannot
+   vouch for) is mapped body by body as before, so reasons, dead letters, skips, upsert order,
+   the fence and the offsets are the same either way (tests/connectors/test_sink_bulk.py
+   stores the same messages both ways and compares the tables).
 
 Task split: `tasks.max` tasks; with one, the query subscribes to the topics (queues that appear
 later join). With more, a task reads the queues whose `(crc32(topic) + stable partition) %
@@ -98,7 +105,7 @@ from ferrymq.connectors.postgres import (
     qualified,
     table_name,
 )
-from ferrymq.connectors.postgres_columns import Column, parse_fields, row_reader
+from ferrymq.connectors.postgres_columns import Column, bulk_reader, parse_fields, row_reader
 from ferrymq.connectors.selection import list_value, topic_selection_errors
 from ferrymq.model import validate_topic
 from ferrymq.spark.plan import QueueKey, group_code, partition_queue, stable_partition
@@ -125,6 +132,8 @@ FORMAT: Final = "ferrymq-postgres"
 OFFSETS_TABLE: Final = "ferry_connect_offsets"
 CHANGES_TABLE: Final = "ferry_connect_offsets_changes"
 CRASH_POINT: Final = "after_pg_commit_before_spark_commit"
+BULK_ROWS: Final = 64
+"""A queue run of at least this many rows is first tried on the bulk path (rule 7)."""
 
 _OFFSETS_DDL: Final = f"""
 CREATE TABLE IF NOT EXISTS {OFFSETS_TABLE} (
@@ -450,7 +459,9 @@ def _claim(
 class _TaskWrite:
     """One writer task: one transaction over its queue ranges (rule 1)."""
 
-    def __init__(self, spec: SinkSpec, conn: psycopg.Connection[Any]) -> None:
+    def __init__(
+        self, spec: SinkSpec, conn: psycopg.Connection[Any], bulk_rows: int = BULK_ROWS
+    ) -> None:
         self.spec = spec
         self.conn = conn
         self.next: dict[tuple[str, QueueKey], int] = {}
@@ -468,6 +479,8 @@ class _TaskWrite:
         self.seq = 0
         self.groups = {topic: dict(codes) for topic, codes in spec.groups.items()}
         self.read = row_reader(spec.columns, copy_text=True)  # flush COPYs text
+        self.bulk = bulk_reader(spec.columns) if bulk_rows else None
+        self.bulk_rows = bulk_rows
 
     def lock(self, key: tuple[str, QueueKey]) -> None:
         topic, queue = key
@@ -572,6 +585,11 @@ class _TaskWrite:
         highest = max(offsets)
         if highest > self.top.get(coordinates, -1):
             self.top[coordinates] = highest
+        if self.bulk is not None and len(values) >= self.bulk_rows:
+            table = self.bulk(values)
+            if table is not None:  # every body fits as it is: rule 7
+                self.copy_table(key[0], table)
+                return
         rows: list[Any] = list(map(self.read, values))
         if any(type(row) is str for row in rows):
             good: list[Any] = []
@@ -659,20 +677,46 @@ class _TaskWrite:
             )
         )
 
-    def flush(self, topic: str) -> None:
+    def copy_table(self, topic: str, table: Any) -> None:
+        """COPY a run's rows mapped in bulk (`bulk_reader`) as CSV, `batch.size` rows at a time.
+
+        Rows staged before it are flushed first, so an upsert still merges in offset order.
+        """
+        import pyarrow as pa
+        import pyarrow.csv as pa_csv
+
+        self.flush(topic)
+        count = table.num_rows
+        self.result.written += count
+        if self.spec.upsert:
+            first = self.seq + 1
+            self.seq += count
+            table = table.add_column(0, "ferry_seq", pa.array(range(first, first + count)))
+        options = pa_csv.WriteOptions(include_header=False)
+        for start in range(0, count, self.spec.batch_size):
+            data = pa.BufferOutputStream()
+            pa_csv.write_csv(table.slice(start, self.spec.batch_size), data, options)
+            self.flush(topic, memoryview(data.getvalue()))
+
+    def flush(self, topic: str, csv: memoryview | None = None) -> None:
+        """COPY the staged rows of `topic` (or `csv`: CSV rows); in upsert mode, merge them."""
         rows = self.pending[topic]
-        if not rows:
+        if not rows and csv is None:
             return
         table = self.tables[topic]
         names = [sql.Identifier(c.name) for c in self.spec.columns]
         listed = sql.SQL(", ").join(names)
+        form = sql.SQL(" (FORMAT csv)" if csv is not None else "")
         if not self.spec.upsert:
             with self.conn.cursor().copy(
-                sql.SQL("COPY {} ({}) FROM STDIN").format(table, listed)
+                sql.SQL("COPY {} ({}) FROM STDIN{}").format(table, listed, form)
             ) as copy:
-                for row in rows:
-                    copy.write_row(row)
-            rows.clear()
+                if csv is not None:  # copy_table flushed the staged rows first
+                    copy.write(csv)
+                else:
+                    for row in rows:
+                        copy.write_row(row)
+                    rows.clear()
             return
         stage = self.stages.get(topic)
         if stage is None:
@@ -687,11 +731,14 @@ class _TaskWrite:
                 )
             )
         with self.conn.cursor().copy(
-            sql.SQL("COPY {} (ferry_seq, {}) FROM STDIN").format(stage, listed)
+            sql.SQL("COPY {} (ferry_seq, {}) FROM STDIN{}").format(stage, listed, form)
         ) as copy:
-            for row in rows:
-                copy.write_row(row)
-        rows.clear()
+            if csv is not None:
+                copy.write(csv)
+            else:
+                for row in rows:
+                    copy.write_row(row)
+                rows.clear()
         keys = sql.SQL(", ").join(sql.Identifier(k) for k in self.spec.pk_fields)
         others = [c.name for c in self.spec.columns if c.name not in self.spec.pk_fields]
         action = (
@@ -798,8 +845,12 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def write_task(spec: SinkSpec, password: str, batches: Iterator[Any]) -> SinkCommit:
+def write_task(
+    spec: SinkSpec, password: str, batches: Iterator[Any], *, bulk_rows: int = BULK_ROWS
+) -> SinkCommit:
     """One writer task's transaction (rule 1): the Arrow batches of its queue ranges.
+
+    `bulk_rows`: the shortest queue run tried on the bulk path (rule 7); 0 maps every body alone.
 
     Raises:
         FencedError: a newer generation of the task owns one of the queues (rolled back).
@@ -810,7 +861,7 @@ def write_task(spec: SinkSpec, password: str, batches: Iterator[Any]) -> SinkCom
     conn = target.connect("writing a micro-batch", autocommit=True)
     try:
         with conn.transaction():
-            work = _TaskWrite(spec, conn)
+            work = _TaskWrite(spec, conn, bulk_rows)
             for batch in batches:
                 work.add(batch)
             work.finish()
