@@ -1141,10 +1141,10 @@ def _print_table(results: list[CaseResult]) -> None:
     _wide_console().print(table)
 
 
-def main() -> None:
-    """Run the `ferry` command; any error is one line on stderr, never a traceback."""
+def main(args: list[str] | None = None) -> None:
+    """Run the `ferry` command (`args`: instead of argv); any error is one line on stderr."""
     try:
-        cli.main(standalone_mode=False)
+        cli.main(args=args, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
