@@ -57,11 +57,7 @@ def is_user_topic(topic: str) -> bool:
     >>> is_user_topic("orders"), is_user_topic("%RETRY%g"), is_user_topic("TBW102")
     (True, False, False)
     """
-    return not (
-        is_broker_local_topic(topic)
-        or topic in _SYSTEM_TOPICS
-        or topic.startswith("connect-")  # Connect's config, status and offsets logs
-    )
+    return not (is_broker_local_topic(topic) or topic in _SYSTEM_TOPICS)
 
 
 def _is_user_group(group: str) -> bool:
