@@ -13,6 +13,7 @@ from typing import Any
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.producer import Producer
 from ferrymq.proxy.server import GrpcEndpoint
 from ferrymq.testing import LocalCluster
 from ferrymq.wire import properties as props
@@ -84,3 +85,36 @@ async def test_official_producer_normal_fifo_delay_transactions(
     assert fifo[0].properties[props.SHARDING_KEY] == "group-1"
     delayed = by_body["delayed"]
     assert delayed.store_timestamp_ms >= delayed.born_timestamp_ms + 900  # held by the timer
+
+
+async def _produce_with_sdk(namesrv: str, topic: str, bodies: list[str]) -> None:
+    async with AdminClient(namesrv) as admin:
+        await admin.create_topic(topic, queues=2)
+    async with Producer(namesrv) as producer:
+        for body in bodies:
+            await producer.send(topic, body.encode())
+
+
+async def test_official_simple_consumer_ack_change_expiry(
+    cluster: LocalCluster, endpoint: GrpcEndpoint, v5: Path
+) -> None:
+    topic, bodies = "ProxySimple", [f"m{i}" for i in range(5)]
+    await _produce_with_sdk(cluster.namesrv_addr, topic, bodies)
+    events = await _run_worker(v5, "simple", endpoint.address, topic, "proxy_simple", "5")
+    received = [(e["body"], e["attempt"]) for e in events if e["event"] == "received"]
+    acked = [e["body"] for e in events if e["event"] == "acked"]
+    assert sorted(acked) == bodies, json.dumps(events[:40])  # every message acked once
+    assert ("m2", 1) in received, events
+    assert ("m2", 2) in received, events  # expired, came again
+    assert [e["body"] for e in events if e["event"] == "changed"] == ["m1"]
+    assert sorted(received) == sorted([(b, 1) for b in bodies] + [("m2", 2)]), events
+
+
+async def test_official_push_consumer(
+    cluster: LocalCluster, endpoint: GrpcEndpoint, v5: Path
+) -> None:
+    topic, bodies = "ProxyPush", [f"p{i}" for i in range(6)]
+    await _produce_with_sdk(cluster.namesrv_addr, topic, bodies)
+    events = await _run_worker(v5, "push", endpoint.address, topic, "proxy_push", "6")
+    assert not [e for e in events if e["event"] == "error"], events
+    assert sorted({e["body"] for e in events if e["event"] == "consumed"}) == bodies

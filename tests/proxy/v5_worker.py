@@ -16,9 +16,14 @@ from typing import Any
 
 from rocketmq import (  # the 5.x package, installed in this venv only
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
+    FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
+    SimpleConsumer,
     TransactionChecker,
     TransactionResolution,
 )
@@ -71,6 +76,58 @@ def produce(endpoint: str, topic: str) -> None:
         producer.shutdown()
 
 
+def simple(endpoint: str, topic: str, group: str, count: str) -> None:
+    """Receive `count` messages: ack most at once; 'm1' after a change of invisible time; 'm2'
+    left to expire (3 s) and acked when it comes again; then one more receive finds nothing."""
+    config = ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression()}, await_duration=2)
+    consumer.startup()
+    try:
+        acked: set[str] = set()
+        deadline = time.monotonic() + 60
+        while len(acked) < int(count) and time.monotonic() < deadline:
+            for message in consumer.receive(16, 3):
+                body = message.body.decode()
+                emit(event="received", body=body, attempt=message.delivery_attempt)
+                if body == "m2" and message.delivery_attempt == 1:
+                    continue  # left to expire: it must come again
+                if body == "m1" and message.delivery_attempt == 1:
+                    consumer.change_invisible_duration(message, 5)
+                    emit(event="changed", body=body)
+                consumer.ack(message)
+                acked.add(body)
+                emit(event="acked", body=body)
+        time.sleep(3.5)  # past every invisible time: an unacked message would be back
+        for message in consumer.receive(16, 3):
+            emit(event="received", body=message.body.decode(), attempt=message.delivery_attempt)
+    finally:
+        consumer.shutdown()
+
+
+def push(endpoint: str, topic: str, group: str, count: str) -> None:
+    """A push consumer that consumes until it saw `count` distinct bodies (60 s at most)."""
+    seen: set[str] = set()
+    done = threading.Event()
+
+    class Listener(MessageListener):  # type: ignore[misc]
+        def consume(self, message: Any) -> Any:
+            body = message.body.decode()
+            emit(event="consumed", body=body, attempt=message.delivery_attempt)
+            seen.add(body)
+            if len(seen) >= int(count):
+                done.set()
+            return ConsumeResult.SUCCESS
+
+    config = ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+    consumer = PushConsumer(config, group, Listener(), {topic: FilterExpression()})
+    consumer.startup()
+    try:
+        if not done.wait(60):
+            emit(event="error", reason=f"saw {len(seen)} of {count} within 60 s")
+    finally:
+        consumer.shutdown()
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"produce": produce}[command](*args)
+    {"produce": produce, "simple": simple, "push": push}[command](*args)

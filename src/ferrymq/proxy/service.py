@@ -22,9 +22,10 @@ from google.protobuf.message import DecodeError
 
 from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
+from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
 from ferrymq.client.transaction import TransactionProducer, TransactionState
-from ferrymq.errors import FerryError, InvalidMessageError
-from ferrymq.model import MessageQueue, format_address, validate_topic
+from ferrymq.errors import FerryError, InvalidMessageError, ProtocolError, RemoteError
+from ferrymq.model import MessageQueue, format_address, validate_group, validate_topic
 from ferrymq.proxy.convert import (
     MAX_BODY,
     TxHandle,
@@ -41,6 +42,7 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 from ferrymq.wire.msgid import decode_offset_msg_id
+from ferrymq.wire.pop import ReceiptHandle
 from ferrymq.wire.records import unpack_host
 
 __all__ = ["MessagingService"]
@@ -51,6 +53,11 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 _TX_GROUP_PREFIX: Final = "ferryproxy_tx_"
 """Producer group of a topic's transaction relay (every endpoint uses the same name)."""
+_DEFAULT_INVISIBLE_S: Final = 30.0
+"""Invisible time of a received message when the request names none."""
+_MAX_BATCH: Final = 32
+_MAX_POLL_S: Final = 20.0
+"""Longest long poll held at the broker for one ReceiveMessage."""
 _SESSION_QUEUE: Final = 256
 """Commands waiting for one client's Telemetry stream; more are dropped (the broker asks again)."""
 
@@ -92,6 +99,7 @@ class MessagingService:
         self.producer = Producer(namesrv, "ferryproxy", rpc=self.rpc)
         self.sessions: dict[str, Session] = {}
         self.relays: dict[str, TransactionProducer] = {}
+        self.consumers: dict[str, SimpleConsumer] = {}
         self._relay_lock = asyncio.Lock()
 
     async def close(self) -> None:
@@ -101,6 +109,7 @@ class MessagingService:
                 await relay.close()
         self.relays.clear()
         await self.producer.close()
+        await self.rpc.close()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -165,6 +174,10 @@ class MessagingService:
                 "NotifyClientTermination", self.notify_client_termination
             ),
             "ReceiveMessage": stream("ReceiveMessage", self.receive_message),
+            "AckMessage": unary("AckMessage", self.ack_message),
+            "ChangeInvisibleDuration": unary(
+                "ChangeInvisibleDuration", self.change_invisible_duration
+            ),
             "Telemetry": grpc.stream_stream_rpc_method_handler(
                 self.telemetry,
                 request_deserializer=parser(v2.TelemetryCommand),
@@ -172,8 +185,6 @@ class MessagingService:
             ),
         }
         for name in (
-            "AckMessage",
-            "ChangeInvisibleDuration",
             "ForwardMessageToDeadLetterQueue",
             "UpdateOffset",
             "GetOffset",
@@ -547,8 +558,127 @@ class MessagingService:
 
     # ------------------------------------------------------------------ consuming
 
+    def _consumer(self, group: str) -> SimpleConsumer:
+        consumer = self.consumers.get(group)
+        if consumer is None:
+            consumer = SimpleConsumer(self.namesrv, group, rpc=self.rpc)
+            self.consumers[group] = consumer
+        return consumer
+
+    def _v2_message(self, out: Any, received: ReceivedMessage) -> None:
+        message = received.message
+        kind = (
+            "FIFO"
+            if props.SHARDING_KEY in message.properties
+            else "DELAY"
+            if props.TIMER_DELIVER_MS in message.properties
+            else "NORMAL"
+        )
+        fill_message(
+            out,
+            topic=message.topic,
+            body=message.body,
+            properties=message.properties,
+            queue_id=message.queue_id,
+            queue_offset=message.queue_offset,
+            born_ms=message.born_timestamp_ms,
+            store_ms=message.store_timestamp_ms,
+            attempt=received.delivery_attempt,
+            message_type=self.v2.enum("MessageType", kind),
+            receipt_handle=received.receipt_handle,
+        )
+
     async def receive_message(self, request: Any, context: Context) -> AsyncIterator[Any]:
-        """Not served until the broker's POP is in (part 1 of issue 21)."""
-        response = self.v2.ReceiveMessageResponse()
-        self._status(response, "NOT_IMPLEMENTED", "ReceiveMessage needs the broker's POP")
-        yield response
+        """POP from the cluster: the messages, the delivery-timestamp element, then a status."""
+        v2 = self.v2
+        expression = request.filter_expression
+        if expression.type == v2.enum("FilterType", "SQL"):
+            response = v2.ReceiveMessageResponse()
+            self._status(response, "ILLEGAL_FILTER_EXPRESSION", "SQL92 filters are not served")
+            yield response
+            return
+        invisible = request.invisible_duration.ToMilliseconds() / 1000 or _DEFAULT_INVISIBLE_S
+        wait = request.long_polling_timeout.ToMilliseconds() / 1000
+        remaining = context.time_remaining()
+        if remaining is not None:  # answer before the client's deadline
+            wait = min(wait, max(remaining - 2.0, 0.0))
+        try:
+            validate_group(request.group.name)
+            received = await self._consumer(request.group.name).receive(
+                validate_topic(request.message_queue.topic.name),
+                max_messages=max(1, min(request.batch_size or 16, _MAX_BATCH)),
+                invisible_duration=invisible,
+                wait=min(wait, _MAX_POLL_S),
+                expression=expression.expression or "*",
+            )
+        except (FerryError, ValueError) as exc:
+            yield self._failed(v2.ReceiveMessageResponse, exc)
+            return
+        for item in received:
+            response = v2.ReceiveMessageResponse()
+            self._v2_message(response.message, item)
+            yield response
+        stamp = v2.ReceiveMessageResponse()
+        stamp.delivery_timestamp.GetCurrentTime()  # the 5.x push consumer needs it
+        yield stamp
+        done = v2.ReceiveMessageResponse()
+        self._status(done, "OK" if received else "MESSAGE_NOT_FOUND")
+        yield done
+
+    def _handle(self, receipt_handle: str, topic: str) -> ReceivedMessage:
+        """A received message as the SDK knows it, from its receipt handle alone."""
+        ReceiptHandle.parse(receipt_handle)  # ProtocolError: not one of ours
+        return ReceivedMessage(Message(topic, b""), receipt_handle, 0, topic)
+
+    async def ack_message(self, request: Any, context: Context) -> Any:
+        """Acknowledge each entry by its receipt handle (ACK_MESSAGE to its group's master)."""
+        response = self.v2.AckMessageResponse()
+        failed: BaseException | None = None
+        try:
+            consumer = self._consumer(validate_group(request.group.name))
+            topic = validate_topic(request.topic.name)
+        except (FerryError, ValueError) as exc:
+            return self._failed(self.v2.AckMessageResponse, exc)
+        for entry in request.entries:
+            result = response.entries.add()
+            result.message_id = entry.message_id
+            result.receipt_handle = entry.receipt_handle
+            try:
+                await consumer.ack(self._handle(entry.receipt_handle, topic))
+            except (FerryError, ValueError) as exc:
+                failed = failed or exc
+                result.status.code = self.v2.code(_consume_error(exc))
+                result.status.message = str(exc)
+            else:
+                result.status.code = self.v2.code("OK")
+        if failed is None:
+            self._status(response, "OK")
+        elif len(request.entries) == 1:
+            self._status(response, _consume_error(failed), str(failed))
+        else:
+            self._status(response, "MULTIPLE_RESULTS", str(failed))
+        return response
+
+    async def change_invisible_duration(self, request: Any, context: Context) -> Any:
+        """New invisible time from now, and the new receipt handle."""
+        response = self.v2.ChangeInvisibleDurationResponse()
+        try:
+            consumer = self._consumer(validate_group(request.group.name))
+            received = self._handle(request.receipt_handle, validate_topic(request.topic.name))
+            duration = request.invisible_duration.ToMilliseconds() / 1000
+            await consumer.change_invisible_duration(received, duration)
+        except (FerryError, ValueError) as exc:
+            self._status(response, _consume_error(exc), str(exc))
+            return response
+        response.receipt_handle = received.receipt_handle
+        self._status(response, "OK")
+        return response
+
+
+def _consume_error(exc: BaseException) -> str:
+    """The v2 code for a failed ack or change of invisible time."""
+    if isinstance(exc, ProtocolError):
+        return "INVALID_RECEIPT_HANDLE"
+    if isinstance(exc, RemoteError) and exc.code == ResponseCode.NO_MESSAGE:
+        return "INVALID_RECEIPT_HANDLE"
+    return error_code(exc)
