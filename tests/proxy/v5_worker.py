@@ -12,6 +12,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rocketmq import (  # the 5.x package, installed in this venv only
@@ -130,4 +131,5 @@ def push(endpoint: str, topic: str, group: str, count: str) -> None:
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"produce": produce, "simple": simple, "push": push}[command](*args)
+    commands: dict[str, Callable[..., None]] = {"produce": produce, "simple": simple, "push": push}
+    commands[command](*args)
