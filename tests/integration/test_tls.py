@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ferrymq.errors import ConnectError, ConnectionClosedError
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.producer import Producer
+from ferrymq.errors import ConnectError, ConnectionClosedError, FerryError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
@@ -16,12 +19,15 @@ from ferrymq.security.tls import (
     ServerTls,
     TlsConfig,
     TlsMode,
+    install,
+    restore,
     tls_config_from,
 )
 from ferrymq.security.tls import (
     settings_for as tls_settings,
 )
 from ferrymq.security.tlscerts import LocalCa, issue_certificate, make_ca
+from ferrymq.testing import LocalCluster
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand, encode_frame
 
@@ -175,3 +181,40 @@ def test_a_client_with_tls_enable_verifies_by_default(pki: Pki) -> None:
     assert client.context.verify_mode is ssl.CERT_REQUIRED
     assert client.context.check_hostname
     assert tls_settings(TlsConfig()).server.mode is TlsMode.DISABLED
+
+
+async def test_sdk_clients_send_and_consume_over_tls_and_a_wrong_ca_is_told_why(
+    pki: Pki, tmp_path: Path
+) -> None:
+    # every server and client of this test's context: TLS only, our CA
+    server_values = {
+        "tlsEnable": "true",
+        "tls.server.certPath": str(pki.server[0]),
+        "tls.server.keyPath": str(pki.server[1]),
+        "tls.client.trustCertPath": str(pki.ca.cert_path),
+    }
+    token = install(tls_settings(tls_config_from(server_values)))
+    try:
+        await _send_and_consume(pki, tmp_path)
+    finally:
+        restore(token)
+
+
+async def _send_and_consume(pki: Pki, tmp_path: Path) -> None:
+    async with (
+        LocalCluster(tmp_path, mapped_file_size_commit_log=1024 * 1024) as cluster,
+        AdminClient(cluster.namesrv_addr) as admin,
+    ):
+        await admin.create_topic("TlsTopic", queues=1)
+        async with Producer(cluster.namesrv_addr) as producer:
+            await producer.send("TlsTopic", b"secret")
+        async with PullConsumer(cluster.namesrv_addr, "TlsGroup") as consumer:
+            (queue,) = await consumer.queues("TlsTopic")
+            pulled = await consumer.pull(queue, 0, max_messages=8)
+            assert [m.body for m in pulled.messages] == [b"secret"]
+        async with (
+            RpcClient(tls=_client_tls(pki.other_ca.cert_path)) as wrong,
+            Producer(cluster.namesrv_addr, rpc=wrong) as stranger,
+        ):
+            with pytest.raises(FerryError, match="certificate is not trusted"):
+                await stranger.send("TlsTopic", b"never")

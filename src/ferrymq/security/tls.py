@@ -51,6 +51,7 @@ __all__ = [
     "install",
     "process_client_tls",
     "process_server_tls",
+    "restore",
     "settings_for",
     "split_tls_keys",
     "tls_config_from",
@@ -302,6 +303,11 @@ _PROCESS: Final[contextvars.ContextVar[TlsSettings]] = contextvars.ContextVar(
 def install(settings: TlsSettings) -> contextvars.Token[TlsSettings]:
     """Make `settings` this context's TLS (a server command calls it before its loop starts)."""
     return _PROCESS.set(settings)
+
+
+def restore(token: contextvars.Token[TlsSettings]) -> None:
+    """Undo the `install` that returned `token`."""
+    _PROCESS.reset(token)
 
 
 def process_server_tls() -> ServerTls:
