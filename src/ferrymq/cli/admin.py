@@ -16,6 +16,18 @@ from typing import Any, TypeVar
 
 import click
 
+from ferrymq.cli.admin_daily import (
+    broker_config_group,
+    broker_ha_status,
+    broker_status,
+    consumer_connection,
+    group_group,
+    message_by_offset,
+    message_print,
+    namesrv_group,
+    producer_group,
+    topic_perm,
+)
 from ferrymq.cli.broker import broker_group
 from ferrymq.cli.controller import controller_group
 from ferrymq.cli.moves import broker_drain, broker_forget, topic_reassign
@@ -443,3 +455,14 @@ admin_group.add_command(broker_group)
 topic_group.add_command(topic_reassign)
 broker_group.add_command(broker_drain)
 broker_group.add_command(broker_forget)
+# mqadmin's everyday commands (cli/admin_daily.py)
+admin_group.add_command(group_group)
+admin_group.add_command(producer_group)
+admin_group.add_command(namesrv_group)
+consumer_group.add_command(consumer_connection)
+topic_group.add_command(topic_perm)
+message_group.add_command(message_by_offset)
+message_group.add_command(message_print)
+broker_group.add_command(broker_status)
+broker_group.add_command(broker_ha_status)
+broker_group.add_command(broker_config_group)

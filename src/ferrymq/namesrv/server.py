@@ -23,6 +23,7 @@ from typing import Any, Self
 
 from ferrymq import clock as process_clock
 from ferrymq.errors import RequestError
+from ferrymq.namesrv.admin import NamesrvAdmin
 from ferrymq.namesrv.routes import RouteTable
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
@@ -123,6 +124,8 @@ class NameServer:
         add(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self._wipe_write_perm)
         add(RequestCode.ADD_WRITE_PERM_OF_BROKER, self._add_write_perm)
         serve_test_clock(self.router)
+        self.admin = NamesrvAdmin(self)  # KV config, GET/UPDATE_NAMESRV_CONFIG
+        self.admin.serve(self.router)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -12,6 +12,8 @@ __all__ = [
     "GetRouteInfoRequestHeader",
     "GetTopicsByClusterRequestHeader",
     "KvConfigRequestHeader",
+    "KvConfigResponseHeader",
+    "PutKvConfigRequestHeader",
     "RegisterBrokerRequestHeader",
     "RegisterBrokerResponseHeader",
     "UnregisterBrokerRequestHeader",
@@ -89,6 +91,20 @@ class KvConfigRequestHeader(CommandHeader):
 
     namespace: str
     key: str
+
+
+class KvConfigResponseHeader(CommandHeader):
+    """GET_KV_CONFIG's answer: the value."""
+
+    value: str
+
+
+class PutKvConfigRequestHeader(CommandHeader):
+    """PUT_KV_CONFIG (100)."""
+
+    namespace: str
+    key: str
+    value: str
 
 
 class WipeWritePermOfBrokerRequestHeader(CommandHeader):
