@@ -72,6 +72,8 @@ async def test_pages_numbers_match_the_admin_api(console: tuple[LocalCluster, Co
         (group_row,) = state["groups"]
         assert group_row["master_address"] == cluster.broker.address
         assert group_row["replicas"][0]["max_log_offset"] > 0
+        spec = (await http.get("/api/openapi.json")).json()
+        assert "/api/actions/elect-master" in spec["paths"]
         page = await http.get("/groups")
         assert page.status_code == 200
         assert "console.js" in page.text

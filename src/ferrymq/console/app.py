@@ -74,7 +74,13 @@ def _history(history: SeriesHistory) -> dict[str, Any]:
 
 def build_app(reader: ConsoleReader, sampler: Sampler) -> FastAPI:
     """The console application over `reader`, with the charts' samples from `sampler`."""
-    app = FastAPI(title="ferrymq console", version=__version__, docs_url="/api/docs")
+    app = FastAPI(  # no Swagger UI: it loads its script from a CDN
+        title="ferrymq console",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+    )
 
     @app.exception_handler(ConsoleError)
     async def console_error(request: Request, exc: ConsoleError) -> Response:
@@ -194,7 +200,11 @@ def build_app(reader: ConsoleReader, sampler: Sampler) -> FastAPI:
     async def elect_master(action: ElectMaster) -> dict[str, Any]:
         return await reader.elect_master(action.broker_name, action.broker_id)
 
-    @app.api_route("/api/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    @app.api_route(
+        "/api/{rest:path}",
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        include_in_schema=False,
+    )
     async def no_such_api(rest: str) -> Response:
         return _error(404, "not_found", f"no API /api/{rest}")
 
