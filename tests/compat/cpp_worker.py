@@ -7,6 +7,9 @@ message instead of taking pytest down, and two consumers of one group are two re
     python -m tests.compat.cpp_worker push NAMESRV GROUP TOPIC EXPR OUTPUT [FAIL_ONCE_BODIES_JSON]
     python -m tests.compat.cpp_worker pull NAMESRV GROUP TOPIC OFFSETS_JSON -> JSON lines on stdout
 
+With CPP_ACCESS_KEY and CPP_SECRET_KEY in the environment, every client signs its requests with
+those session credentials (ACL 1.0, channel ALIYUN as the C++ core's default).
+
 `push` appends one JSON line per delivered message to OUTPUT and runs until SIGTERM, when it shuts
 the consumer down (which persists its offsets) and exits 0. A body listed in FAIL_ONCE_BODIES_JSON
 makes the listener return RECONSUME_LATER on its first delivery, so the client sends it back
@@ -14,6 +17,7 @@ for a retry.
 """
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -57,6 +61,13 @@ def _emit(value: Any) -> None:
     sys.stdout.flush()
 
 
+def _credentials(client: Any) -> None:
+    """Session credentials from the environment, if any (ACL 1.0)."""
+    access_key, secret_key = os.environ.get("CPP_ACCESS_KEY"), os.environ.get("CPP_SECRET_KEY")
+    if access_key and secret_key:
+        client.set_session_credentials(access_key, secret_key, "ALIYUN")
+
+
 def _record(message: RecvMessage) -> dict[str, Any]:
     row = {
         "topic": message.topic,
@@ -75,6 +86,7 @@ def _record(message: RecvMessage) -> dict[str, Any]:
 def produce(namesrv: str, group: str, spec: list[dict[str, Any]]) -> None:
     producer = Producer(group)
     producer.set_namesrv_addr(namesrv)
+    _credentials(producer)
     producer.start()
     results: list[dict[str, Any]] = []
     try:
@@ -129,6 +141,7 @@ def push(
 
         consumer = StatusPushConsumer(group)
         consumer.set_namesrv_addr(namesrv)
+        _credentials(consumer)
         consumer.set_thread_count(2)
         consumer.subscribe_with_status(topic, on_message, expression)
         consumer.start()
@@ -139,6 +152,7 @@ def push(
 def pull(namesrv: str, group: str, topic: str, offsets: dict[str, int]) -> None:
     consumer = PullConsumer(group)
     consumer.set_namesrv_addr(namesrv)
+    _credentials(consumer)
     consumer.start()
     try:
         for queue_id, offset in offsets.items():
