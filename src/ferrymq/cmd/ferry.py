@@ -26,6 +26,7 @@ from ferrymq.cli.bench import bench_consume, bench_e2e, bench_produce
 from ferrymq.cli.connect import connect_group
 from ferrymq.cli.duration import Duration
 from ferrymq.cli.stream import consume_command, produce_command
+from ferrymq.cmd.aclflags import acl_client_options, install_client_credentials
 from ferrymq.cmd.bench_broker import (
     BrokerBenchConfig,
     ratios_tls,
@@ -65,12 +66,24 @@ __all__ = ["main"]
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ferry")
 @tls_client_options
-def cli(tls: bool, tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
+@acl_client_options
+def cli(
+    tls: bool,
+    tls_ca: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    access_key: str | None,
+    secret_key: str | None,
+    credentials_file: Path | None,
+) -> None:
     """ferrymq: a highly available, RocketMQ-compatible message queue.
 
     `ferry --tls-ca CA ...` (or FERRY_TLS_CA=CA): every client command connects with TLS.
+    `ferry --access-key AK --secret-key SK ...` (or FERRY_ACCESS_KEY/FERRY_SECRET_KEY, or
+    --credentials-file): every request is signed for servers with aclEnable=true.
     """
     install(TlsSettings(client=client_tls(tls, tls_ca, tls_cert, tls_key)))
+    install_client_credentials(access_key, secret_key, credentials_file)
 
 
 cli.add_command(namesrv_command)

@@ -20,6 +20,7 @@ from ferrymq.errors import ConnectError
 from ferrymq.model import parse_address
 from ferrymq.rpc.connection import DEFAULT_MAX_IN_FLIGHT, Connection, RequestHandler
 from ferrymq.security.acl import Credentials, sign
+from ferrymq.security.aclcredentials import process_credentials
 from ferrymq.security.tls import ClientTls, process_client_tls
 from ferrymq.wire.frame import DEFAULT_MAX_FRAME_BYTES, RemotingCommand
 
@@ -59,7 +60,7 @@ class RpcClient:
         `tls` None: the process's TLS (`ferrymq.security.tls.install`).
         """
         self._on_request = on_request
-        self.credentials = credentials
+        self.credentials = credentials if credentials is not None else process_credentials()
         """ACL 1.0 (issue 23): every request this client sends is signed with these."""
         self._ssl = (tls if tls is not None else process_client_tls()).context
         self._local_addr = (local_host, 0) if local_host else None
