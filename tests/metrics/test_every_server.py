@@ -2,7 +2,10 @@
 load, against what the load did: messages in = acknowledged sends, lag = produced - consumed."""
 
 import asyncio
+import json
+import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +22,21 @@ pytestmark = pytest.mark.system
 
 _SENDS = 300
 _LOAD_S = 60.0
+
+
+async def _ferry(*args: str) -> str:
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "ferrymq.cmd.ferry",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    out, err = await asyncio.wait_for(cli.communicate(), 60)
+    assert cli.returncode == 0, err.decode()
+    return out.decode()
 
 
 async def _poll(address: str, check: str, ok: Callable[[Samples], bool]) -> Samples:
@@ -96,6 +114,17 @@ async def test_every_server_counts_what_the_load_did(tmp_path: Path) -> None:
         assert value(samples, "rocketmq_broker_confirm_offset") == value(
             samples, "rocketmq_brokeruntime_commitlog_maxoffset"
         )
+
+        # the same counts as RocketMQ's tools read them: consumeTps and clusterList's TPS
+        progress = await _ferry(
+            "admin", "--namesrv", namesrv, "consumer", "progress", "MeterGroup", "--json"
+        )
+        assert json.loads(progress)["consumeTps"] > 0
+        listing = await _ferry("admin", "--namesrv", namesrv, "cluster", "list")
+        (row,) = [line for line in listing.splitlines() if str(master["addr"]) in line]
+        in_tps, out_tps = (cell.strip() for cell in row.strip(" │\n").split("│")[-2:])
+        assert float(in_tps) >= 0  # figures, not blanks: the master answered its runtime info
+        assert float(out_tps) >= 0
 
         node = await scrape(str(controllers[0]["metrics"]))
         assert value(node, "rocketmq_controller_raft_term") >= 1

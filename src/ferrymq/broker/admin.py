@@ -301,7 +301,8 @@ async def get_consume_stats(
             )
             for queue_id in range(config.write_queue_nums)
         )
-    return _ok(request, encode_consume_stats(ConsumeStats(entries)))
+    tps = state.stats.consume_tps(header.topic or None, header.consumer_group, state.clock())
+    return _ok(request, encode_consume_stats(ConsumeStats(entries, consume_tps=round(tps, 2))))
 
 
 async def update_group(
@@ -361,6 +362,7 @@ async def get_runtime_info(
         for broker_id in sorted(replication.state.members - {replication.state.master_id}):
             ack = replication.state.ack_of(broker_id)
             table[f"slaveAckOffset.{broker_id}"] = "" if ack is None else str(ack)
+    table.update(state.stats.runtime_keys(state.clock()))  # putTps, getTransferedTps, ...
     return _ok(request, encode_body(KVTable(table)))
 
 

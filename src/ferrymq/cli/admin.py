@@ -35,6 +35,7 @@ from ferrymq.cli.output import emit_json, emit_table
 from ferrymq.client.admin import AdminClient, TopicPlacementStatus
 from ferrymq.client.message import Message
 from ferrymq.errors import FerryError
+from ferrymq.wire.bodies import ClusterInfo
 
 __all__ = ["DEFAULT_NAMESRV", "admin_group"]
 
@@ -296,20 +297,41 @@ def cluster_group() -> None:
 @json_option
 @click.pass_context
 def cluster_list(ctx: click.Context, as_json: bool) -> None:
-    """Every cluster and broker group (ClusterInfo)."""
-    info = _run(_namesrv(ctx), lambda a: a.cluster_info())
+    """Every cluster and broker group (ClusterInfo), with each broker's InTPS and OutTPS."""
     if as_json:
-        emit_json(info)
+        emit_json(_run(_namesrv(ctx), lambda a: a.cluster_info()))
         return
-    rows: list[tuple[str, str, int, str]] = []
+    info, tps = _run(_namesrv(ctx), _cluster_tps)
+    rows: list[tuple[str, str, int, str, str, str]] = []
     for cluster, names in sorted(info.cluster_addr_table.items()):
         for name in names:
             brokers = info.broker_addr_table.get(name)
             addrs = brokers.broker_addrs if brokers else {}
             rows.extend(
-                (cluster, name, broker_id, addr) for broker_id, addr in sorted(addrs.items())
+                (cluster, name, broker_id, addr, *tps.get(addr, ("", "")))
+                for broker_id, addr in sorted(addrs.items())
             )
-    emit_table("clusters", ["cluster", "broker", "id", "address"], rows)
+    emit_table("clusters", ["cluster", "broker", "id", "address", "InTPS", "OutTPS"], rows)
+
+
+async def _cluster_tps(admin: AdminClient) -> tuple[ClusterInfo, dict[str, tuple[str, str]]]:
+    """ClusterInfo, and each broker's putTps and getTransferedTps over 10 s.
+
+    RocketMQ's clusterList shows the first of the three rates of each key.
+    """
+    info = await admin.cluster_info()
+    tps: dict[str, tuple[str, str]] = {}
+    for brokers in info.broker_addr_table.values():
+        for address in brokers.broker_addrs.values():
+            try:
+                table = await admin.runtime_info(address)
+            except FerryError:
+                continue  # a broker that does not answer shows no figures
+            put, got = (
+                (table.get(key) or "").split(" ")[0] for key in ("putTps", "getTransferedTps")
+            )
+            tps[address] = (put, got)
+    return info, tps
 
 
 @admin_group.group("consumer")
@@ -324,9 +346,10 @@ def consumer_group() -> None:
 @click.pass_context
 def consumer_progress(ctx: click.Context, group: str, topic: str | None, as_json: bool) -> None:
     """A group's committed offsets against every queue's end (ConsumeStats)."""
-    entries = _run(_namesrv(ctx), lambda a: a.consumer_progress(group, topic))
+    stats = _run(_namesrv(ctx), lambda a: a.consume_stats(group, topic))
+    entries = stats.offset_table
     if as_json:
-        emit_json({"offsetTable": entries, "consumeTps": 0.0})
+        emit_json({"offsetTable": entries, "consumeTps": stats.consume_tps})
         return
     emit_table(
         f"progress of {group}",
@@ -343,6 +366,7 @@ def consumer_progress(ctx: click.Context, group: str, topic: str | None, as_json
             for e in entries
         ],
     )
+    click.echo(f"Consume TPS: {stats.consume_tps:.2f}")
 
 
 @admin_group.group("offset")

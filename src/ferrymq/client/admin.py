@@ -34,7 +34,9 @@ from ferrymq.model import format_address, validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import (
     ClusterInfo,
+    ConsumeStats,
     ConsumeStatsEntry,
+    KVTable,
     TopicList,
     TopicOffsetEntry,
     TopicRouteData,
@@ -659,18 +661,31 @@ class AdminClient:
         self, group: str, topic: str | None = None
     ) -> list[ConsumeStatsEntry]:
         """A group's committed offsets against each queue's end, on every master."""
+        return (await self.consume_stats(group, topic)).offset_table
+
+    async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """`consumer_progress` with the group's consumeTps summed over the masters."""
         validate_group(group)
         header = to_ext_fields(GetConsumeStatsRequestHeader(consumer_group=group, topic=topic))
         info = await self.cluster_info()
         entries: list[ConsumeStatsEntry] = []
+        tps = 0.0
         for name in sorted(info.broker_addr_table):
             address = info.broker_addr_table[name].broker_addrs.get(0)
             if address is None:
                 continue
             request = RemotingCommand(code=RequestCode.GET_CONSUME_STATS, ext_fields=dict(header))
             response = await self._broker_call(address, request)
-            entries += decode_consume_stats(response.body).offset_table
-        return entries
+            stats = decode_consume_stats(response.body)
+            entries += stats.offset_table
+            tps += stats.consume_tps
+        return ConsumeStats(entries, consume_tps=round(tps, 2))
+
+    async def runtime_info(self, address: str) -> dict[str, str]:
+        """A broker's GET_BROKER_RUNTIME_INFO table (RocketMQ's keys, string values)."""
+        request = RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO)
+        response = await self._broker_call(address, request)
+        return decode_body(response.body, KVTable).table
 
     async def reset_offsets(
         self, group: str, topic: str, *, timestamp_ms: int | None = None, to_latest: bool = False
