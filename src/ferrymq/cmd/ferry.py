@@ -46,6 +46,7 @@ from ferrymq.cmd.controller import controller_command
 from ferrymq.cmd.local import Child
 from ferrymq.cmd.measure import Row
 from ferrymq.cmd.process import run_until_signal, setup_logging
+from ferrymq.cmd.proxy import proxy_command
 from ferrymq.cmd.servers import broker_command, namesrv_command
 from ferrymq.cmd.tlsflags import client_tls, tls_client_options
 from ferrymq.cmd.up import (
@@ -95,6 +96,7 @@ cli.add_command(consume_command)
 connect_group.add_command(worker_command)
 cli.add_command(connect_group)
 cli.add_command(console_command)
+cli.add_command(proxy_command)
 
 
 @cli.command("demo")

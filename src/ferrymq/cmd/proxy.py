@@ -1,0 +1,116 @@
+"""`ferry proxy`: the RocketMQ 5 endpoint as its own process (gRPC and remoting ports).
+
+Composition root of `ferrymq.proxy`: a `GrpcEndpoint` (MessagingService v2) and a `RemotingRelay`
+toward the cluster the NameServers name, until SIGINT/SIGTERM. Stateless, so any number may run.
+Ports follow RocketMQ's proxy (`grpcServerPort` 8081, `remotingListenPort` 8080); 0 picks a free
+one, -1 turns a side off. The ready file names both: {"grpc", "remoting", "pid"}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from ferrymq.cmd.process import fail, run_until_signal, setup_logging, write_ready
+from ferrymq.errors import FerryError
+
+__all__ = ["proxy_command", "run_proxy"]
+
+
+async def run_proxy(
+    stop: asyncio.Event,
+    *,
+    namesrv: str,
+    host: str,
+    grpc_port: int,
+    remoting_port: int,
+    tls: tuple[Path, Path] | None,
+    ready_file: Path | None,
+) -> None:
+    """Serve both sides until `stop` is set; write the ready file once both listen.
+
+    `tls`: the gRPC port's certificate chain and key (PEM files).
+    """
+    # imported here: grpcio loads only in the processes that serve it
+    from ferrymq.proxy.remoting import RemotingRelay
+    from ferrymq.proxy.server import GrpcEndpoint, TlsFiles
+
+    files = TlsFiles(*tls) if tls is not None else None
+    endpoint = (
+        GrpcEndpoint(namesrv, host=host, port=grpc_port, tls=files) if grpc_port >= 0 else None
+    )
+    relay = RemotingRelay(namesrv, host=host, port=remoting_port) if remoting_port >= 0 else None
+    try:
+        if endpoint is not None:
+            await endpoint.start()
+        if relay is not None:
+            await relay.start()
+        write_ready(
+            ready_file,
+            {
+                "grpc": endpoint.address if endpoint else None,
+                "remoting": relay.address if relay else None,
+            },
+        )
+        await stop.wait()
+    finally:
+        if relay is not None:
+            await relay.close()
+        if endpoint is not None:
+            await endpoint.close()
+
+
+@click.command("proxy")
+@click.option("--namesrv", required=True, help="NameServer addresses, ';' between.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--grpc-port", type=int, default=8081, show_default=True, help="-1: no gRPC port.")
+@click.option(
+    "--remoting-port", type=int, default=8080, show_default=True, help="-1: no remoting port."
+)
+@click.option(
+    "--grpc-tls-cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="PEM certificate chain: the gRPC port serves TLS (with --grpc-tls-key).",
+)
+@click.option("--grpc-tls-key", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help='Write {"grpc", "remoting", "pid"} as JSON here once serving.',
+)
+def proxy_command(
+    namesrv: str,
+    host: str,
+    grpc_port: int,
+    remoting_port: int,
+    grpc_tls_cert: Path | None,
+    grpc_tls_key: Path | None,
+    log_level: str,
+    ready_file: Path | None,
+) -> None:
+    """Run the RocketMQ 5 endpoint: gRPC for 5.x clients, remoting for 4.x clients."""
+    setup_logging(log_level)
+    if (grpc_tls_cert is None) != (grpc_tls_key is None):
+        fail("--grpc-tls-cert and --grpc-tls-key go together")
+    tls = (grpc_tls_cert, grpc_tls_key) if grpc_tls_cert and grpc_tls_key else None
+
+    async def main(stop: asyncio.Event) -> None:
+        await run_proxy(
+            stop,
+            namesrv=namesrv,
+            host=host,
+            grpc_port=grpc_port,
+            remoting_port=remoting_port,
+            tls=tls,
+            ready_file=ready_file,
+        )
+
+    try:
+        run_until_signal(main)
+    except OSError as exc:
+        fail(f"cannot listen on {host}: {exc.strerror or exc}")
+    except FerryError as exc:
+        fail(str(exc))
