@@ -29,6 +29,7 @@ from ferrymq.cli.admin_daily import (
     topic_perm,
 )
 from ferrymq.cli.broker import broker_group
+from ferrymq.cli.mqadmin_alias import add_aliases
 from ferrymq.cli.controller import controller_group
 from ferrymq.cli.moves import broker_drain, broker_forget, topic_reassign
 from ferrymq.cli.output import emit_json, emit_table
@@ -490,3 +491,4 @@ message_group.add_command(message_print)
 broker_group.add_command(broker_status)
 broker_group.add_command(broker_ha_status)
 broker_group.add_command(broker_config_group)
+add_aliases(admin_group)  # mqadmin's names and flags (cli/mqadmin_alias.py)
