@@ -29,9 +29,9 @@ from ferrymq.cli.admin_daily import (
     topic_perm,
 )
 from ferrymq.cli.broker import broker_group
-from ferrymq.cli.mqadmin_alias import add_aliases
 from ferrymq.cli.controller import controller_group
 from ferrymq.cli.moves import broker_drain, broker_forget, topic_reassign
+from ferrymq.cli.mqadmin_alias import add_aliases
 from ferrymq.cli.output import emit_json, emit_table
 from ferrymq.client.admin import AdminClient, TopicPlacementStatus
 from ferrymq.client.message import Message
