@@ -1,3 +1,4 @@
+from ferrymq.broker.metrics import BrokerStats
 from ferrymq.metrics.stats import Latency, StatsTable
 
 
@@ -32,3 +33,29 @@ def test_latency_buckets_are_cumulative() -> None:
     assert latency.cumulative() == [("0.001", 2.0), ("0.01", 3.0), ("+Inf", 4.0)]
     assert latency.count == 4
     assert abs(latency.sum_s - 2.0065) < 1e-9
+
+
+def test_broker_stats_data_and_runtime_keys_as_rocketmq_names_them() -> None:
+    stats = BrokerStats(0.0)
+    stats.sent("T", 30, 3000)
+    stats.pulled("T", "G", 12, 1200)
+    stats.pulled("T", "G", 0, 0)  # a pull that found nothing
+    data = stats.stats_data("GROUP_GET_NUMS", "T@G", 60.0)
+    assert data == {
+        "statsMinute": {"sum": 12, "tps": 0.2, "avgpt": 0.0},
+        "statsHour": {"sum": 12, "tps": 0.2, "avgpt": 0.0},
+        "statsDay": {"sum": 12, "tps": 0.2, "avgpt": 0.0},
+    }
+    assert stats.stats_data("TOPIC_PUT_SIZE", "T", 60.0)["statsMinute"] == {  # type: ignore[index]
+        "sum": 3000,
+        "tps": 50.0,
+        "avgpt": 0.0,
+    }
+    assert stats.stats_data("SNDBCK_PUT_NUMS", "T", 60.0) is None
+    keys = stats.runtime_keys(60.0)
+    assert keys["putTps"] == "0.50 0.50 0.50"  # 30 in the minute since start, every window
+    assert keys["getTransferedTps"] == "0.20 0.20 0.20"
+    assert keys["getFoundTps"] == "0.02 0.02 0.02"
+    assert keys["getTotalTps"] == "0.03 0.03 0.03"
+    assert stats.consume_tps("T", "G", 60.0) == 0.2
+    assert stats.consume_tps(None, "other", 60.0) == 0.0

@@ -85,6 +85,32 @@ class BrokerStats:
         """Messages per second returned by pulls over the last minute."""
         return self.get.rate_all(now, 60.0).count_per_s
 
+    def stats_data(self, stats_name: str, stats_key: str, now: float) -> dict[str, object] | None:
+        """VIEW_BROKER_STATS_DATA (315)'s `BrokerStatsData` for one RocketMQ stats item.
+
+        `stats_name` is TOPIC_PUT_NUMS / TOPIC_PUT_SIZE (key: topic) or GROUP_GET_NUMS /
+        GROUP_GET_SIZE (key: `topic@group`); None for other names. statsMinute covers the last
+        minute; statsHour and statsDay cover what is kept (the last 10 minutes, or since start):
+        `sum` counted in that span, `tps` its rate, `avgpt` 0 (ferrymq times no stats item).
+        """
+        table: StatsTable[str] | StatsTable[tuple[str, str]]
+        key: str | tuple[str, str]
+        if stats_name in ("TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE"):
+            table, key = self.put, stats_key
+        elif stats_name in ("GROUP_GET_NUMS", "GROUP_GET_SIZE"):
+            topic, _, group = stats_key.partition("@")
+            table, key = self.get, (topic, group)
+        else:
+            return None
+        sizes = stats_name.endswith("_SIZE")
+        out: dict[str, object] = {}
+        for field, window in (("statsMinute", 60.0), ("statsHour", 3600.0), ("statsDay", 86400.0)):
+            rates = table.rate(key, now, window)  # type: ignore[arg-type]
+            rate = rates.bytes_per_s if sizes else rates.count_per_s
+            span = min(window, table.window_s, now - self.started)
+            out[field] = {"sum": round(rate * span), "tps": round(rate, 2), "avgpt": 0.0}
+        return out
+
     def runtime_keys(self, now: float) -> dict[str, str]:
         """RocketMQ's GET_BROKER_RUNTIME_INFO throughput keys, formatted as RocketMQ does.
 
