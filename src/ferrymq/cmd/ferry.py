@@ -29,6 +29,7 @@ from ferrymq.cli.stream import consume_command, produce_command
 from ferrymq.cmd.aclflags import acl_client_options, install_client_credentials
 from ferrymq.cmd.bench_broker import (
     BrokerBenchConfig,
+    ratios_acl,
     ratios_tls,
     ratios_to_nats,
     run_broker_bench,
@@ -234,6 +235,7 @@ def up_command(
         ready_file=ready_file,
         connect=0 if up_tls else connect_workers,
         tls=up_tls,
+        proxy=not up_tls,  # the endpoint's TLS is not wired into `ferry up` yet
     )
     console = Console(stderr=True)
     status = 0
@@ -254,6 +256,9 @@ def up_command(
             table.add_row(f"connect {worker['id']}", worker["url"], str(worker["pid"]), "")
         if info["console"]:
             table.add_row("console", info["console"], "", "")
+        if info["proxy"]:
+            table.add_row("proxy (gRPC, 5.x clients)", info["proxy"], "", "")
+            table.add_row("proxy (remoting, 4.x)", str(info["proxy_remoting"]), "", "")
         console.print(table)
         console.print(f"export NAMESRV_ADDR={info['namesrv']}   (Ctrl-C stops everything)")
         if info["tls_ca"]:
@@ -503,6 +508,12 @@ def bench_store(
     is_flag=True,
     help="Also a TLS-only broker (ferrymq-tls), its sends in the same rounds as the plain one's.",
 )
+@click.option(
+    "--acl",
+    "with_acl",
+    is_flag=True,
+    help="Also an ACL 1.0 broker (ferrymq-acl, signed sends), in the same rounds as the plain one.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def bench_broker(
     sizes: str,
@@ -512,6 +523,7 @@ def bench_broker(
     no_nats: bool,
     no_cpp: bool,
     with_tls: bool,
+    with_acl: bool,
     as_json: bool,
 ) -> None:
     """One broker beside NATS JetStream R1: sync, windowed and raw sends, consumes; CPU per row."""
@@ -523,6 +535,7 @@ def bench_broker(
         nats=not no_nats,
         cpp=not no_cpp,
         tls=with_tls,
+        acl=with_acl,
     )
     console = Console(stderr=True)
     with console.status("measuring") as status:
@@ -544,6 +557,7 @@ def bench_broker(
                     "rows": [r.as_json() for r in rows],
                     "ratios_to_nats": ratios_to_nats(rows),
                     "ratios_tls": ratios_tls(rows),
+                    "ratios_acl": ratios_acl(rows),
                 }
             )
         )
@@ -557,6 +571,10 @@ def bench_broker(
     for ratio in ratios_tls(rows):
         click.echo(
             f"{ratio['mode']} {ratio['size']} B: TLS/plain throughput {ratio['throughput_ratio']}x"
+        )
+    for ratio in ratios_acl(rows):
+        click.echo(
+            f"{ratio['mode']} {ratio['size']} B: ACL/plain throughput {ratio['throughput_ratio']}x"
         )
 
 

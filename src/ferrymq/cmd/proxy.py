@@ -3,7 +3,7 @@
 Composition root of `ferrymq.proxy`: a `GrpcEndpoint` (MessagingService v2) and a `RemotingRelay`
 toward the cluster the NameServers name, until SIGINT/SIGTERM. Stateless, so any number may run.
 Ports follow RocketMQ's proxy (`grpcServerPort` 8081, `remotingListenPort` 8080); 0 picks a free
-one, -1 turns a side off. The ready file names both: {"grpc", "remoting", "pid"}.
+one, -1 turns a side off. The ready file names both: {"addr" (gRPC), "grpc", "remoting", "pid"}.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ async def run_proxy(
         write_ready(
             ready_file,
             {
+                "addr": endpoint.address if endpoint else relay.address if relay else None,
                 "grpc": endpoint.address if endpoint else None,
                 "remoting": relay.address if relay else None,
             },

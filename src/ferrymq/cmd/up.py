@@ -131,6 +131,10 @@ class ReadyInfo(TypedDict):
     connect: list[ConnectEntry]
     tls_ca: str | None
     """The CA file clients trust (`--tls`), else None."""
+    proxy: str | None
+    """The RocketMQ 5 endpoint's gRPC address, `host:port` (`ferry proxy`; None: not run)."""
+    proxy_remoting: str | None
+    """The same endpoint's remoting address, for 4.x clients (None: not run)."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,8 @@ class UpConfig:
     """Connect workers (`ferry connect worker`, REST on free ports); `ferry up` asks for 2."""
     console: bool = False
     """Run the web console (`ferry console`) too; `ferry up` does."""
+    proxy: bool = False
+    """Run the RocketMQ 5 endpoint (`ferry proxy`: gRPC and remoting) too; `ferry up` does."""
     segment_bytes: int | None = None
     """Every broker's commit-log segment size (`mappedFileSizeCommitLog`); None: the broker's
     default (1 GiB). `ferry up` gives `DEFAULT_SEGMENT_BYTES`."""
@@ -196,6 +202,7 @@ class ProcessCluster:
         self.workers: dict[str, Child] = {}
         """Connect worker id (`connect-1`, ...) -> process."""
         self.console: Child | None = None
+        self.proxy: Child | None = None
         self._args: dict[str, list[str]] = {}
         self.tls_ca: Path | None = None
         """The local CA's certificate (with `UpConfig.tls`), once `start` made it."""
@@ -235,6 +242,7 @@ class ProcessCluster:
             *self.brokers.values(),
             *self.workers.values(),
             *([] if self.console is None else [self.console]),
+            *([] if self.proxy is None else [self.proxy]),
         ]
 
     async def start(self) -> None:
@@ -286,6 +294,17 @@ class ProcessCluster:
         self.workers = {worker: self.workers[worker] for worker in workers}
         if config.console:
             await self.start_console()
+        if config.proxy:
+            await self.start_proxy()
+
+    async def start_proxy(self) -> Child:
+        """Start the RocketMQ 5 endpoint (again) over this cluster, both ports free ones."""
+        config = self.config
+        args = ["proxy", "--namesrv", self.namesrv_addr, "--host", config.host]
+        self.proxy = await spawn(
+            "proxy", [*args, "--grpc-port", "0", "--remoting-port", "0"], config.data_dir
+        )
+        return self.proxy
 
     async def start_console(self) -> Child:
         """Start the web console (again) over this cluster, on a free port."""
@@ -462,6 +481,8 @@ class ProcessCluster:
                 for worker_id, child in self.workers.items()
             ],
             tls_ca=None if self.tls_ca is None else str(self.tls_ca),
+            proxy=None if self.proxy is None else str(self.proxy.info["grpc"]),
+            proxy_remoting=None if self.proxy is None else str(self.proxy.info["remoting"]),
         )
 
     async def stop(self) -> None:
