@@ -16,6 +16,10 @@ each payload size:
 With `tls` (issue 23), a second ferrymq broker and NameServer run with TLS only (`--tls`, a local
 CA's certificate) as the system `ferrymq-tls`: its sync and windowed sends are interleaved with
 the plain broker's in the same rounds, and its raw rows follow (`ratios_tls`: TLS over plain).
+With `acl` (issue 23), the same with a broker that checks ACL 1.0 on every request
+(`aclEnable=true`, a `plain_acl.yml` of an admin and a producer account) as `ferrymq-acl`: the SDK
+signs every send (HmacSHA1 per request on both sides); its raw rows send one signed frame again
+and again, so they show the broker's verification alone (`ratios_acl`: ACL over plain).
 
 Each row carries the client's and the server's CPU (% of one core) over the row. Nothing here
 asserts a speed; the numbers go to docs/benchmarks.md with the command that made them.
@@ -36,7 +40,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer, PullStatus
@@ -52,14 +56,22 @@ from ferrymq.cmd.measure import (
     timed_window,
 )
 from ferrymq.rpc.client import RpcClient
+from ferrymq.security.acl import Credentials, sign
 from ferrymq.security.tls import ClientTls, settings_for, tls_config_from
 from ferrymq.security.tlscerts import issue_certificate, make_ca
 from ferrymq.wire.broker import SendMessageRequestHeader, SendMessageRequestHeaderV2
 from ferrymq.wire.codes import RequestCode
-from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.frame import ROCKETMQ_VERSION, RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 
-__all__ = ["BrokerBenchConfig", "Row", "ratios_tls", "ratios_to_nats", "run_broker_bench"]
+__all__ = [
+    "BrokerBenchConfig",
+    "Row",
+    "ratios_acl",
+    "ratios_tls",
+    "ratios_to_nats",
+    "run_broker_bench",
+]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +89,8 @@ class BrokerBenchConfig:
     workdir: Path | None = None
     tls: bool = False
     """Also a TLS-only broker (`ferrymq-tls`), measured in the same rounds as the plain one."""
+    acl: bool = False
+    """Also an ACL 1.0 broker (`ferrymq-acl`), measured in the same rounds as the plain one."""
 
 
 def ratios_to_nats(rows: list[Row]) -> list[dict[str, Any]]:
@@ -114,7 +128,34 @@ def ratios_tls(rows: list[Row]) -> list[dict[str, Any]]:
     return paired
 
 
+def ratios_acl(rows: list[Row]) -> list[dict[str, Any]]:
+    """ACL over plain ferrymq for every row both measured (same mode and size): throughput."""
+    plain = {(r.mode, r.size): r for r in rows if r.system == "ferrymq"}
+    paired = []
+    for row in rows:
+        peer = plain.get((row.mode, row.size))
+        if row.system != "ferrymq-acl" or peer is None or not peer.msgs_per_s:
+            continue
+        ratio = round(row.msgs_per_s / peer.msgs_per_s, 2)
+        paired.append({"mode": row.mode, "size": row.size, "throughput_ratio": ratio})
+    return paired
+
+
 # ---------------------------------------------------------------------- ferrymq
+
+_BENCH_ACL: Final = """accounts:
+- {accessKey: bench-admin, secretKey: bench-admin-secret, admin: true}
+- {accessKey: bench-producer, secretKey: bench-producer-secret, defaultTopicPerm: PUB}
+"""
+_BENCH_ADMIN: Final = Credentials("bench-admin", "bench-admin-secret")
+_BENCH_PRODUCER: Final = Credentials("bench-producer", "bench-producer-secret")
+
+
+def _make_acl(workdir: Path) -> list[str]:
+    """The ACL broker's flags, with its `plain_acl.yml` written in `workdir`."""
+    path = workdir / "bench_plain_acl.yml"
+    path.write_text(_BENCH_ACL)
+    return ["--acl-enable", "true", "--acl-file", str(path)]
 
 
 def _make_tls(workdir: Path) -> tuple[list[str], ClientTls]:
@@ -128,7 +169,10 @@ def _make_tls(workdir: Path) -> tuple[list[str], ClientTls]:
 
 @contextlib.asynccontextmanager
 async def _ferrymq(
-    workdir: Path, name: str = "ferrymq", flags: tuple[str, ...] = ()
+    workdir: Path,
+    name: str = "ferrymq",
+    flags: tuple[str, ...] = (),
+    broker_flags: tuple[str, ...] = (),
 ) -> AsyncIterator[tuple[str, list[Child]]]:
     namesrv = await spawn(
         f"bench-{name}-namesrv",
@@ -148,6 +192,7 @@ async def _ferrymq(
             "--log-level",
             "WARNING",
             *flags,
+            *broker_flags,
         ],
         workdir,
     )
@@ -160,13 +205,16 @@ async def _ferrymq(
 
 @contextlib.asynccontextmanager
 async def _ferrymq_side(
-    config: BrokerBenchConfig, workdir: Path, tls: bool = False
+    config: BrokerBenchConfig, workdir: Path, tls: bool = False, acl: bool = False
 ) -> AsyncIterator[Side]:
-    system = "ferrymq-tls" if tls else "ferrymq"
+    system = "ferrymq-tls" if tls else "ferrymq-acl" if acl else "ferrymq"
     flags, client_tls = _make_tls(workdir) if tls else ([], ClientTls(None))
+    broker_flags = _make_acl(workdir) if acl else []
+    admin_credentials = _BENCH_ADMIN if acl else None
+    credentials = _BENCH_PRODUCER if acl else None
     async with (
-        _ferrymq(workdir, system, tuple(flags)) as (namesrv, children),
-        RpcClient(tls=client_tls) as admin_rpc,
+        _ferrymq(workdir, system, tuple(flags), tuple(broker_flags)) as (namesrv, children),
+        RpcClient(tls=client_tls, credentials=admin_credentials) as admin_rpc,
     ):
         pids = [children[1].pid]
         async with AdminClient(namesrv, rpc=admin_rpc) as admin:
@@ -178,7 +226,7 @@ async def _ferrymq_side(
                     raise RuntimeError("benchmark topics never reached the NameServer")
                 await asyncio.sleep(0.05)
         async with (
-            RpcClient(tls=client_tls) as rpc,
+            RpcClient(tls=client_tls, credentials=credentials) as rpc,
             Producer(namesrv, "bench-producer", send_timeout=10, rpc=rpc) as producer,
         ):
             payloads = {size: os.urandom(size) for size in config.sizes}
@@ -194,10 +242,18 @@ async def _ferrymq_side(
                     address = route.master(route.write_queues[0].broker_name) or ""
                     rows.append(
                         await _raw_rows(
-                            address, topic, payloads[size], size, config, pids, system, client_tls
+                            address,
+                            topic,
+                            payloads[size],
+                            size,
+                            config,
+                            pids,
+                            system,
+                            client_tls,
+                            credentials,
                         )
                     )
-                if tls:
+                if tls or acl:
                     return rows
                 if config.cpp:
                     for size in config.sizes:
@@ -233,6 +289,7 @@ async def _raw_rows(
     pids: list[int],
     system: str,
     tls: ClientTls,
+    credentials: Credentials | None = None,
 ) -> Row:
     header = SendMessageRequestHeader(
         producer_group="bench-raw",
@@ -246,6 +303,8 @@ async def _raw_rows(
         properties="WAIT\x01true\x02",
     )
     fields = to_ext_fields(SendMessageRequestHeaderV2.from_v1(header))
+    if credentials is not None:  # signed once: every frame is the same request again
+        sign(fields, payload, credentials, ROCKETMQ_VERSION)
     async with RpcClient(max_in_flight=config.window * 2, tls=tls) as rpc:
         conn = await rpc.connection(address)
         meter = Meter(pids)
@@ -414,6 +473,10 @@ async def run_broker_bench(config: BrokerBenchConfig, progress: Callable[[str], 
             sides = [await stack.enter_async_context(_ferrymq_side(config, workdir))]
             if config.tls:
                 sides.append(await stack.enter_async_context(_ferrymq_side(config, workdir, True)))
+            if config.acl:
+                sides.append(
+                    await stack.enter_async_context(_ferrymq_side(config, workdir, acl=True))
+                )
             if config.nats:
                 sides.append(await stack.enter_async_context(_nats_side(config, workdir)))
             rows = await interleaved_sends_by_size(
@@ -430,5 +493,6 @@ async def run_broker_bench(config: BrokerBenchConfig, progress: Callable[[str], 
     finally:
         shutil.rmtree(workdir / "ferrymq-store", ignore_errors=True)
         shutil.rmtree(workdir / "ferrymq-tls-store", ignore_errors=True)
+        shutil.rmtree(workdir / "ferrymq-acl-store", ignore_errors=True)
         shutil.rmtree(workdir / "nats-store", ignore_errors=True)
     return sorted(rows, key=lambda r: (not r.system.startswith("ferrymq"), r.system))
