@@ -514,12 +514,6 @@ def bench_store(
     is_flag=True,
     help="Also an ACL 1.0 broker (ferrymq-acl, signed sends), in the same rounds as the plain one.",
 )
-@click.option(
-    "--acl",
-    "with_acl",
-    is_flag=True,
-    help="Also an ACL 1.0 broker (ferrymq-acl, signed sends), in the same rounds as the plain one.",
-)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def bench_broker(
     sizes: str,
@@ -564,7 +558,6 @@ def bench_broker(
                     "ratios_to_nats": ratios_to_nats(rows),
                     "ratios_tls": ratios_tls(rows),
                     "ratios_acl": ratios_acl(rows),
-                    "ratios_acl": ratios_acl(rows),
                 }
             )
         )
@@ -578,10 +571,6 @@ def bench_broker(
     for ratio in ratios_tls(rows):
         click.echo(
             f"{ratio['mode']} {ratio['size']} B: TLS/plain throughput {ratio['throughput_ratio']}x"
-        )
-    for ratio in ratios_acl(rows):
-        click.echo(
-            f"{ratio['mode']} {ratio['size']} B: ACL/plain throughput {ratio['throughput_ratio']}x"
         )
     for ratio in ratios_acl(rows):
         click.echo(
