@@ -143,7 +143,11 @@ def build_app(reader: ConsoleReader, sampler: Sampler) -> FastAPI:
         rates = sampler.group_rates.rates
         rows: list[dict[str, Any]] = []
         for name in await reader.group_names():
-            progress = await reader.group(name)
+            try:
+                progress = await reader.group(name)
+            except ConsoleError as exc:
+                rows.append({"group": name, "error": exc.message})
+                continue
             rows.append(
                 {
                     "group": name,
