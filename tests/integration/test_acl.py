@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
@@ -17,6 +19,7 @@ from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.rpc.client import RpcClient
 from ferrymq.security.acl import ACCESS_KEY, SIGNATURE, Credentials, sign
 from ferrymq.security.aclcodes import Kind, kind_of
+from ferrymq.security.aclcredentials import install_credentials
 from ferrymq.testing import LocalCluster
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
@@ -152,3 +155,34 @@ async def test_malformed_huge_and_replayed_credentials_are_refused_and_the_broke
         assert (response.remark or "").startswith("Check signature failed")
         assert cluster.broker.acl is not None
         assert cluster.broker.acl.denied == len(bad_fields) + 1
+
+
+async def test_a_broker_registers_with_an_acl_namesrv_only_with_the_clusters_admin_account(
+    tmp_path: Path,
+) -> None:
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(ACL)
+    namesrv = NameServer(NamesrvConfig(listen_port=0, acl_enable=True, acl_file=acl_file))
+    async with namesrv:
+        registered = {}
+        for name, secret in (("broker-a", "admin-secret"), ("broker-b", "not-the-secret")):
+            # the broker process's own account (`FERRY_ACCESS_KEY`/`FERRY_SECRET_KEY` in `ferry`)
+            install_credentials(Credentials("admin-key", secret))
+            try:
+                broker = Broker(
+                    BrokerConfig(
+                        broker_name=name,
+                        namesrv_addr=namesrv.address,
+                        listen_port=0,
+                        store_path_root_dir=tmp_path / name,
+                        mapped_file_size_commit_log=1024 * 1024,
+                        busy_poll_micros=0,
+                    )
+                )
+            finally:
+                install_credentials(None)
+            async with broker:
+                accepted = await broker.register()
+                routed = name in namesrv.routes.cluster_info().broker_addr_table
+                registered[name] = (accepted, routed)
+        assert registered == {"broker-a": (1, True), "broker-b": (0, False)}
