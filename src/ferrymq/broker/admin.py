@@ -5,7 +5,8 @@ GET_TOPIC_STATS_INFO, and ferrymq's GET_FENCE. Groups: UPDATE_AND_CREATE_SUBSCRI
 DELETE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUME_STATS,
 QUERY_TOPIC_CONSUME_BY_WHO. Clients: GET_CONSUMER_CONNECTION_LIST,
 GET_PRODUCER_CONNECTION_LIST, GET_ALL_PRODUCER_INFO (RocketMQ's body shapes: what the Dashboard
-and rocketmq-exporter read). Broker:
+and rocketmq-exporter read); INVOKE_BROKER_TO_RESET_OFFSET (online offset reset: commits the new
+offsets and pushes them to the group's running clients). Broker:
 GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG, UPDATE_BROKER_CONFIG (hot keys only; see
 `HOT_KEYS`), DELETE_EXPIRED_COMMITLOG.
 
@@ -29,6 +30,7 @@ import logging
 from typing import Final
 
 from ferrymq.broker import retention
+from ferrymq.broker.consumer import push_to_group
 from ferrymq.broker.fence import FENCED_ATTRIBUTE
 from ferrymq.broker.metadata import GroupConfig, GroupFile
 from ferrymq.broker.state import BrokerState
@@ -53,6 +55,7 @@ from ferrymq.wire.bodies import (
     decode_body,
     encode_body,
     encode_consume_stats,
+    encode_reset_offsets,
     encode_topic_stats,
 )
 from ferrymq.wire.broker import (
@@ -65,12 +68,13 @@ from ferrymq.wire.broker import (
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
+    ResetOffsetRequestHeader,
     parse_attribute_changes,
 )
-from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.fastjson import encode_sorted
 from ferrymq.wire.frame import RemotingCommand
-from ferrymq.wire.headers import from_ext_fields
+from ferrymq.wire.headers import from_ext_fields, to_ext_fields
 from ferrymq.wire.records import store_timestamp_of
 from ferrymq.wire.topics import alter_attributes, check_fenced, is_broker_local_topic
 
@@ -91,6 +95,7 @@ __all__ = [
     "get_runtime_info",
     "get_topic_stats",
     "query_topic_consume_by_who",
+    "reset_offset",
     "update_broker_config",
     "update_group",
 ]
@@ -521,3 +526,65 @@ async def query_topic_consume_by_who(
     }
     groups = sorted(online | set(state.offsets.groups_of(header.topic)))
     return _ok(request, encode_sorted(GroupList(groups)))
+
+
+async def reset_offset(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """INVOKE_BROKER_TO_RESET_OFFSET (222): move a group's offsets in a topic while it runs.
+
+    RocketMQ `Broker2Client.resetOffset`: each of this broker's queues of the topic goes to the
+    first offset stored at `timestamp` (-1: the queue's end); without `isForce` a queue only
+    moves back. The group's running clients get the offsets (RESET_CONSUMER_CLIENT_OFFSET,
+    oneway) and start there; the broker commits them too, so they hold whatever the clients
+    do. A group with no client online is CONSUMER_NOT_ONLINE and nothing moves (the admin tool
+    then resets offline). Answers the `ResetOffsetBody`.
+    """
+    header = from_ext_fields(ResetOffsetRequestHeader, request.ext_fields)
+    config = state.topics.get(header.topic)
+    if config is None:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            f"[reset-offset] reset offset failed, no topic in this broker. topic={header.topic}",
+        )
+    group = state.clients.consumers.get(header.group)
+    if group is None or not group.channels:
+        raise RequestError(
+            ResponseCode.CONSUMER_NOT_ONLINE,
+            f"Consumer not online, so can not reset offset, Group: {header.group} "
+            f"Topic: {header.topic} Timestamp: {header.timestamp}",
+        )
+    store = state.store
+    committed = state.offsets.of_group(header.group).get(header.topic, {})
+    offsets: dict[tuple[str, str, int], int] = {}
+    for queue_id in range(config.write_queue_nums):
+        if header.timestamp == -1:
+            target = store.max_queue_offset(header.topic, queue_id)
+        else:
+            target = max(0, store.search_queue_offset(header.topic, queue_id, header.timestamp))
+        current = committed.get(queue_id)
+        if not header.is_force and current is not None and current < target:
+            target = current
+        offsets[header.topic, state.config.broker_name, queue_id] = target
+        state.offsets.commit(header.topic, header.group, queue_id, target)
+    if state.metadata_committed is not None and not await state.metadata_committed():
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, "the reset offsets were not replicated in time; reset again"
+        )
+    body = encode_reset_offsets(offsets)
+    push_to_group(
+        state,
+        header.group,
+        RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+        to_ext_fields(header),
+        body,
+    )
+    log.info(
+        "offsets of %s in %s reset to %s for %d client(s), asked by %s",
+        header.group,
+        header.topic,
+        {queue_id: offset for (_, _, queue_id), offset in sorted(offsets.items())},
+        len(group.channels),
+        conn.peer,
+    )
+    return _ok(request, body)

@@ -60,6 +60,7 @@ __all__ = [
     "heartbeat",
     "lock_batch",
     "notify_group_changed",
+    "push_to_group",
     "query_consumer_offset",
     "unlock_batch",
     "unregister_client",
@@ -84,6 +85,20 @@ def notify_group_changed(state: BrokerState, group: str) -> None:
         )
         task = asyncio.get_running_loop().create_task(_notify(conn, request))
         task.add_done_callback(lambda t: t.exception())
+
+
+def push_to_group(
+    state: BrokerState, group: str, code: int, ext_fields: dict[str, str], body: bytes
+) -> int:
+    """Send one request to every client of `group` (oneway, best effort); how many were sent."""
+    consumers = state.clients.consumers.get(group)
+    if consumers is None:
+        return 0
+    for conn in consumers.connections:
+        request = RemotingCommand(code=code, ext_fields=dict(ext_fields), body=body)
+        task = asyncio.get_running_loop().create_task(_notify(conn, request))
+        task.add_done_callback(lambda t: t.exception())
+    return len(consumers.connections)
 
 
 async def _notify(conn: Connection, request: RemotingCommand) -> None:

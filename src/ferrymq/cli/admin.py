@@ -25,6 +25,7 @@ from ferrymq.cli.admin_daily import (
     message_by_offset,
     message_print,
     namesrv_group,
+    offset_reset_by_time,
     producer_group,
     topic_perm,
 )
@@ -491,4 +492,5 @@ message_group.add_command(message_print)
 broker_group.add_command(broker_status)
 broker_group.add_command(broker_ha_status)
 broker_group.add_command(broker_config_group)
+offset_group.add_command(offset_reset_by_time)
 add_aliases(admin_group)  # mqadmin's names and flags (cli/mqadmin_alias.py)

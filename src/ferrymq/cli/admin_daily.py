@@ -5,6 +5,8 @@
   (producerConnection);
 - `broker status|ha-status|config get|config update` (brokerStatus, haStatus, getBrokerConfig,
   updateBrokerConfig), for one broker (`--broker-addr`) or every broker of a cluster;
+- `offset reset-by-time --group G --topic T --timestamp MS` (resetOffsetByTime: online, the
+  group's running clients start at the new offsets; offline when none runs);
 - `topic perm TOPIC --perm 2|4|6` (updateTopicPerm);
 - `message by-offset` (queryMsgByOffset), `message print TOPIC --begin-ms --end-ms` (printMsg:
   reads a time range from every queue and commits nothing);
@@ -39,6 +41,7 @@ __all__ = [
     "message_by_offset",
     "message_print",
     "namesrv_group",
+    "offset_reset_by_time",
     "producer_group",
     "topic_perm",
 ]
@@ -205,6 +208,40 @@ def group_clone_offset(
         emit_json([{"brokerName": b, "queueId": q, "offset": o} for b, q, o in rows])
         return
     emit_table(f"{destination} on {topic} (from {source})", ["broker", "queue", "offset"], rows)
+
+
+@click.command("reset-by-time")
+@click.option("--group", required=True)
+@click.option("--topic", required=True)
+@click.option(
+    "--timestamp", type=click.IntRange(-1), required=True, help="Epoch ms (-1: each queue's end)."
+)
+@click.option(
+    "--force/--no-force",
+    default=True,
+    show_default=True,
+    help="--no-force: a queue only moves back, never past its committed offset.",
+)
+@json_option
+@click.pass_context
+def offset_reset_by_time(
+    ctx: click.Context, group: str, topic: str, timestamp: int, force: bool, as_json: bool
+) -> None:
+    """Move a group's offsets to a time; its running consumers start there (resetOffsetByTime)."""
+    moved, online = _run(
+        ctx, lambda a: a.reset_offsets_by_time(group, topic, timestamp, force=force)
+    )
+    rows = sorted((b, q, o) for (b, q), o in moved.items())
+    if as_json:
+        emit_json(
+            {
+                "online": online,
+                "offsets": [{"brokerName": b, "queueId": q, "offset": o} for b, q, o in rows],
+            }
+        )
+        return
+    how = "running consumers told" if online else "no consumer online: committed offline"
+    emit_table(f"{group} on {topic} ({how})", ["broker", "queue", "offset"], rows)
 
 
 # ---------------------------------------------------------------------------- clients

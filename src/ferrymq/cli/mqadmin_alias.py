@@ -164,11 +164,12 @@ ALIASES: tuple[Alias, ...] = (
     Alias("producerConnection", ("producer", "connection"), (_GROUP, _TOPIC)),
     Alias(
         "resetOffsetByTime",
-        ("offset", "reset"),
+        ("offset", "reset-by-time"),
         (
             _GROUP,
             _TOPIC,
             Flag("-s", "--timestamp", "timestamp", True, convert=_timestamp_ms, type=click.STRING),
+            Flag("-f", "--force", "force", boolean=True),
         ),
     ),
     Alias("brokerStatus", ("broker", "status"), (_BROKER_ADDR, _CLUSTER)),
@@ -277,6 +278,10 @@ def _alias_command(alias: Alias, target: click.Command) -> click.Command:
             )
         )
 
+    json_flag = "as_json" in params and "as_json" not in alias.fixed
+    if json_flag:
+        options.append(click.Option(["--json", "as_json"], is_flag=True, help="Print JSON."))
+
     def run(namesrv: str | None, **values: Any) -> None:
         ctx = click.get_current_context()
         if namesrv:
@@ -291,6 +296,8 @@ def _alias_command(alias: Alias, target: click.Command) -> click.Command:
         }
         if alias.combine is not None:
             converted = alias.combine(converted)
+        if json_flag:
+            converted["as_json"] = values["as_json"]
         ctx.invoke(target, **{**alias.fixed, **converted})
 
     return click.Command(

@@ -10,7 +10,9 @@
   masters) and a producer group's (GET_PRODUCER_CONNECTION_LIST on the topic's masters);
 - a broker's runtime figures and config (GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG);
 - topic permissions (UPDATE_AND_CREATE_TOPIC with the queues the broker has);
-- every NameServer's config and KV table (GET/UPDATE_NAMESRV_CONFIG, PUT/GET/DELETE_KV_CONFIG).
+- every NameServer's config and KV table (GET/UPDATE_NAMESRV_CONFIG, PUT/GET/DELETE_KV_CONFIG);
+- online offset reset (resetOffsetByTime: INVOKE_BROKER_TO_RESET_OFFSET on the topic's masters,
+  which push the offsets to the group's running clients), offline when no client runs.
 
 Writes to NameServers go to each of them (each keeps its own); reads take the first that answers.
 """
@@ -30,6 +32,7 @@ from ferrymq.wire.bodies import (
     TopicConfigSerializeWrapper,
     decode_body,
     decode_consume_stats,
+    decode_reset_offsets,
     encode_body,
 )
 from ferrymq.wire.broker import (
@@ -38,6 +41,7 @@ from ferrymq.wire.broker import (
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
+    ResetOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
 from ferrymq.wire.codes import RequestCode, ResponseCode
@@ -311,3 +315,43 @@ class MQAdmin(AdminClient):
         if response.code != ResponseCode.SUCCESS:
             raise RemoteError(response.code, response.remark)
         return response.ext_fields.get("value")
+
+    async def reset_offsets_by_time(
+        self, group: str, topic: str, timestamp_ms: int, *, force: bool = True
+    ) -> tuple[dict[tuple[str, int], int], bool]:
+        """Move a group's offsets in a topic to a time (-1: the end) while it runs.
+
+        Each master of the topic commits the offsets and pushes them to the group's running
+        clients, which start there (INVOKE_BROKER_TO_RESET_OFFSET). When no client of the group
+        is online anywhere the offsets are committed offline instead, as mqadmin falls back to.
+        Returns (broker name, queue id) -> offset, and whether running clients were told.
+        """
+        validate_group(group)
+        validate_topic(topic)
+        header = ResetOffsetRequestHeader(
+            topic=topic, group=group, timestamp=timestamp_ms, is_force=force
+        )
+        moved: dict[tuple[str, int], int] = {}
+        offline = 0
+        masters = await self._topic_masters(topic)
+        for address in masters.values():
+            response = await self._rpc.call(
+                address,
+                RemotingCommand(
+                    code=RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                    ext_fields=to_ext_fields(header),
+                ),
+                self._timeout,
+            )
+            if response.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                offline += 1
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                raise RemoteError(response.code, f"broker {address}: {response.remark}")
+            for (_, broker_name, queue_id), offset in decode_reset_offsets(response.body).items():
+                moved[broker_name, queue_id] = offset
+        if offline == len(masters):
+            if timestamp_ms == -1:
+                return await self.reset_offsets(group, topic, to_latest=True), False
+            return await self.reset_offsets(group, topic, timestamp_ms=timestamp_ms), False
+        return moved, True

@@ -14,7 +14,10 @@ RocketMQ's `DefaultMQPushConsumer`, in asyncio:
   retry it in place after `suspend` seconds, then dead-letter it;
 - the committed offset of a queue is the lowest offset still being processed (or the next one to
   pull): messages are never skipped, and after a crash or rebalance only messages handled since
-  the last commit come again. Offsets are committed every `commit_interval` and on `close`.
+  the last commit come again. Offsets are committed every `commit_interval` and on `close`;
+- an online offset reset (mqadmin resetOffsetByTime: the broker pushes RESET_CONSUMER_CLIENT_OFFSET
+  with the new offsets) drops the named queues without committing their old position and
+  starts them again at the new offsets.
 """
 
 from __future__ import annotations
@@ -46,16 +49,18 @@ from ferrymq.wire.bodies import (
     MessageQueueBody,
     SubscriptionData,
     decode_body,
+    decode_reset_offsets,
     encode_body,
 )
 from ferrymq.wire.broker import (
     ConsumerSendMsgBackRequestHeader,
     GetConsumerListByGroupRequestHeader,
+    ResetOffsetRequestHeader,
     UnregisterClientRequestHeader,
 )
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
-from ferrymq.wire.headers import to_ext_fields
+from ferrymq.wire.headers import from_ext_fields, to_ext_fields
 
 __all__ = ["ConsumeFrom", "MessageModel", "PushConsumer", "allocate_average"]
 
@@ -92,6 +97,19 @@ def allocate_average(
     size = share + (1 if index < extra else 0)
     start = index * share + min(index, extra)
     return ordered[start : start + size]
+
+
+def _reset_offsets_of(request: RemotingCommand, group: str) -> dict[MessageQueue, int]:
+    """The queues and offsets of a RESET_CONSUMER_CLIENT_OFFSET for `group` (else nothing)."""
+    try:
+        header = from_ext_fields(ResetOffsetRequestHeader, request.ext_fields)
+        if header.group != group:
+            return {}
+        offsets = decode_reset_offsets(request.body)
+    except FerryError as exc:
+        log.warning("ignored a bad offset reset for %s: %s", group, exc)
+        return {}
+    return {MessageQueue(t, b, q): offset for (t, b, q), offset in offsets.items()}
 
 
 @dataclass(eq=False)
@@ -167,7 +185,12 @@ class PushConsumer:
         self._suspend = suspend
         self._drain_timeout = drain_timeout
         self._rebalance_now = asyncio.Event()
+        self._membership = asyncio.Lock()
+        """Held by a rebalance and by an offset reset: each sees the other's queues whole."""
+        self._reset_offsets: dict[MessageQueue, int] = {}
+        """Offsets a reset gave, taken by the next start of those queues."""
         self._loops: list[asyncio.Task[None]] = []
+        self._resets: set[asyncio.Task[None]] = set()
         self._closing = False
         self.consumed = 0
         """Messages the listener handled successfully."""
@@ -197,9 +220,9 @@ class PushConsumer:
     async def close(self) -> None:
         """Stop pulling, let running listeners finish, commit, leave the group."""
         self._closing = True
-        for task in self._loops:
+        for task in [*self._loops, *self._resets]:
             task.cancel()
-        for task in self._loops:
+        for task in [*self._loops, *self._resets]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for state in list(self._states.values()):
@@ -225,6 +248,13 @@ class PushConsumer:
         if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self._rebalance_now.set()
             return None
+        if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            offsets = _reset_offsets_of(request, self.group)
+            if offsets:
+                task = asyncio.get_running_loop().create_task(self._reset(offsets))
+                self._resets.add(task)
+                task.add_done_callback(self._resets.discard)
+            return None  # RocketMQ's client answers nothing (the broker sends it oneway)
         return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not served")
 
     async def _brokers(self) -> set[str]:
@@ -311,7 +341,8 @@ class PushConsumer:
                     await self._rebalance_now.wait()
             self._rebalance_now.clear()
             try:
-                await self._rebalance()
+                async with self._membership:
+                    await self._rebalance()
             except FerryError as exc:
                 log.warning("rebalance of %s failed: %s", self.group, exc)
 
@@ -361,6 +392,8 @@ class PushConsumer:
             await self._lock_all()
 
     async def _initial_offset(self, queue: MessageQueue) -> int:
+        if queue in self._reset_offsets:
+            return self._reset_offsets.pop(queue)
         if self.message_model is MessageModel.BROADCASTING:
             known = self._local_offsets.get(queue)
         else:
@@ -373,7 +406,35 @@ class PushConsumer:
             return await self._puller.offset_for_time(queue, self.consume_timestamp_ms)
         return await self._puller.max_offset(queue)
 
-    async def _drop(self, state: _QueueState) -> None:
+    async def _reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """Start the named queues again at the given offsets (an online offset reset).
+
+        Their pull loops stop and nothing of their old position is committed; the new offsets
+        are committed (the broker already holds them), then the queues start again there.
+        """
+        async with self._membership:
+            for queue, offset in offsets.items():
+                state = self._states.pop(queue, None)
+                if state is not None:
+                    await self._drop(state, commit=False)
+                self._reset_offsets[queue] = offset
+                done = _QueueState(queue, offset, committed=-1)
+                await self._commit(done)
+                log.info(
+                    "%s: offset of %s/%s/%d reset to %d",
+                    self.group,
+                    queue.topic,
+                    queue.broker_name,
+                    queue.queue_id,
+                    offset,
+                )
+            await self._rebalance()
+            # queues this client does not own now: their owner starts them from the commit
+            for queue in offsets:
+                if queue not in self._states:
+                    self._reset_offsets.pop(queue, None)
+
+    async def _drop(self, state: _QueueState, *, commit: bool = True) -> None:
         state.dropped = True
         state.room.set()
         for task in state.tasks:
@@ -385,7 +446,8 @@ class PushConsumer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._drain_timeout):
                     await state.idle.wait()
-        await self._commit(state)
+        if commit:
+            await self._commit(state)
         if self.orderly and state.locked:
             await self._lock_request(RequestCode.UNLOCK_BATCH_MQ, [state.queue])
 

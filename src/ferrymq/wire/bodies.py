@@ -61,10 +61,12 @@ __all__ = [
     "decode_body",
     "decode_consume_stats",
     "decode_register_body",
+    "decode_reset_offsets",
     "decode_topic_stats",
     "encode_body",
     "encode_consume_stats",
     "encode_register_body",
+    "encode_reset_offsets",
     "encode_topic_stats",
 ]
 
@@ -352,6 +354,28 @@ def encode_consume_stats(stats: ConsumeStats) -> bytes:
     )
     tps = msgspec.json.encode(float(stats.consume_tps))
     return b'{"consumeTps":' + tps + b',"offsetTable":' + offsets + b"}"
+
+
+def encode_reset_offsets(offsets: dict[tuple[str, str, int], int]) -> bytes:
+    """`ResetOffsetBody` as RocketMQ writes it: (topic, broker name, queue id) -> offset."""
+    table = encode_object_map(
+        (mq_key(topic, broker_name, queue_id), offset)
+        for (topic, broker_name, queue_id), offset in sorted(offsets.items())
+    )
+    return b'{"offsetTable":' + table + b"}"
+
+
+def decode_reset_offsets(data: bytes) -> dict[tuple[str, str, int], int]:
+    """Parse a `ResetOffsetBody` (RESET_CONSUMER_CLIENT_OFFSET's body, 222's answer).
+
+    Raises:
+        ProtocolError: not that shape.
+    """
+    _, pairs = _mq_table(data, "ResetOffsetBody")
+    try:
+        return {(q["topic"], q["brokerName"], int(q["queueId"])): int(v) for q, v in pairs}
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ProtocolError(f"bad ResetOffsetBody body: {exc}") from None
 
 
 def _mq_table(data: bytes, what: str) -> tuple[dict[str, Any], list[tuple[dict[str, Any], Any]]]:

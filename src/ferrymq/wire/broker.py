@@ -42,6 +42,7 @@ __all__ = [
     "QueryMessageRequestHeader",
     "QueryMessageResponseHeader",
     "QueryTopicConsumeByWhoRequestHeader",
+    "ResetOffsetRequestHeader",
     "SearchOffsetRequestHeader",
     "SearchOffsetResponseHeader",
     "SendMessageRequestHeader",
@@ -442,6 +443,19 @@ class QueryTopicConsumeByWhoRequestHeader(CommandHeader):
     """QUERY_TOPIC_CONSUME_BY_WHO (300)."""
 
     topic: str
+
+
+class ResetOffsetRequestHeader(CommandHeader):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222) and RESET_CONSUMER_CLIENT_OFFSET (220).
+
+    `timestamp` -1: to each queue's end. `is_force` false: a queue is moved back only (an
+    offset past the committed one keeps the committed one), as RocketMQ's `Broker2Client`.
+    """
+
+    topic: str
+    group: str
+    timestamp: I64
+    is_force: bool = True
 
 
 class DeleteSubscriptionGroupRequestHeader(CommandHeader):
