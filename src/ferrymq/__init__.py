@@ -6,7 +6,8 @@ The SDK is asyncio first; `ferrymq.sync` has the same clients as blocking calls.
 - `Producer`: send messages (sync, batch, ordered by queue, delayed or at a delivery time);
   `TransactionProducer`: transactional messages with a local transaction and a check listener.
 - `PushConsumer`: a consumer group member that calls a listener per message; `PullConsumer`:
-  reads queues by offset (ranges, commits); `AdminClient`: topics, clusters, progress, offsets.
+  reads queues by offset (ranges, commits); `SimpleConsumer`: POP (receive, ack, change the
+  invisible time; `ReceivedMessage`); `AdminClient`: topics, clusters, progress, offsets.
 - Values: `Message`, `MessageQueue`, `SendResult`, `PullResult`, `TransactionSendResult` and the
   enums `TransactionState`, `PullStatus`, `MessageModel`, `ConsumeFrom`.
 - Errors: every failure is a `FerryError`. A send either surely failed (`SendFailedError`, of
@@ -21,6 +22,7 @@ from ferrymq.client.consumer import PullConsumer, PullResult, PullStatus
 from ferrymq.client.message import Message, SendResult
 from ferrymq.client.producer import Producer
 from ferrymq.client.push import ConsumeFrom, MessageModel, PushConsumer
+from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
 from ferrymq.client.transaction import (
     TransactionProducer,
     TransactionSendResult,
@@ -58,11 +60,13 @@ __all__ = [
     "PullResult",
     "PullStatus",
     "PushConsumer",
+    "ReceivedMessage",
     "RemoteError",
     "RpcError",
     "SendFailedError",
     "SendOutcomeUnknownError",
     "SendResult",
+    "SimpleConsumer",
     "TopicNotFoundError",
     "TransactionProducer",
     "TransactionSendResult",

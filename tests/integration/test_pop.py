@@ -3,8 +3,10 @@
 import asyncio
 
 import pytest
+from click.testing import CliRunner
 
 from ferrymq import Producer
+from ferrymq.cli.stream import consume_command
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
 from ferrymq.errors import RemoteError
@@ -75,8 +77,9 @@ async def test_pop_state_survives_a_restart(cluster: LocalCluster, client: RpcCl
     await create_topic(client, cluster.broker.address, "PopR", queues=1)
     await _send(cluster, "PopR", 3)
     async with SimpleConsumer(cluster.namesrv_addr, "G2") as consumer:
-        got = await _receive_until(consumer, "PopR", 3, invisible=2.0)
+        got = await _receive_until(consumer, "PopR", 3, invisible=60.0)
         await consumer.ack(got[0])
+        await consumer.change_invisible_duration(got[2], 0.3)
         await cluster.restart_broker(0)
         consumer.routes.invalidate("PopR")
         await consumer.ack(got[1])
@@ -164,3 +167,19 @@ async def test_a_bad_receipt_handle_is_refused(cluster: LocalCluster, client: Rp
     )
     assert response.code == ResponseCode.SYSTEM_ERROR
     assert "8 fields" in (response.remark or "")
+
+
+async def test_ferry_consume_pop_prints_and_acks(cluster: LocalCluster, client: RpcClient) -> None:
+    await create_topic(client, cluster.broker.address, "PopC", queues=2)
+    await _send(cluster, "PopC", 3)
+    args = ["PopC", "--namesrv", cluster.namesrv_addr, "--group", "G7", "--pop", "--max", "3"]
+    result = await asyncio.to_thread(
+        CliRunner().invoke, consume_command, [*args, "--from", "earliest"]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(result.output.split()[:3]) == ["m0", "m1", "m2"]
+    again = await asyncio.to_thread(
+        CliRunner().invoke, consume_command, [*args, "--idle-exit", "0.5"]
+    )
+    assert again.exit_code == 0, again.output
+    assert "consumed 0 message(s)" in again.output  # every one was acked

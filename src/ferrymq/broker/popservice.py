@@ -83,6 +83,7 @@ _MAX_POP: Final = 32
 _MAX_POLL_S: Final = 60.0
 _MIN_INVISIBLE_MS: Final = 100
 _REVIVE_TICK_S: Final = 0.2
+_ORDERLY_RECHECK_S: Final = 0.2
 _REVIVE_BATCH: Final = 256
 _BATCH_ACK_BODY: Final = msgspec.json.Decoder(BatchAckMessageRequestBody)
 
@@ -263,7 +264,14 @@ async def pop_message(
         left = deadline - loop.time()
         if gathered.records or left <= 0 or not state.config.long_polling_enable:
             break
-        if not await _wait_any(state, [(t, q) for t, q, _ in candidates], left):
+        waits = [(t, q) for t, q, _ in candidates]
+        if orderly:  # a held queue frees on an ack or an expiry, not on growth: look again soon
+            left = min(left, _ORDERLY_RECHECK_S)
+        elif (retry_topic := pop_retry_topic(header.consumer_group, header.topic)) not in {
+            t for t, _ in waits
+        }:
+            waits.append((retry_topic, 0))  # created by the first revive: wake on it too
+        if not await _wait_any(state, waits, left) and not orderly:
             break
     response = PopMessageResponseHeader(
         pop_time=now_ms,

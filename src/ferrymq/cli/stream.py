@@ -13,6 +13,7 @@ from ferrymq.cli.admin import DEFAULT_NAMESRV
 from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
+from ferrymq.client.simple import SimpleConsumer
 from ferrymq.model import MessageQueue
 
 __all__ = ["consume_command", "produce_command"]
@@ -114,6 +115,20 @@ def produce_command(
     "--expression", default="*", show_default=True, help="Tag expression, e.g. 'TagA || TagB'."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per message.")
+@click.option(
+    "--pop",
+    is_flag=True,
+    help="Consume by POP (RocketMQ 5's simple consumer): each message is acked once printed; "
+    "one not acked (the command killed) comes again after --invisible seconds.",
+)
+@click.option(
+    "--invisible",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="With --pop: seconds a received message stays invisible to the group's others.",
+)
+@click.option("--fifo", is_flag=True, help="With --pop: orderly (one receiver per queue).")
 def consume_command(
     topic: str,
     namesrv: str,
@@ -123,8 +138,29 @@ def consume_command(
     idle_exit: float | None,
     expression: str,
     as_json: bool,
+    pop: bool,
+    invisible: float,
+    fifo: bool,
 ) -> None:
     """Print a topic's messages, committing the group's offsets as it goes and on exit."""
+    if pop:
+        printed = asyncio.run(
+            _consume_pop(
+                topic,
+                namesrv,
+                group,
+                start == "earliest",
+                max_messages,
+                idle_exit,
+                expression,
+                as_json,
+                invisible,
+                fifo,
+            )
+        )
+        if not as_json:
+            click.echo(f"consumed {printed} message(s) from {topic}", err=True)
+        return
 
     async def main() -> int:
         printed = 0
@@ -172,6 +208,42 @@ def consume_command(
     printed = asyncio.run(main())
     if not as_json:
         click.echo(f"consumed {printed} message(s) from {topic}", err=True)
+
+
+async def _consume_pop(
+    topic: str,
+    namesrv: str,
+    group: str,
+    from_first: bool,
+    max_messages: int | None,
+    idle_exit: float | None,
+    expression: str,
+    as_json: bool,
+    invisible: float,
+    fifo: bool,
+) -> int:
+    """`ferry consume --pop`: receive, print, ack; returns how many were printed."""
+    printed = 0
+    async with SimpleConsumer(namesrv, group, fifo=fifo, from_first=from_first) as consumer:
+        last_message = time.monotonic()
+        while max_messages is None or printed < max_messages:
+            wanted = 16 if max_messages is None else min(16, max_messages - printed)
+            received = await consumer.receive(
+                topic,
+                max_messages=wanted,
+                invisible_duration=invisible,
+                wait=0.5,
+                expression=expression,
+            )
+            for one in received:
+                _print(one.message, as_json)
+                await consumer.ack(one)
+                printed += 1
+            if received:
+                last_message = time.monotonic()
+            elif idle_exit is not None and time.monotonic() - last_message > idle_exit:
+                break
+    return printed
 
 
 def _print(message: Message, as_json: bool) -> None:
