@@ -24,7 +24,7 @@ from typing import Self
 from ferrymq import clock
 from ferrymq.client.consumer import decode_messages
 from ferrymq.client.controller_admin import ControllerAdmin
-from ferrymq.client.credentials import with_credentials
+from ferrymq.client.credentials import Credentials, with_credentials
 from ferrymq.client.fenced import FenceHolder, fence_holder, route_queue
 from ferrymq.client.message import Message
 from ferrymq.client.routing import TopicRoute
@@ -144,10 +144,11 @@ class AdminClient:
         rpc: RpcClient | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        """`access_key`/`secret_key`: sign every request (ACL 1.0, issue 23)."""
+        """`access_key`/`secret_key` (or `credentials`): sign every request (ACL 1.0, issue 23)."""
         self._namesrvs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
-        self._rpc = with_credentials(rpc, access_key, secret_key)
+        self._rpc = with_credentials(rpc, access_key, secret_key, credentials)
         self._owns_rpc = rpc is None
         self._timeout = timeout
         self._controllers: ControllerAdmin | None = None

@@ -21,7 +21,7 @@ from enum import Enum
 from types import TracebackType
 from typing import Self
 
-from ferrymq.client.credentials import with_credentials
+from ferrymq.client.credentials import Credentials, with_credentials
 from ferrymq.client.message import Message
 from ferrymq.client.routing import MASTER_ID, Routes
 from ferrymq.errors import ConnectError, RemoteError, RpcError
@@ -125,10 +125,11 @@ class PullConsumer:
         rpc: RpcClient | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        """`access_key`/`secret_key`: sign every request (ACL 1.0, issue 23)."""
+        """`access_key`/`secret_key` (or `credentials`): sign every request (ACL 1.0, issue 23)."""
         self.group = validate_group(group)
-        self._rpc = with_credentials(rpc, access_key, secret_key)
+        self._rpc = with_credentials(rpc, access_key, secret_key, credentials)
         self._owns_rpc = rpc is None
         self.routes = Routes(self._rpc, [a.strip() for a in namesrv_addr.split(";") if a.strip()])
         self._read_from: dict[MessageQueue, int] = {}

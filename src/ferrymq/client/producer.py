@@ -25,7 +25,7 @@ import time
 from types import TracebackType
 from typing import Final, Self
 
-from ferrymq.client.credentials import with_credentials
+from ferrymq.client.credentials import Credentials, with_credentials
 from ferrymq.client.message import SendResult
 from ferrymq.client.routing import Routes
 from ferrymq.errors import (
@@ -113,10 +113,11 @@ class Producer:
         rpc: RpcClient | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        """`access_key`/`secret_key`: sign every request (ACL 1.0, issue 23)."""
+        """`access_key`/`secret_key` (or `credentials`): sign every request (ACL 1.0, issue 23)."""
         self.group = validate_group(group)
-        self._rpc = with_credentials(rpc, access_key, secret_key)
+        self._rpc = with_credentials(rpc, access_key, secret_key, credentials)
         self._owns_rpc = rpc is None
         self.routes = Routes(self._rpc, [a.strip() for a in namesrv_addr.split(";") if a.strip()])
         self._send_timeout = send_timeout

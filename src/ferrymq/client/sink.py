@@ -23,6 +23,7 @@ import time
 from types import TracebackType
 from typing import Final, Self
 
+from ferrymq.client.credentials import Credentials, with_credentials
 from ferrymq.client.routing import Routes
 from ferrymq.errors import ConnectError, FerryError, RemoteError, RpcError
 from ferrymq.model import MessageQueue
@@ -81,9 +82,11 @@ class SinkClient:
         timeout: float = 10.0,
         retry_for: float = 30.0,
         rpc: RpcClient | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
+        """`credentials`: sign every request (ACL 1.0, issue 23)."""
         self._namesrvs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
-        self._rpc = rpc or RpcClient()
+        self._rpc = with_credentials(rpc, None, None, credentials)
         self._owns_rpc = rpc is None
         self.routes = Routes(self._rpc, self._namesrvs)
         self.group = group

@@ -86,7 +86,7 @@ async def list_queues(
     elif options.subscribe:
         topics = sorted(options.subscribe)
     else:
-        async with AdminClient(options.servers) as admin:
+        async with AdminClient(options.servers, credentials=options.credentials) as admin:
             topics = sorted(t for t in await admin.topics() if options.topic_filter(t))
     result: dict[str, list[MessageQueue]] = {}
     for topic in topics:

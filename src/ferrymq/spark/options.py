@@ -43,6 +43,7 @@ from typing import Any, Final
 
 from ferrymq.errors import FerryError
 from ferrymq.model import validate_topic
+from ferrymq.security.acl import Credentials, credentials_of
 from ferrymq.spark.plan import (
     EARLIEST,
     LATEST,
@@ -203,6 +204,8 @@ class ReadOptions:
     """Bytes one pull may return."""
     failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S
     """How long a request is retried across a failover."""
+    credentials: Credentials | None = None
+    """`accessKey`/`secretKey`: every request is signed (ACL 1.0); the repr hides the secret."""
     legacy_offsets: LegacyOffsets = LegacyOffsets.AUTO
     """How checkpoint offsets of the old positional layout are read."""
     initial: Offsets | None = None
@@ -227,6 +230,16 @@ class WriteOptions:
     group: str = "ferrymq-spark-sink"
     failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S
     """How long a prepare or commit is retried across a failover."""
+    credentials: Credentials | None = None
+    """`accessKey`/`secretKey`: every request is signed (ACL 1.0); the repr hides the secret."""
+
+
+def _credentials(options: Mapping[str, str]) -> Credentials | None:
+    """`accessKey` and `secretKey` (ACL 1.0): both or neither."""
+    try:
+        return credentials_of(options.get("accesskey"), options.get("secretkey"))
+    except ValueError:
+        raise OptionError("accessKey", "give both accessKey and secretKey, or neither") from None
 
 
 def _servers(options: Mapping[str, str]) -> str:
@@ -450,6 +463,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
         group=options.get("groupid", "ferrymq-spark"),
         fetch_max_bytes=_positive(options, "fetchMaxBytes") or 4 * 1024 * 1024,
         failover_timeout_s=_failover_timeout(options),
+        credentials=_credentials(options),
         legacy_offsets=_legacy(options),
         initial=_initial(options.get("initialoffsets")),
     )
@@ -474,4 +488,5 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
         sink_id=sink_id,
         generation=_generation(options),
         failover_timeout_s=_failover_timeout(options),
+        credentials=_credentials(options),
     )

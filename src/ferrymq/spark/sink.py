@@ -223,6 +223,7 @@ class _Stager:
                 self.options.servers,
                 group=self.options.group,
                 retry_for=self.options.failover_timeout_s,
+                credentials=self.options.credentials,
             )
             try:
                 for batch in batches:
@@ -383,7 +384,10 @@ async def _commit(
     positions: Positions,
 ) -> int:
     async with SinkClient(
-        options.servers, group=options.group, retry_for=options.failover_timeout_s
+        options.servers,
+        group=options.group,
+        retry_for=options.failover_timeout_s,
+        credentials=options.credentials,
     ) as client:
         coordinator = await client.coordinator(options.topic)
         winner = await client.decide(
@@ -446,7 +450,10 @@ async def start_sink(
         raise OptionError("sinkId", "a sink owner needs both sinkId and generation")
     with retryable(f"starting sink {sink_id}"):
         async with SinkClient(
-            options.servers, group=options.group, retry_for=options.failover_timeout_s
+            options.servers,
+            group=options.group,
+            retry_for=options.failover_timeout_s,
+            credentials=options.credentials,
         ) as client:
             coordinator = await client.coordinator(options.topic)
             try:

@@ -167,7 +167,7 @@ def read_partition(
     # a bare loop, not asyncio.Runner: Runner.run installs a SIGINT handler on every call, and
     # getting the old one back reprs the running task (milliseconds, measured per call)
     loop = new_event_loop()
-    consumer = PullConsumer(options.servers, options.group)
+    consumer = PullConsumer(options.servers, options.group, credentials=options.credentials)
     chunks = read_range(
         consumer,
         queue_range,
@@ -218,7 +218,9 @@ class FerryQueues:
         """The covered queues' (min, max) offsets now (retried across a failover)."""
 
         async def attempt() -> Bounds:
-            async with PullConsumer(options.servers, options.group) as consumer:
+            async with PullConsumer(
+                options.servers, options.group, credentials=options.credentials
+            ) as consumer:
                 listing = await list_queues(consumer, options, start=start)
                 return await queue_bounds(consumer, listing)
 
@@ -233,7 +235,9 @@ class FerryQueues:
 
         async def attempt() -> dict[str, list[QueueKey]]:
             found: dict[str, list[QueueKey]] = {}
-            async with PullConsumer(options.servers, options.group) as consumer:
+            async with PullConsumer(
+                options.servers, options.group, credentials=options.credentials
+            ) as consumer:
                 for topic in topics:
                     try:
                         queues = await consumer.queues(topic)
