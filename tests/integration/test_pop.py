@@ -14,7 +14,7 @@ from ferrymq.model import MessageQueue
 from ferrymq.rpc.client import RpcClient
 from ferrymq.testing import LocalCluster
 from ferrymq.wire.codes import RequestCode, ResponseCode
-from ferrymq.wire.pop import AckMessageRequestHeader
+from ferrymq.wire.pop import AckMessageRequestHeader, NotificationRequestHeader
 
 from .remoting import command, create_topic
 
@@ -183,3 +183,21 @@ async def test_ferry_consume_pop_prints_and_acks(cluster: LocalCluster, client: 
     )
     assert again.exit_code == 0, again.output
     assert "consumed 0 message(s)" in again.output  # every one was acked
+
+
+async def test_notification_answers_when_a_pop_would_find_a_message(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    await create_topic(client, cluster.broker.address, "PopN", queues=1)
+    header = NotificationRequestHeader(
+        consumer_group="G8", topic="PopN", queue_id=-1, poll_time=200, born_time=0
+    )
+    request = command(RequestCode.NOTIFICATION, header)
+    empty = await client.call(cluster.broker.address, request, 5)
+    assert (empty.code, empty.ext_fields["hasMsg"]) == (ResponseCode.SUCCESS, "false")
+    header.poll_time = 10_000  # answered as soon as the message is there
+    held = asyncio.ensure_future(
+        client.call(cluster.broker.address, command(RequestCode.NOTIFICATION, header), 15)
+    )
+    await _send(cluster, "PopN", 1)
+    assert (await held).ext_fields["hasMsg"] == "true"
