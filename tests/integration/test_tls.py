@@ -218,3 +218,37 @@ async def _send_and_consume(pki: Pki, tmp_path: Path) -> None:
         ):
             with pytest.raises(FerryError, match="certificate is not trusted"):
                 await stranger.send("TlsTopic", b"never")
+
+
+async def test_connect_rest_api_serves_https_to_our_ca_only(pki: Pki, tmp_path: Path) -> None:
+    import httpx
+
+    from .test_connect import make_worker
+
+    values = {
+        "tlsEnable": "true",
+        "tls.server.certPath": str(pki.server[0]),
+        "tls.server.keyPath": str(pki.server[1]),
+        "tls.client.trustCertPath": str(pki.ca.cert_path),
+    }
+    token = install(tls_settings(tls_config_from(values)))
+    try:
+        async with (
+            LocalCluster(tmp_path, mapped_file_size_commit_log=1024 * 1024) as cluster,
+            make_worker(cluster, tmp_path, "w1") as worker,  # its self-check is over TLS
+        ):
+            assert worker.url.startswith("https://127.0.0.1:")
+            trusting = _client_tls(pki.ca.cert_path).context
+            assert trusting is not None
+            async with httpx.AsyncClient(verify=trusting) as http:
+                assert (await http.get(f"{worker.url}/connectors")).status_code == 200
+            wrong = _client_tls(pki.other_ca.cert_path).context
+            assert wrong is not None
+            async with httpx.AsyncClient(verify=wrong) as http:
+                with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                    await http.get(f"{worker.url}/connectors")
+            async with httpx.AsyncClient() as http:
+                with pytest.raises(httpx.HTTPError):
+                    await http.get(worker.url.replace("https://", "http://") + "/connectors")
+    finally:
+        restore(token)

@@ -19,6 +19,7 @@ import click
 
 from ferrymq.cmd.metrics import metrics_endpoint, metrics_options
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
+from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.connect.config import WorkerConfig
 from ferrymq.errors import FerryError
@@ -51,6 +52,7 @@ def load_worker_config(config_file: Path | None, keys: dict[str, str | None]) ->
             raise ConfigError("--config", f"{config_file}: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
             raise ConfigError("--config", f"{config_file}: {exc}") from None
+    values = install_tls(values, keys)  # the REST API's and the worker's own connections
     values.update({name.removeprefix("key__"): v for name, v in keys.items() if v is not None})
     config, ignored = build_config(WorkerConfig, values)
     for key in ignored:
@@ -79,6 +81,7 @@ def load_worker_config(config_file: Path | None, keys: dict[str, str | None]) ->
 )
 @_key_options
 @metrics_options
+@tls_server_options
 def worker_command(
     config_file: Path | None,
     spark_master: str,

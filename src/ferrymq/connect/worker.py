@@ -43,6 +43,7 @@ from ferrymq.connect.statuslog import StatusLog
 from ferrymq.connect.tasks import TaskManager, TaskRunner
 from ferrymq.errors import FerryError
 from ferrymq.model import MessageQueue
+from ferrymq.security.tls import process_client_tls, process_server_tls
 
 __all__ = ["Worker", "WorkerStartError"]
 
@@ -72,7 +73,16 @@ class Worker:
         self.plugins = plugins if plugins is not None else Plugins()
         self.runner = runner
         self.instance = uuid.uuid4().hex
-        self.http = httpx.AsyncClient()
+        self._tls = process_server_tls()
+        """The REST API's TLS: the process's (`ferry connect worker --tls`); not disabled = TLS only
+        (HTTP has no first byte to tell plain text by)."""
+        # over TLS, an idle kept-alive connection would hold the REST server's stop until its
+        # graceful timeout (the TLS close waits for a reply nobody reads): none kept then
+        keep = 0 if self._tls.context is not None else httpx.Limits().max_keepalive_connections
+        self.http = httpx.AsyncClient(
+            verify=process_client_tls().context or True,
+            limits=httpx.Limits(max_keepalive_connections=keep),
+        )
         self.worker_id = ""
         self.url = ""
         self.port = 0
@@ -145,6 +155,8 @@ class Worker:
         self._socket = sock
         self.port = sock.getsockname()[1]
         self.url = config.url_for(self.port)
+        if self._tls.context is not None and not config.advertised_url:
+            self.url = "https" + self.url.removeprefix("http")
         self.worker_id = config.id_for(self.port)
         await self._ensure_topics()
         self._consumer = PullConsumer(config.namesrv_addr, f"{config.group}-reader")
@@ -189,6 +201,9 @@ class Worker:
             loop="none",
             timeout_graceful_shutdown=int(_SHUTDOWN_S) - 1,
         )
+        if self._tls.context is not None:
+            server_config.load()  # then uvicorn serves with our context, built in one place
+            server_config.ssl = self._tls.context
         self._server = _RestServer(server_config)
         self._tasks.append(asyncio.create_task(self._serve(sock), name="rest"))
         await self._self_check()
