@@ -54,7 +54,7 @@ from ferrymq.broker.forward import Forwarder
 from ferrymq.broker.longpoll import LongPoll
 from ferrymq.broker.metadata import DelayOffsetTable, GroupTable, OffsetTable, TopicTable
 from ferrymq.broker.metalog import MetadataFollower, MetadataLog
-from ferrymq.broker.metrics import BrokerStats
+from ferrymq.broker.metrics import LATENCY_SAMPLE_EVERY, BrokerStats
 from ferrymq.broker.popservice import (
     PopReviver,
     ack_message,
@@ -80,7 +80,6 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse, RequestHandler
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
-from ferrymq.security.aclguard import AclGuard, acl_guard
 from ferrymq.security.aclguard import AclGuard, acl_guard
 from ferrymq.store.atomic import write_atomic
 from ferrymq.store.config import FlushDiskType
@@ -279,7 +278,10 @@ class Broker:
         return run
 
     def _bind_timed(self, handler: Handler) -> RequestHandler:
-        """`_bind`, counting the handling time as send latency (a later answer counts its own)."""
+        """`_bind`, timing one send in `LATENCY_SAMPLE_EVERY` as send latency.
+
+        A later answer (SYNC_MASTER) is timed by its own callback (`send._CommitAnswer`).
+        """
 
         async def run(
             conn: Connection, request: RemotingCommand
@@ -287,10 +289,14 @@ class Broker:
             state = self._state
             if state is None:
                 raise RequestError(ResponseCode.SYSTEM_BUSY, "the broker is starting")
+            stats = state.stats
+            stats.send_seq += 1
+            if stats.send_seq % LATENCY_SAMPLE_EVERY:
+                return await handler(state, conn, request)
             started = time.perf_counter()
             answer = await handler(state, conn, request)
             if not isinstance(answer, LaterResponse):
-                state.stats.send_latency.observe(time.perf_counter() - started)
+                stats.send_latency.observe(time.perf_counter() - started)
             return answer
 
         return run

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -32,8 +32,11 @@ from ferrymq.metrics.stats import Latency, StatsTable
 if TYPE_CHECKING:
     from ferrymq.broker.state import BrokerState
 
-__all__ = ["BrokerStats", "collect"]
+__all__ = ["LATENCY_SAMPLE_EVERY", "BrokerStats", "collect"]
 
+LATENCY_SAMPLE_EVERY: Final = 8
+"""One send in this many is timed for `rocketmq_send_latency_seconds` (docs/benchmarks.md
+"Metrics cost": timing every send cost more than the rest of the accounting together)."""
 _WINDOWS_S = (10.0, 60.0, 600.0)
 """RocketMQ's putTps and getTransferedTps: the rates over 10 s, 1 min and 10 min."""
 
@@ -49,6 +52,8 @@ class BrokerStats:
         """Messages and bytes returned per (topic, group) (GROUP_GET_NUMS, GROUP_GET_SIZE)."""
         self.pulls: StatsTable[bool] = StatsTable(now, window_s=_WINDOWS_S[-1])
         """Pull answers by whether they found messages (getFoundTps, getMissTps)."""
+        self.send_seq = 0
+        """Sends handled (the latency sample picks one in `LATENCY_SAMPLE_EVERY`)."""
         self.send_latency = Latency()
         self.pull_latency = Latency()
         self.flush_latency = Latency()

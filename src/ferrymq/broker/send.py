@@ -49,6 +49,7 @@ from ferrymq.broker.metadata import (
     dlq_topic,
     retry_topic,
 )
+from ferrymq.broker.metrics import LATENCY_SAMPLE_EVERY
 from ferrymq.broker.queuemap import check_send, open_queue_for
 from ferrymq.broker.state import BrokerState
 from ferrymq.broker.topicsync import auto_create_topic
@@ -518,10 +519,13 @@ class _CommitAnswer:
         self.queue_id = queue_id
         self.result = result
         self.later = conn.answer_later(request)
-        self.started = time.perf_counter()
+        # timed when `Broker._bind_timed` picked this send (it counted it just before)
+        sampled = not state.stats.send_seq % LATENCY_SAMPLE_EVERY
+        self.started = time.perf_counter() if sampled else None
 
     def __call__(self, committed: bool) -> None:
-        self.state.stats.send_latency.observe(time.perf_counter() - self.started)
+        if self.started is not None:
+            self.state.stats.send_latency.observe(time.perf_counter() - self.started)
         self.later.send_built(self._build_success if committed else self._build_timeout)
 
     def _build_success(self) -> RemotingCommand | EncodedFrame:

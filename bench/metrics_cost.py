@@ -1,0 +1,187 @@
+"""What the metrics cost the send path: broker CPU per send with and without them, side by side.
+
+Two single-broker groups run side by side from the same code. "with metrics" is a broker as
+shipped, serving Prometheus metrics (`metricsExporterType=PROM`) and scraped after every slice;
+"without" is the same broker started with the counting patched out (a `sitecustomize` on its
+PYTHONPATH: `StatsTable.add`, `Latency.observe` and `BrokerStats.pulled` do nothing and the send
+route is the untimed one), which is the broker before metrics. A producer sends to each in turn,
+in alternating slices of `--window` sends in flight; each row is the broker's CPU (utime + stime
+from /proc) per acknowledged send over all its slices. Nothing is asserted; docs/benchmarks.md
+("Metrics cost") has the command and what one run measured.
+
+    .venv/bin/python bench/metrics_cost.py [--seconds 20] [--rounds 10] [--window 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.producer import Producer
+from ferrymq.cmd.local import spawn
+from ferrymq.rpc.loop import new_event_loop
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_WITHOUT_METRICS = """\
+from ferrymq.broker import broker, metrics
+from ferrymq.metrics import stats
+
+stats.StatsTable.add = lambda self, key, count, size: None
+stats.Latency.observe = lambda self, seconds: None
+metrics.BrokerStats.pulled = lambda self, topic, group, count, size: None
+broker.Broker._bind_timed = broker.Broker._bind
+"""
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+@contextlib.asynccontextmanager
+async def _group(
+    workdir: Path, name: str, metrics: bool
+) -> AsyncIterator[tuple[Callable[[], Awaitable[object]], int, str | None, str]]:
+    env = None
+    if not metrics:
+        patch = workdir / f"{name}-patch"
+        patch.mkdir()
+        (patch / "sitecustomize.py").write_text(_WITHOUT_METRICS)
+        env = {
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(patch), os.environ.get("PYTHONPATH")]))
+        }
+    namesrv = await spawn(
+        f"{name}-namesrv", ["namesrv", "--listen", "127.0.0.1:0", "--log-level", "WARNING"], workdir
+    )
+    extra = (
+        ["--metrics-exporter-type", "PROM", "--metrics-prom-exporter-port", "0"] if metrics else []
+    )
+    broker = await spawn(
+        f"{name}-broker",
+        [
+            "broker", "--listen", "127.0.0.1:0", "--namesrv", namesrv.addr,
+            "--store-dir", str(workdir / f"{name}-store"), "--log-level", "WARNING",
+            "--mapped-file-size-commit-log", str(256 * 1024 * 1024), *extra,
+        ],
+        workdir,
+        env=env,
+    )  # fmt: skip
+    try:
+        async with AdminClient(namesrv.addr) as admin:
+            await admin.create_topic("Cost", queues=4)
+            deadline = time.monotonic() + 30
+            while await admin.route("Cost") is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the topic never reached the NameServer")
+                await asyncio.sleep(0.05)
+        async with Producer(namesrv.addr, f"{name}-producer", send_timeout=10) as producer:
+            payload = os.urandom(256)
+
+            async def send() -> object:
+                return await producer.send("Cost", payload)
+
+            endpoint = broker.info.get("metrics")
+            yield send, broker.pid, None if endpoint is None else str(endpoint), namesrv.addr
+    finally:
+        await broker.stop()
+        await namesrv.stop()
+
+
+async def _slice(send: Callable[[], Awaitable[object]], seconds: float, window: int) -> int:
+    end = time.perf_counter() + seconds
+    count = 0
+
+    async def worker() -> None:
+        nonlocal count
+        while time.perf_counter() < end:
+            await send()
+            count += 1
+
+    await asyncio.gather(*(worker() for _ in range(window)))
+    return count
+
+
+async def _put_total(namesrv: str) -> int:
+    """Messages the broker's own accounting counted (putMessageTimesTotal)."""
+    async with AdminClient(namesrv) as admin:
+        info = await admin.cluster_info()
+        (brokers,) = info.broker_addr_table.values()
+        table = await admin.runtime_info(brokers.broker_addrs[0])
+    return int(table["putMessageTimesTotal"])
+
+
+def _scrape(endpoint: str) -> int:
+    with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=10) as response:
+        return len(response.read())
+
+
+async def _main(args: argparse.Namespace) -> list[dict[str, object]]:
+    workdir = Path(tempfile.mkdtemp(prefix="ferrymq-bench-metrics-cost-"))
+    rows: list[dict[str, object]] = []
+    try:
+        async with (
+            _group(workdir, "with", True) as with_side,
+            _group(workdir, "without", False) as without_side,
+        ):
+            sides = {"with metrics": with_side, "without": without_side}
+            for send, _, _, _ in sides.values():
+                await _slice(send, 0.5, args.window)  # routes, connections, warm-up
+            totals = {name: [0.0, 0.0, 0.0] for name in sides}  # sends, cpu s, wall s
+            for round_number in range(args.rounds):
+                order = list(sides) if round_number % 2 == 0 else list(sides)[::-1]
+                for name in order:
+                    send, pid, endpoint, _ = sides[name]
+                    cpu, wall = _cpu_s(pid), time.perf_counter()
+                    count = await _slice(send, args.seconds / args.rounds, args.window)
+                    if endpoint is not None:  # a scrape per slice: its cost counts too
+                        await asyncio.to_thread(_scrape, endpoint)
+                    total = totals[name]
+                    total[0] += count
+                    total[1] += _cpu_s(pid) - cpu
+                    total[2] += time.perf_counter() - wall
+            for name, (sends, cpu_s, wall_s) in totals.items():
+                rows.append(
+                    {
+                        "broker": name,
+                        "sends": int(sends),
+                        "msg_s": round(sends / wall_s),
+                        "broker_cpu_us_per_send": round(cpu_s / sends * 1e6, 2),
+                        "broker_cpu_pct": round(cpu_s / wall_s * 100),
+                    }
+                )
+            counted = {name: await _put_total(side[3]) for name, side in sides.items()}
+            if counted["without"] != 0 or counted["with metrics"] < totals["with metrics"][0]:
+                raise RuntimeError(f"the sides are not what they claim: {counted}")
+            per_send = {name: t[1] / t[0] for name, t in totals.items()}
+            cost = per_send["with metrics"] / per_send["without"] - 1
+            rows.append({"metrics_cost_pct": round(cost * 100, 2)})
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rows
+
+
+def main() -> None:
+    """Parse the arguments, run, print one line per row (JSON)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="per side, over the rounds")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--window", type=int, default=16, help="sends in flight")
+    args = parser.parse_args()
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        for row in runner.run(_main(args)):
+            print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
