@@ -13,6 +13,7 @@ from ferrymq.errors import RemoteError
 from ferrymq.model import MessageQueue
 from ferrymq.rpc.client import RpcClient
 from ferrymq.testing import LocalCluster
+from ferrymq.wire.broker import DeleteTopicRequestHeader
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.pop import AckMessageRequestHeader, NotificationRequestHeader
 
@@ -201,3 +202,20 @@ async def test_notification_answers_when_a_pop_would_find_a_message(
     )
     await _send(cluster, "PopN", 1)
     assert (await held).ext_fields["hasMsg"] == "true"
+
+
+async def test_a_topic_deleted_and_created_again_pops_from_its_start(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    await create_topic(client, cluster.broker.address, "PopX", queues=1)
+    await _send(cluster, "PopX", 3)
+    async with SimpleConsumer(cluster.namesrv_addr, "G9") as consumer:
+        for received in await _receive_until(consumer, "PopX", 3, invisible=30.0):
+            await consumer.ack(received)
+        delete = command(RequestCode.DELETE_TOPIC_IN_BROKER, DeleteTopicRequestHeader(topic="PopX"))
+        assert (await client.call(cluster.broker.address, delete, 5)).code == ResponseCode.SUCCESS
+        await create_topic(client, cluster.broker.address, "PopX", queues=1)
+        consumer.routes.invalidate("PopX")
+        await _send(cluster, "PopX", 1)
+        again = await _receive_until(consumer, "PopX", 1, invisible=30.0)
+        assert [(m.message.body, m.message.queue_offset) for m in again] == [(b"m0", 0)]

@@ -170,6 +170,8 @@ class MetadataLog:
             self.snapshot()
 
     def _topic_changed(self, topic: str, config: TopicConfig | None) -> None:
+        if config is None:  # its POP progress goes with it, here as on every replay (below)
+            self._state.pop.forget_topic(topic)
         self._append(TopicChange(topic, config))
 
     def _topic_version_changed(self, version: int) -> None:
@@ -312,6 +314,7 @@ class MetadataFollower:
         if isinstance(change, TopicChange):
             if change.config is None:
                 state.topics.delete(change.topic)
+                state.pop.forget_topic(change.topic)
                 self._drop_queues(change.topic, log_offset)
             else:
                 state.topics.put(change.config)
