@@ -23,6 +23,8 @@ from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.connect.config import WorkerConfig
 from ferrymq.errors import FerryError
+from ferrymq.security.acl import Credentials
+from ferrymq.security.aclcredentials import export_credentials
 
 __all__ = ["worker_command"]
 
@@ -106,6 +108,11 @@ def worker_command(
     except ImportError as exc:
         fail(f"a Connect worker needs the connect extra: pip install 'ferrymq[connect]' ({exc})")
     plugins = Plugins()
+    if config.access_key or config.secret_key:
+        try:
+            export_credentials(Credentials(config.access_key, config.secret_key))
+        except ValueError:
+            fail("config accessKey/secretKey: give both or neither")
 
     async def main(stop: asyncio.Event) -> None:
         runner = SparkTaskRunner(

@@ -69,6 +69,10 @@ class WorkerConfig:
     """forward: a follower proxies writes to the leader; redirect: 307/308 to the leader."""
     rest_request_timeout_ms: int = 90_000
     """A write not committed and applied by then is answered 504 (outcome unknown)."""
+    access_key: str = ""
+    """ACL 1.0 (issue 23): the worker, its clients and its tasks' Spark queries sign with it."""
+    secret_key: str = field(default="", repr=False)
+    """The access key's secret (never in a repr, a log or the REST API)."""
     status_republish_ms: int = 30_000
     """Each worker writes the states of its tasks again this often (the status topic is not
     compacted: a worker starting reads the last two periods)."""
