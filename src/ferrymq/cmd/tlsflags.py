@@ -8,6 +8,7 @@ connection it opens: to NameServers, controllers, masters, Raft peers). A client
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -17,7 +18,9 @@ import click
 from ferrymq.cmd.process import fail
 from ferrymq.config import ConfigError
 from ferrymq.security.tls import (
+    TLS_ENV,
     ClientTls,
+    client_env,
     install,
     settings_for,
     split_tls_keys,
@@ -103,9 +106,12 @@ def install_tls(values: Mapping[str, str], flags: MutableMapping[str, Any]) -> d
     for name in [n for n in flags if n.startswith("tls__")]:
         del flags[name]
     try:
-        install(settings_for(tls_config_from(tls_values)))
+        config = tls_config_from(tls_values)
+        install(settings_for(config))
     except ConfigError as exc:
         fail(str(exc))
+    if config.enable:  # children (a Connect worker's Spark tasks) connect as this process does
+        os.environ[TLS_ENV] = client_env(config)
     return rest
 
 

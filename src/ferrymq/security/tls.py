@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import json
+import os
 import ssl
 import tempfile
 from collections.abc import Mapping
@@ -41,6 +43,7 @@ from ferrymq.config import ConfigError
 __all__ = [
     "PLAIN_CLIENT",
     "PLAIN_SERVER",
+    "TLS_ENV",
     "TLS_KEYS",
     "ClientAuth",
     "ClientTls",
@@ -48,6 +51,7 @@ __all__ = [
     "TlsConfig",
     "TlsMode",
     "TlsSettings",
+    "client_env",
     "install",
     "process_client_tls",
     "process_server_tls",
@@ -294,10 +298,55 @@ def settings_for(config: TlsConfig, *, server_side: bool = True) -> TlsSettings:
     return TlsSettings(server, client)
 
 
-_PROCESS: Final[contextvars.ContextVar[TlsSettings]] = contextvars.ContextVar(
-    "ferrymq_tls",
-    default=TlsSettings(),  # noqa: B039 (frozen: not mutable)
+TLS_ENV: Final = "FERRYMQ_TLS"
+"""Client-side `tls.*` keys as a JSON object, for a process nothing installed TLS in: Spark's
+Python workers (of a Connect worker, which sets it for its children, or of a job given it in
+`spark.executorEnv`). Read once, at the first connection."""
+
+_CLIENT_KEYS: Final = (
+    "tls.enable",
+    "tls.client.certPath",
+    "tls.client.keyPath",
+    "tls.client.keyPassword",
+    "tls.client.trustCertPath",
+    "tls.client.authServer",
+    "tls.test.mode.enable",
 )
+
+_PROCESS: Final[contextvars.ContextVar[TlsSettings]] = contextvars.ContextVar("ferrymq_tls")
+_from_env: list[TlsSettings] = []
+"""The settings `TLS_ENV` gave, once read (a list: set once, no `global`)."""
+
+
+def client_env(config: TlsConfig) -> str:
+    """`TLS_ENV`'s value for children of a process running `config` (its client side)."""
+    values = {
+        "tls.enable": str(config.enable).lower(),
+        "tls.client.certPath": str(config.client_cert_path or ""),
+        "tls.client.keyPath": str(config.client_key_path or ""),
+        "tls.client.keyPassword": config.client_key_password or "",
+        "tls.client.trustCertPath": str(config.client_trust_cert_path or ""),
+        "tls.client.authServer": str(config.client_auth_server).lower(),
+        "tls.test.mode.enable": str(config.test_mode).lower(),
+    }
+    return json.dumps({k: v for k, v in values.items() if v})
+
+
+def _env_settings() -> TlsSettings:
+    if not _from_env:
+        raw = os.environ.get(TLS_ENV, "")
+        settings = TlsSettings()
+        if raw:
+            try:
+                values = json.loads(raw)
+            except ValueError:
+                raise ConfigError(TLS_ENV, "not a JSON object") from None
+            if not isinstance(values, dict):
+                raise ConfigError(TLS_ENV, "not a JSON object")
+            keys = {str(k): str(v) for k, v in values.items() if k in _CLIENT_KEYS}
+            settings = settings_for(tls_config_from(keys), server_side=False)
+        _from_env.append(settings)
+    return _from_env[0]
 
 
 def install(settings: TlsSettings) -> contextvars.Token[TlsSettings]:
@@ -311,10 +360,16 @@ def restore(token: contextvars.Token[TlsSettings]) -> None:
 
 
 def process_server_tls() -> ServerTls:
-    """The listeners' TLS in this context."""
-    return _PROCESS.get().server
+    """The listeners' TLS in this context (plain when nothing was installed)."""
+    settings = _PROCESS.get(None)
+    return PLAIN_SERVER if settings is None else settings.server
 
 
 def process_client_tls() -> ClientTls:
-    """The clients' TLS in this context."""
-    return _PROCESS.get().client
+    """The clients' TLS in this context: the installed one, else `TLS_ENV`'s, else plain.
+
+    Raises:
+        ConfigError: `TLS_ENV` is set but unusable (names the key).
+    """
+    settings = _PROCESS.get(None)
+    return (_env_settings() if settings is None else settings).client

@@ -84,3 +84,22 @@ def test_split_takes_every_tls_key_and_only_them() -> None:
     tls, rest = split_tls_keys(values)
     assert set(tls) == set(TLS_KEYS)
     assert rest == {"brokerName": "a", "tls.config.file": "f"}  # not honoured: still refused
+
+
+def test_a_process_nothing_installed_tls_in_takes_the_client_side_from_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ferrymq.security import tls
+
+    ca = make_ca(tmp_path)
+    config = tls_config_from({"tls.enable": "true", "tls.client.trustCertPath": str(ca.cert_path)})
+    monkeypatch.setenv(tls.TLS_ENV, tls.client_env(config))
+    monkeypatch.setattr(tls, "_from_env", [])
+    context = tls.process_client_tls().context
+    assert context is not None
+    assert context.get_ca_certs()[0]["subject"] == ((("commonName", "ferrymq local CA"),),)
+    assert tls.process_server_tls().context is None  # servers never take TLS from there
+    monkeypatch.setenv(tls.TLS_ENV, "[1]")
+    monkeypatch.setattr(tls, "_from_env", [])
+    with pytest.raises(ConfigError):
+        tls.process_client_tls()
