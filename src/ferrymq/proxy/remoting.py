@@ -44,7 +44,7 @@ PROXY_BROKER: Final = "ferryproxy"
 _CLUSTER: Final = "ferryproxy"
 _FAILOVER_WAIT_S: Final = 2.5
 """How long a request waits for a group's new master (a 4.x send times out after 3 s)."""
-_POLL_S: Final = 0.1
+_POLL_S: Final = 0.05
 _CALL_S: Final = 5.0
 _MASTERS_TTL_S: Final = 5.0
 
@@ -180,13 +180,24 @@ class RemotingRelay:
         to retry.
         """
         deadline = time.monotonic() + _FAILOVER_WAIT_S
+        waited = False
         while True:
             address = await self._master(topic, broker_name, deadline)
             if address is None:
                 raise ConnectError(broker_name, "the broker group has no master")
             try:
-                return await self.rpc.call(address, request, timeout)
+                answer = await self.rpc.call(address, request, timeout)
+                if waited:
+                    log.info(
+                        "%s: %s's master is %s now (waited %.2f s)",
+                        request.code,
+                        broker_name,
+                        address,
+                        time.monotonic() - (deadline - _FAILOVER_WAIT_S),
+                    )
+                return answer
             except ConnectError:
+                waited = True
                 self.routes.mark_failed(broker_name)
                 self.routes.invalidate(topic)
                 if time.monotonic() >= deadline:
