@@ -1,15 +1,18 @@
-"""Admin codes the Dashboard and rocketmq-exporter call (203, 204, 300, 328), over real sockets,
+"""Admin codes the Dashboard and rocketmq-exporter call (203, 204, 300, 315, 328), over sockets,
 with RocketMQ's body shapes (FastJSON's field order, checked against recorded Java bodies)."""
 
 import asyncio
 import json
 import time
 
+from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.message import Message
+from ferrymq.client.producer import Producer
 from ferrymq.client.push import PushConsumer
 from ferrymq.rpc.client import RpcClient
 from ferrymq.testing import LocalCluster
 from ferrymq.wire.bodies import (
+    BrokerStatsData,
     ConsumerConnection,
     GroupList,
     HeartbeatData,
@@ -23,11 +26,14 @@ from ferrymq.wire.broker import (
     GetConsumerConnectionListRequestHeader,
     GetProducerConnectionListRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
 )
 from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
 
 from ..unit.wire.rocketmq_recorded import HEARTBEAT_SUBSCRIPTION_4X
 from .remoting import command, create_topic
+from .test_admin_cli import Ferry
 
 
 async def _ignore(message: Message) -> None:
@@ -106,3 +112,40 @@ async def test_connections_producers_and_consumers_of_a_topic(
     info = decode_body(table.body, ProducerTableInfo).data["PG1"][0]
     assert info.client_id == "prod-1@127.0.0.1"
     assert abs(info.last_update_timestamp - time.time() * 1000) < 60_000
+
+
+async def test_broker_stats_data_and_stats_all(cluster: LocalCluster, client: RpcClient) -> None:
+    addr = cluster.broker.address
+    await create_topic(client, addr, "Counted", queues=1)
+    async with Producer(cluster.namesrv_addr) as producer:
+        for i in range(5):
+            await producer.send("Counted", f"m{i}".encode())
+    async with PullConsumer(cluster.namesrv_addr, "Counter") as consumer:
+        (queue,) = await consumer.queues("Counted")
+        assert len((await consumer.pull(queue, 0, max_messages=32)).messages) == 5
+        await consumer.commit(queue, 3)
+
+    async def view(name: str, key: str) -> RemotingCommand:
+        header = ViewBrokerStatsDataRequestHeader(stats_name=name, stats_key=key)
+        return await client.call(addr, command(RequestCode.VIEW_BROKER_STATS_DATA, header), 5)
+
+    put = await view("TOPIC_PUT_NUMS", "Counted")
+    raw = json.loads(put.body)
+    assert list(raw) == ["statsDay", "statsHour", "statsMinute"]
+    assert list(raw["statsMinute"]) == ["avgpt", "sum", "tps"]
+    stats = decode_body(put.body, BrokerStatsData)
+    # the broker is younger than a minute: every period holds everything since it started
+    assert (stats.stats_minute.sum, stats.stats_hour.sum, stats.stats_day.sum) == (5, 5, 5)
+    got = decode_body((await view("GROUP_GET_NUMS", "Counted@Counter")).body, BrokerStatsData)
+    assert got.stats_day.sum == 5
+    missing = await view("GROUP_GET_NUMS", "Counted@Nobody")
+    assert (missing.code, missing.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "The stats <GROUP_GET_NUMS> <Counted@Nobody> not exist",
+    )
+    rows = await Ferry(cluster.namesrv_addr)("stats-all", "--topic", "Counted", "--json")
+    assert [(r["group"], r["accumulation"], r["msg24Hour"]) for r in rows] == [
+        (None, 0, 5),
+        ("Counter", 2, 5),
+    ]
+    assert rows == await Ferry(cluster.namesrv_addr)("statsAll", "-t", "Counted", "--json")

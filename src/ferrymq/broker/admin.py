@@ -5,7 +5,8 @@ GET_TOPIC_STATS_INFO, and ferrymq's GET_FENCE. Groups: UPDATE_AND_CREATE_SUBSCRI
 DELETE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUME_STATS,
 QUERY_TOPIC_CONSUME_BY_WHO. Clients: GET_CONSUMER_CONNECTION_LIST,
 GET_PRODUCER_CONNECTION_LIST, GET_ALL_PRODUCER_INFO (RocketMQ's body shapes: what the Dashboard
-and rocketmq-exporter read); INVOKE_BROKER_TO_RESET_OFFSET (online offset reset: commits the new
+and rocketmq-exporter read); VIEW_BROKER_STATS_DATA (statsAll's and the exporter's TPS);
+INVOKE_BROKER_TO_RESET_OFFSET (online offset reset: commits the new
 offsets and pushes them to the group's running clients). Broker:
 GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG, UPDATE_BROKER_CONFIG (hot keys only; see
 `HOT_KEYS`), DELETE_EXPIRED_COMMITLOG.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Final
+from typing import Any, Final
 
 from ferrymq.broker import retention
 from ferrymq.broker.consumer import push_to_group
@@ -36,9 +37,12 @@ from ferrymq.broker.metadata import GroupConfig, GroupFile
 from ferrymq.broker.state import BrokerState
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.errors import InvalidNameError, RequestError
+from ferrymq.metrics.stats import StatsTable
 from ferrymq.model import validate_group, validate_topic
 from ferrymq.rpc.connection import Connection
 from ferrymq.wire.bodies import (
+    BrokerStatsData,
+    BrokerStatsItem,
     ClientConnection,
     ConsumerConnection,
     ConsumeStats,
@@ -69,6 +73,7 @@ from ferrymq.wire.broker import (
     GetTopicStatsInfoRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
     ResetOffsetRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
     parse_attribute_changes,
 )
 from ferrymq.wire.codes import RequestCode, ResponseCode
@@ -98,6 +103,7 @@ __all__ = [
     "reset_offset",
     "update_broker_config",
     "update_group",
+    "view_broker_stats",
 ]
 
 log = logging.getLogger(__name__)
@@ -588,3 +594,66 @@ async def reset_offset(
         conn.peer,
     )
     return _ok(request, body)
+
+
+_STATS_NAMES: Final = {
+    "TOPIC_PUT_NUMS": ("put", 0),
+    "TOPIC_PUT_SIZE": ("put", 1),
+    "GROUP_GET_NUMS": ("get", 0),
+    "GROUP_GET_SIZE": ("get", 1),
+}
+"""RocketMQ `BrokerStatsManager` stats this broker keeps: which table, messages (0) or bytes (1).
+TOPIC_* are keyed by topic, GROUP_* by `topic@group`."""
+_PERIODS_S: Final = (86400.0, 3600.0, 60.0)
+
+
+def _stats_item(
+    table: StatsTable[Any], key: Any, index: int, now: float, uptime: float, period_s: float
+) -> BrokerStatsItem:
+    """The stat over the last `period_s`.
+
+    Exact while the broker is younger than the period (everything since it started) or the
+    period fits the table's window; beyond the window (an hour or a day), the window's rate
+    times the period. `avgpt` is not kept (0).
+    """
+    if uptime <= period_s:
+        total = table.total(key)[index]
+        return BrokerStatsItem(sum=total, tps=round(total / max(uptime, 1.0), 2))
+    rate = table.rate(key, now, min(period_s, table.window_s))
+    per_s = rate.count_per_s if index == 0 else rate.bytes_per_s
+    return BrokerStatsItem(sum=round(per_s * period_s), tps=round(per_s, 2))
+
+
+async def view_broker_stats(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """VIEW_BROKER_STATS_DATA (315): a stat's sum and TPS over the last minute, hour and day.
+
+    RocketMQ `viewBrokerStatsData`, from `BrokerStats` (`broker/metrics.py`); a stat this broker
+    does not keep, or a key it never counted, is SYSTEM_ERROR "The stats <name> <key> not exist".
+    """
+    header = from_ext_fields(ViewBrokerStatsDataRequestHeader, request.ext_fields)
+    stats = state.stats
+    found = _STATS_NAMES.get(header.stats_name)
+    table: StatsTable[Any] | None = None
+    key: Any = header.stats_key
+    index = 0
+    if found is not None:
+        which, index = found
+        if which == "put":
+            table = stats.put
+        else:
+            topic, _, group = header.stats_key.partition("@")
+            table, key = stats.get, (topic, group)
+    if found is None or table is None or key not in {k for k, _, _ in table.items()}:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            f"The stats <{header.stats_name}> <{header.stats_key}> not exist",
+        )
+    now = state.clock()
+    uptime = now - stats.started
+    day, hour, minute = (
+        _stats_item(table, key, index, now, uptime, period) for period in _PERIODS_S
+    )
+    body = BrokerStatsData(stats_day=day, stats_hour=hour, stats_minute=minute)
+    return _ok(request, encode_sorted(body))

@@ -143,6 +143,7 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.GET_ALL_PRODUCER_INFO: admin.get_all_producer_info,
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.reset_offset,
+    RequestCode.VIEW_BROKER_STATS_DATA: admin.view_broker_stats,
     RequestCode.GET_GROUP_MEMBERS: consumer.get_group_members,
     RequestCode.POP_MESSAGE: pop_message,
     RequestCode.ACK_MESSAGE: ack_message,

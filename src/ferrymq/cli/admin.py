@@ -27,6 +27,7 @@ from ferrymq.cli.admin_daily import (
     namesrv_group,
     offset_reset_by_time,
     producer_group,
+    stats_all,
     topic_perm,
 )
 from ferrymq.cli.broker import broker_group
@@ -493,4 +494,5 @@ broker_group.add_command(broker_status)
 broker_group.add_command(broker_ha_status)
 broker_group.add_command(broker_config_group)
 offset_group.add_command(offset_reset_by_time)
+admin_group.add_command(stats_all)
 add_aliases(admin_group)  # mqadmin's names and flags (cli/mqadmin_alias.py)

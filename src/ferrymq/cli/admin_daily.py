@@ -7,6 +7,7 @@
   updateBrokerConfig), for one broker (`--broker-addr`) or every broker of a cluster;
 - `offset reset-by-time --group G --topic T --timestamp MS` (resetOffsetByTime: online, the
   group's running clients start at the new offsets; offline when none runs);
+- `stats-all [--topic T]` (statsAll: TPS and 24-hour counts in and out, lag per group);
 - `topic perm TOPIC --perm 2|4|6` (updateTopicPerm);
 - `message by-offset` (queryMsgByOffset), `message print TOPIC --begin-ms --end-ms` (printMsg:
   reads a time range from every queue and commits nothing);
@@ -43,6 +44,7 @@ __all__ = [
     "namesrv_group",
     "offset_reset_by_time",
     "producer_group",
+    "stats_all",
     "topic_perm",
 ]
 
@@ -242,6 +244,48 @@ def offset_reset_by_time(
         return
     how = "running consumers told" if online else "no consumer online: committed offline"
     emit_table(f"{group} on {topic} ({how})", ["broker", "queue", "offset"], rows)
+
+
+@click.command("stats-all")
+@click.option("--topic", help="Only this topic.")
+@click.option("--active", is_flag=True, help="Only lines with traffic in the last minute.")
+@json_option
+@click.pass_context
+def stats_all(ctx: click.Context, topic: str | None, active: bool, as_json: bool) -> None:
+    """Every topic's TPS and 24-hour count in, and each consuming group's out (statsAll)."""
+    rows = _run(ctx, lambda a: a.stats_all(topic))
+    if active:
+        rows = [r for r in rows if r.tps > 0]
+    if as_json:
+        emit_json(
+            [
+                {
+                    "topic": r.topic,
+                    "group": r.group,
+                    "accumulation": r.accumulation,
+                    "tps": r.tps,
+                    "msg24Hour": r.count_24h,
+                }
+                for r in rows
+            ]
+        )
+        return
+    emit_table(
+        "stats",
+        ["topic", "consumer group", "accumulation", "in TPS", "out TPS", "in 24h", "out 24h"],
+        [
+            (
+                r.topic,
+                r.group or "",
+                r.accumulation if r.group else "",
+                f"{r.tps:.2f}" if r.group is None else "",
+                f"{r.tps:.2f}" if r.group else "",
+                r.count_24h if r.group is None else "",
+                r.count_24h if r.group else "",
+            )
+            for r in rows
+        ],
+    )
 
 
 # ---------------------------------------------------------------------------- clients

@@ -173,6 +173,7 @@ ALIASES: tuple[Alias, ...] = (
         ),
     ),
     Alias("brokerStatus", ("broker", "status"), (_BROKER_ADDR, _CLUSTER)),
+    Alias("statsAll", ("stats-all",), (Flag("-t", "--topic", "topic"),)),
     Alias("haStatus", ("broker", "ha-status"), (_BROKER_ADDR, _CLUSTER)),
     Alias("getBrokerConfig", ("broker", "config", "get"), (_BROKER_ADDR, _CLUSTER)),
     Alias(

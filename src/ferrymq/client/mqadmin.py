@@ -11,6 +11,8 @@
 - a broker's runtime figures and config (GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG);
 - topic permissions (UPDATE_AND_CREATE_TOPIC with the queues the broker has);
 - every NameServer's config and KV table (GET/UPDATE_NAMESRV_CONFIG, PUT/GET/DELETE_KV_CONFIG);
+- statsAll: every topic's and consuming group's TPS and 24-hour counts
+  (VIEW_BROKER_STATS_DATA, QUERY_TOPIC_CONSUME_BY_WHO, GET_CONSUME_STATS on the masters);
 - online offset reset (resetOffsetByTime: INVOKE_BROKER_TO_RESET_OFFSET on the topic's masters,
   which push the offsets to the group's running clients), offline when no client runs.
 
@@ -19,6 +21,7 @@ Writes to NameServers go to each of them (each keeps its own); reads take the fi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ferrymq.client.admin import AdminClient
@@ -26,8 +29,10 @@ from ferrymq.config import ConfigError, parse_properties
 from ferrymq.errors import FerryError, RemoteError
 from ferrymq.model import validate_group, validate_topic
 from ferrymq.wire.bodies import (
+    BrokerStatsData,
     ClientConnection,
     ConsumerConnection,
+    GroupList,
     ProducerConnection,
     TopicConfigSerializeWrapper,
     decode_body,
@@ -41,15 +46,17 @@ from ferrymq.wire.broker import (
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
     ResetOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
 )
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 from ferrymq.wire.namesrv import KvConfigRequestHeader, PutKvConfigRequestHeader
 
-__all__ = ["GROUP_SETTINGS", "MQAdmin"]
+__all__ = ["GROUP_SETTINGS", "MQAdmin", "StatsRow"]
 
 GROUP_SETTINGS: dict[str, type] = {
     "consumeEnable": bool,
@@ -62,6 +69,18 @@ GROUP_SETTINGS: dict[str, type] = {
     "notifyConsumerIdsChangedEnable": bool,
 }
 """`SubscriptionGroupConfig` fields a broker keeps for a group, and their types."""
+
+
+@dataclass(frozen=True)
+class StatsRow:
+    """One line of statsAll: a topic, or a group consuming it (its lag, TPS, 24-hour count)."""
+
+    topic: str
+    group: str | None
+    """None: the topic's own line (messages in)."""
+    accumulation: int
+    tps: float
+    count_24h: int
 
 
 def _properties(body: bytes, source: str) -> dict[str, str]:
@@ -355,3 +374,59 @@ class MQAdmin(AdminClient):
                 return await self.reset_offsets(group, topic, to_latest=True), False
             return await self.reset_offsets(group, topic, timestamp_ms=timestamp_ms), False
         return moved, True
+
+    async def broker_stats(self, broker_addr: str, name: str, key: str) -> BrokerStatsData | None:
+        """One stat of one broker (VIEW_BROKER_STATS_DATA); None when it never counted `key`."""
+        header = ViewBrokerStatsDataRequestHeader(stats_name=name, stats_key=key)
+        response = await self._rpc.call(
+            broker_addr,
+            RemotingCommand(
+                code=RequestCode.VIEW_BROKER_STATS_DATA, ext_fields=to_ext_fields(header)
+            ),
+            self._timeout,
+        )
+        if response.code == ResponseCode.SYSTEM_ERROR and "not exist" in (response.remark or ""):
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            raise RemoteError(response.code, f"broker {broker_addr}: {response.remark}")
+        return decode_body(response.body, BrokerStatsData)
+
+    async def _summed(self, masters: list[str], name: str, key: str) -> tuple[float, int]:
+        tps, day = 0.0, 0
+        for address in masters:
+            found = await self.broker_stats(address, name, key)
+            if found is not None:
+                tps += found.stats_minute.tps
+                day += found.stats_day.sum
+        return tps, day
+
+    async def stats_all(self, topic: str | None = None) -> list[StatsRow]:
+        """Mqadmin statsAll: each topic's in-TPS and 24-hour count, then each group reading it.
+
+        Retry and dead-letter topics are left out, as mqadmin does.
+        """
+        topics = [topic] if topic is not None else await self.topics()
+        rows: list[StatsRow] = []
+        for name in sorted(t for t in topics if not t.startswith(("%RETRY%", "%DLQ%"))):
+            try:
+                masters = sorted((await self._topic_masters(name)).values())
+            except FerryError:
+                continue  # no route (any more)
+            tps, day = await self._summed(masters, "TOPIC_PUT_NUMS", name)
+            rows.append(StatsRow(name, None, 0, tps, day))
+            groups: set[str] = set()
+            who = to_ext_fields(QueryTopicConsumeByWhoRequestHeader(topic=name))
+            for address in masters:
+                response = await self._broker_call(
+                    address,
+                    RemotingCommand(code=RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, ext_fields=who),
+                )
+                groups |= set(decode_body(response.body, GroupList).group_list)
+            for group in sorted(groups):
+                lag = sum(
+                    e.broker_offset - e.consumer_offset
+                    for e in await self.consumer_progress(group, name)
+                )
+                out_tps, out_day = await self._summed(masters, "GROUP_GET_NUMS", f"{name}@{group}")
+                rows.append(StatsRow(name, group, lag, out_tps, out_day))
+        return rows

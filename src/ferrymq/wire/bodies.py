@@ -26,6 +26,8 @@ __all__ = [
     "MAX_SESSION_TIMEOUT_MS",
     "MIN_SESSION_TIMEOUT_MS",
     "BrokerData",
+    "BrokerStatsData",
+    "BrokerStatsItem",
     "ClientConnection",
     "ClusterInfo",
     "ConsumeStats",
@@ -519,6 +521,22 @@ class ProducerTableInfo(_Body):
     """Answer to GET_ALL_PRODUCER_INFO (328): producer group -> its clients."""
 
     data: dict[str, list[ProducerInfo]] = msgspec.field(default_factory=dict)
+
+
+class BrokerStatsItem(_Body, kw_only=True):
+    """One period of a stat (RocketMQ `BrokerStatsItem`): its sum, rate and average per add."""
+
+    avgpt: float = 0.0
+    sum: int = 0
+    tps: float = 0.0
+
+
+class BrokerStatsData(_Body, kw_only=True):
+    """Answer to VIEW_BROKER_STATS_DATA (315): a stat over the last minute, hour and day."""
+
+    stats_day: BrokerStatsItem = msgspec.field(default_factory=BrokerStatsItem)
+    stats_hour: BrokerStatsItem = msgspec.field(default_factory=BrokerStatsItem)
+    stats_minute: BrokerStatsItem = msgspec.field(default_factory=BrokerStatsItem)
 
 
 class KVTable(_Body):

@@ -52,6 +52,7 @@ __all__ = [
     "SwitchBrokerRoleResponseHeader",
     "UnregisterClientRequestHeader",
     "UpdateConsumerOffsetRequestHeader",
+    "ViewBrokerStatsDataRequestHeader",
     "ViewMessageRequestHeader",
     "encode_send_ok",
     "format_attribute_changes",
@@ -443,6 +444,13 @@ class QueryTopicConsumeByWhoRequestHeader(CommandHeader):
     """QUERY_TOPIC_CONSUME_BY_WHO (300)."""
 
     topic: str
+
+
+class ViewBrokerStatsDataRequestHeader(CommandHeader):
+    """VIEW_BROKER_STATS_DATA (315): `statsName` (TOPIC_PUT_NUMS...) and its key."""
+
+    stats_name: str
+    stats_key: str
 
 
 class ResetOffsetRequestHeader(CommandHeader):
