@@ -38,3 +38,7 @@ def v5_python() -> Path:
             )
             ready.touch()
     return python
+
+
+if __name__ == "__main__":  # `python -m tests.proxy.v5env` (.ci/run): make it now
+    sys.stdout.write(f"{v5_python()}\n")
