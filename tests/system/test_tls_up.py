@@ -13,7 +13,14 @@ from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.producer import Producer
 from ferrymq.errors import ConnectionClosedError
 from ferrymq.rpc.client import RpcClient
-from ferrymq.security.tls import PLAIN_CLIENT, TlsSettings, install, settings_for, tls_config_from
+from ferrymq.security.tls import (
+    PLAIN_CLIENT,
+    TlsSettings,
+    install,
+    restore,
+    settings_for,
+    tls_config_from,
+)
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
@@ -31,7 +38,8 @@ async def test_up_tls_runs_raft_ha_and_clients_over_tls_and_refuses_plain_text(
     try:
         ca = Path(str(info["tls_ca"]))
         values = {"tls.enable": "true", "tls.client.trustCertPath": str(ca)}
-        install(TlsSettings(client=settings_for(tls_config_from(values), server_side=False).client))
+        trusting = settings_for(tls_config_from(values), server_side=False).client
+        token = install(TlsSettings(client=trusting))
         brokers = info["brokers"]
         controllers = info["controllers"]
         assert isinstance(brokers, list)
@@ -81,6 +89,8 @@ async def test_up_tls_runs_raft_ha_and_clients_over_tls_and_refuses_plain_text(
                 with pytest.raises(ConnectionClosedError):
                     await plain.call(address, RemotingCommand(code=RequestCode.HEART_BEAT), 5)
     finally:
+        if "token" in locals():
+            restore(token)
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
     assert not [pid for pid in _pids(info) if _alive(pid)]
