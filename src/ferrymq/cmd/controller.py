@@ -40,6 +40,7 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
+from ferrymq.security.aclguard import AclGuard, acl_guard
 from ferrymq.security.tls import split_tls_keys
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
@@ -156,14 +157,19 @@ class ControllerServer:
         *,
         listen: str | None = None,
         raft_config: RaftConfig | None = None,
+        acl_file: Path | None = None,
     ) -> None:
+        """`acl_file`: ACL 1.0 on this port (`plain_acl.yml`); brokers and peers sign."""
         host, port = parse_address(listen or peers[controller_id])
         self.parts = ControllerParts(controller_id, peers, data_dir, policy, raft_config)
         self.router = Router(f"controller {controller_id}")
         self.parts.register(self.router)
         serve_test_clock(self.router)
+        self.acl: AclGuard[Connection, Any] | None = acl_guard(
+            self.router, acl_file is not None, acl_file, f"controller {controller_id}"
+        )
         self.server = RpcServer(
-            self.router, host=host, port=port, on_close=self.parts.connection_closed
+            self.acl or self.router, host=host, port=port, on_close=self.parts.connection_closed
         )
 
     @property
@@ -252,6 +258,12 @@ def policy_from(config_file: Path | None, keys: Mapping[str, str | None]) -> Con
     help="Controller policy keys (key=value), e.g. brokerHeartbeatTimeoutMillis.",
 )
 @click.option(
+    "--acl-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="ACL 1.0 on this port (plain_acl.yml): brokers and peers sign with an admin account "
+    "(FERRY_ACCESS_KEY/FERRY_SECRET_KEY of this node's own calls).",
+)
+@click.option(
     "--snapshot-interval",
     type=click.IntRange(min=0),
     default=RaftConfig().snapshot_interval,
@@ -273,6 +285,7 @@ def controller_command(
     data_dir: Path,
     listen: str | None,
     config_file: Path | None,
+    acl_file: Path | None,
     snapshot_interval: int,
     log_level: str,
     ready_file: Path | None,
@@ -309,6 +322,7 @@ def controller_command(
             policy,
             listen=listen,
             raft_config=RaftConfig(snapshot_interval=snapshot_interval),
+            acl_file=acl_file,
         )
         parts = server.parts
         async with (
