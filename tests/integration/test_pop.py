@@ -219,3 +219,13 @@ async def test_a_topic_deleted_and_created_again_pops_from_its_start(
         await _send(cluster, "PopX", 1)
         again = await _receive_until(consumer, "PopX", 1, invisible=30.0)
         assert [(m.message.body, m.message.queue_offset) for m in again] == [(b"m0", 0)]
+
+
+async def test_a_pop_whose_retry_topic_name_would_be_invalid_is_refused(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    await create_topic(client, cluster.broker.address, "PopL", queues=1)
+    group = "G" * 125  # %RETRY%<group>_PopL would be 137 characters, over 127
+    async with SimpleConsumer(cluster.namesrv_addr, group) as consumer:
+        with pytest.raises(RemoteError, match="not a valid topic name"):
+            await consumer.receive("PopL", invisible_duration=30.0)

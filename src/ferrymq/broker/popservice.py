@@ -36,11 +36,12 @@ from typing import Final
 import msgspec
 
 from ferrymq.broker.metadata import dlq_topic
-from ferrymq.broker.pop import Acked, PopEvent, Popped, QueueKey
+from ferrymq.broker.pop import Acked, InFlight, PopEvent, Popped, QueueKey
 from ferrymq.broker.pull import tag_codes
 from ferrymq.broker.send import put_messages, topic_for_send
 from ferrymq.broker.state import BrokerState
-from ferrymq.errors import FerryError, ProtocolError, RequestError
+from ferrymq.errors import FerryError, InvalidNameError, ProtocolError, RequestError
+from ferrymq.model import validate_topic
 from ferrymq.rpc.connection import Connection
 from ferrymq.store.store import GetStatus
 from ferrymq.wire import properties as props
@@ -250,6 +251,7 @@ async def pop_message(
     if header.max_msg_nums <= 0 or header.invisible_time <= 0:
         raise RequestError(ResponseCode.SYSTEM_ERROR, "maxMsgNums and invisibleTime must be > 0")
     orderly = bool(header.order)
+    _check_revivable(header.consumer_group, header.topic)
     codes = tag_codes(header.exp, header.exp_type)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(max(header.poll_time, 0) / 1000, _MAX_POLL_S)
@@ -286,6 +288,19 @@ async def pop_message(
     return request.make_response(
         code, ext_fields=to_ext_fields(response), body=b"".join(gathered.records)
     )
+
+
+def _check_revivable(group: str, topic: str) -> None:
+    """Refuse a pop whose messages could not be revived (a retry or DLQ topic name too long)."""
+    for name in (pop_retry_topic(group, topic), dlq_topic(group)):
+        try:
+            validate_topic(name)
+        except InvalidNameError as exc:
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR,
+                f"cannot pop {topic} for group {group}: messages not acked in time would go to "
+                f"{name}, which is not a valid topic name ({exc}); use a shorter group or topic",
+            ) from None
 
 
 async def _wait_any(state: BrokerState, queues: list[tuple[str, int]], timeout: float) -> bool:
@@ -444,7 +459,11 @@ class PopReviver:
             await asyncio.sleep(_REVIVE_TICK_S)
 
     async def revive_due(self) -> int:
-        """One pass: revive (or dead-letter) up to 256 due messages; returns how many."""
+        """One pass: revive (or dead-letter) up to 256 due messages; returns how many.
+
+        A message whose copy cannot be stored now (a full disk, a fenced target) stays in flight
+        and is tried again next pass; the others go on.
+        """
         state = self._state
         now_ms = state.wall_ms()
         due = list(itertools.islice(state.pop.expired(now_ms), _REVIVE_BATCH * 4))
@@ -452,45 +471,57 @@ class PopReviver:
         for key, queue_offset, inflight, orderly in due:
             if done >= _REVIVE_BATCH:
                 break
-            group, topic, queue_id = key
-            limit = state.group_config(group).retry_max_times
+            group = key[0]
+            found = state.groups.get(group)
+            limit = state.config.max_reconsume_times if found is None else found.retry_max_times
             if orderly and inflight.attempt <= limit:
                 continue  # delivered again in place by the next pop
-            got = state.store.get(topic, queue_id, queue_offset, 1)
-            if got.records and got.queue_offsets[0] == queue_offset:
-                record = decode_record(got.records[0])
-                reconsume = inflight.attempt if orderly else record.reconsume_times + 1
-                properties = dict(record.properties)
-                properties.pop(props.PROPERTY_CRC32, None)
-                original = properties.setdefault(props.RETRY_TOPIC, topic)
-                properties.setdefault(props.ORIGIN_MESSAGE_ID, properties.get(props.UNIQ_KEY, ""))
-                if orderly or reconsume > limit:
-                    target = dlq_topic(group)
-                    self.dead_lettered += 1
-                else:
-                    target = pop_retry_topic(group, original)
-                    self.revived += 1
-                topic_for_send(state, target, 1)
-                await put_messages(
-                    state,
-                    target,
-                    0,
-                    [BatchItem(record.body, encode_properties(properties), record.flag)],
-                    born_host=record.born_host,
-                    born_timestamp_ms=record.born_timestamp_ms,
-                    sys_flag=record.sys_flag,
-                    reconsume_times=reconsume,
-                    wait_flush=False,
-                )
-            else:
-                log.warning(
-                    "POP: %s queue %d offset %d expired in flight but is gone from the store",
-                    topic,
-                    queue_id,
-                    queue_offset,
-                )
-            # still in flight under the same pop? (an ack may have come while the copy was put)
-            if state.pop.decide_ack(key, [(queue_offset, inflight.pop_time_ms)]) is not None:
-                _apply(state, Acked(group, topic, queue_id, [queue_offset]))
+            try:
+                await self._revive(key, queue_offset, inflight, orderly, limit)
+            except FerryError as exc:
+                log.warning("POP: cannot revive %s offset %d yet: %s", key, queue_offset, exc)
+                continue
             done += 1
         return done
+
+    async def _revive(
+        self, key: QueueKey, queue_offset: int, inflight: InFlight, orderly: bool, limit: int
+    ) -> None:
+        state = self._state
+        group, topic, queue_id = key
+        got = state.store.get(topic, queue_id, queue_offset, 1)
+        if got.records and got.queue_offsets[0] == queue_offset:
+            record = decode_record(got.records[0])
+            reconsume = inflight.attempt if orderly else record.reconsume_times + 1
+            properties = dict(record.properties)
+            properties.pop(props.PROPERTY_CRC32, None)
+            original = properties.setdefault(props.RETRY_TOPIC, topic)
+            properties.setdefault(props.ORIGIN_MESSAGE_ID, properties.get(props.UNIQ_KEY, ""))
+            dead = orderly or reconsume > limit
+            target = dlq_topic(group) if dead else pop_retry_topic(group, original)
+            topic_for_send(state, target, 1)
+            await put_messages(
+                state,
+                target,
+                0,
+                [BatchItem(record.body, encode_properties(properties), record.flag)],
+                born_host=record.born_host,
+                born_timestamp_ms=record.born_timestamp_ms,
+                sys_flag=record.sys_flag,
+                reconsume_times=reconsume,
+                wait_flush=False,
+            )
+            if dead:
+                self.dead_lettered += 1
+            else:
+                self.revived += 1
+        else:
+            log.warning(
+                "POP: %s queue %d offset %d expired in flight but is gone from the store",
+                topic,
+                queue_id,
+                queue_offset,
+            )
+        # still in flight under the same pop? (an ack may have come while the copy was put)
+        if state.pop.decide_ack(key, [(queue_offset, inflight.pop_time_ms)]) is not None:
+            _apply(state, Acked(group, topic, queue_id, [queue_offset]))
