@@ -99,6 +99,15 @@ async def test_consumer_and_producer_connections(cluster: LocalCluster, client: 
         assert found["subscriptionTable"]["Orders"]["subString"] == "TagA || TagB"
         table = await ferry("consumer", "connection", "Packers")
         assert "packer-1" in table
+        status = await ferry("consumer", "status", "Packers", "--json")
+        info = status["packer-1"]
+        assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+        assert {(q["topic"], q["queueId"]) for q in info["mqTable"]} >= {("Orders", 0)}
+        assert {s["topic"] for s in info["subscriptionSet"]} == {"Orders", "%RETRY%Packers"}
+        same = await ferry("consumerStatus", "-g", "Packers", "-i", "packer-1", "--json")
+        assert same["packer-1"]["properties"] == info["properties"]
+        nobody = await ferry("consumer", "status", "Packers", "--client-id", "nobody", code=1)
+        assert nobody == "ferry: error: consumer nobody of group Packers is not online"
     gone = await ferry("consumer", "connection", "Packers", code=1)
     assert gone == "ferry: error: consumer group Packers is not online"
     await ferry("producer", "connection", "Shop", code=2)  # --topic is required

@@ -1,4 +1,4 @@
-"""Admin codes the Dashboard and rocketmq-exporter call (203, 204, 300, 315, 328), over sockets,
+"""Admin codes the Dashboard and rocketmq-exporter call (203, 204, 300, 307, 315, 328), on sockets,
 with RocketMQ's body shapes (FastJSON's field order, checked against recorded Java bodies)."""
 
 import asyncio
@@ -11,6 +11,7 @@ from ferrymq.client.producer import Producer
 from ferrymq.client.push import PushConsumer
 from ferrymq.rpc.client import RpcClient
 from ferrymq.testing import LocalCluster
+from ferrymq.wire import fastjson
 from ferrymq.wire.bodies import (
     BrokerStatsData,
     ConsumerConnection,
@@ -24,6 +25,7 @@ from ferrymq.wire.bodies import (
 )
 from ferrymq.wire.broker import (
     GetConsumerConnectionListRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
     GetProducerConnectionListRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
     ViewBrokerStatsDataRequestHeader,
@@ -78,6 +80,24 @@ async def test_connections_producers_and_consumers_of_a_topic(
             "CLUSTERING",
         )
         assert list(connection.subscription_table) == ["%RETRY%CG1", "Watched"]  # as RocketMQ
+
+        running = GetConsumerRunningInfoRequestHeader(
+            consumer_group="CG1", client_id="cons-1@127.0.0.1"
+        )
+        relayed = await client.call(
+            addr, command(RequestCode.GET_CONSUMER_RUNNING_INFO, running), 5
+        )
+        assert relayed.code == ResponseCode.SUCCESS, relayed.remark
+        # mqTable is keyed by MessageQueue objects, as FastJSON writes them
+        assert b'"mqTable":{{"brokerName":"broker-a","queueId":0,"topic":"' in relayed.body
+        info = fastjson.loads(relayed.body)
+        assert list(info) == ["mqTable", "properties", "statusTable", "subscriptionSet"]
+        assert int(info["properties"]["PROP_CONSUMER_START_TIMESTAMP"]) > 0
+        gone = GetConsumerRunningInfoRequestHeader(consumer_group="CG1", client_id="gone")
+        absent_client = await client.call(
+            addr, command(RequestCode.GET_CONSUMER_RUNNING_INFO, gone), 5
+        )
+        assert absent_client.remark == "The Consumer <CG1> <gone> not online"
 
         who = QueryTopicConsumeByWhoRequestHeader(topic="Watched")
         groups = await client.call(addr, command(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, who), 5)

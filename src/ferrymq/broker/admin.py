@@ -6,6 +6,7 @@ DELETE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUME_STATS,
 QUERY_TOPIC_CONSUME_BY_WHO. Clients: GET_CONSUMER_CONNECTION_LIST,
 GET_PRODUCER_CONNECTION_LIST, GET_ALL_PRODUCER_INFO (RocketMQ's body shapes: what the Dashboard
 and rocketmq-exporter read); VIEW_BROKER_STATS_DATA (statsAll's and the exporter's TPS);
+GET_CONSUMER_RUNNING_INFO (relayed to the client);
 INVOKE_BROKER_TO_RESET_OFFSET (online offset reset: commits the new
 offsets and pushes them to the group's running clients). Broker:
 GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG, UPDATE_BROKER_CONFIG (hot keys only; see
@@ -36,7 +37,7 @@ from ferrymq.broker.fence import FENCED_ATTRIBUTE
 from ferrymq.broker.metadata import GroupConfig, GroupFile
 from ferrymq.broker.state import BrokerState
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
-from ferrymq.errors import InvalidNameError, RequestError
+from ferrymq.errors import FerryError, InvalidNameError, RequestError
 from ferrymq.metrics.stats import StatsTable
 from ferrymq.model import validate_group, validate_topic
 from ferrymq.rpc.connection import Connection
@@ -67,6 +68,7 @@ from ferrymq.wire.broker import (
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
     GetFenceRequestHeader,
     GetProducerConnectionListRequestHeader,
@@ -95,6 +97,7 @@ __all__ = [
     "get_broker_config",
     "get_consume_stats",
     "get_consumer_connections",
+    "get_consumer_running_info",
     "get_fence",
     "get_producer_connections",
     "get_runtime_info",
@@ -657,3 +660,37 @@ async def view_broker_stats(
     )
     body = BrokerStatsData(stats_day=day, stats_hour=hour, stats_minute=minute)
     return _ok(request, encode_sorted(body))
+
+
+RUNNING_INFO_TIMEOUT_S: Final = 5.0
+"""How long a client gets to answer a relayed GET_CONSUMER_RUNNING_INFO."""
+
+
+async def get_consumer_running_info(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_CONSUMER_RUNNING_INFO (307): ask one client of a group for its running state.
+
+    RocketMQ `Broker2Client.callClient`: the request goes on to the client's connection and
+    its answer (a `ConsumerRunningInfo`) comes back as it is. A client not online is
+    SYSTEM_ERROR "The Consumer <group> <client id> not online".
+    """
+    header = from_ext_fields(GetConsumerRunningInfoRequestHeader, request.ext_fields)
+    group = state.clients.consumers.get(header.consumer_group)
+    channel = group.channels.get(header.client_id) if group is not None else None
+    if channel is None or channel.conn.is_closed:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            f"The Consumer <{header.consumer_group}> <{header.client_id}> not online",
+        )
+    relayed = RemotingCommand(
+        code=RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields=to_ext_fields(header)
+    )
+    try:
+        answer = await channel.conn.call(relayed, RUNNING_INFO_TIMEOUT_S)
+    except FerryError as exc:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            f"consumer {header.client_id} did not answer: {exc}",
+        ) from None
+    return request.make_response(answer.code, remark=answer.remark, body=answer.body)

@@ -144,6 +144,7 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.reset_offset,
     RequestCode.VIEW_BROKER_STATS_DATA: admin.view_broker_stats,
+    RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
     RequestCode.GET_GROUP_MEMBERS: consumer.get_group_members,
     RequestCode.POP_MESSAGE: pop_message,
     RequestCode.ACK_MESSAGE: ack_message,

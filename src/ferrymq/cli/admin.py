@@ -21,6 +21,7 @@ from ferrymq.cli.admin_daily import (
     broker_ha_status,
     broker_status,
     consumer_connection,
+    consumer_status,
     group_group,
     message_by_offset,
     message_print,
@@ -495,4 +496,5 @@ broker_group.add_command(broker_ha_status)
 broker_group.add_command(broker_config_group)
 offset_group.add_command(offset_reset_by_time)
 admin_group.add_command(stats_all)
+consumer_group.add_command(consumer_status)
 add_aliases(admin_group)  # mqadmin's names and flags (cli/mqadmin_alias.py)

@@ -1,8 +1,9 @@
 """`ferry admin`: mqadmin's everyday commands beyond topics and progress (issue 22).
 
 - `group update|delete|clone-offset` (updateSubGroup, deleteSubGroup, cloneGroupOffset);
-- `consumer connection GROUP` (consumerConnection), `producer connection GROUP --topic T`
-  (producerConnection);
+- `consumer connection GROUP` (consumerConnection), `consumer status GROUP [--client-id]`
+  (consumerStatus: each client's running state, asked through a broker),
+  `producer connection GROUP --topic T` (producerConnection);
 - `broker status|ha-status|config get|config update` (brokerStatus, haStatus, getBrokerConfig,
   updateBrokerConfig), for one broker (`--broker-addr`) or every broker of a cluster;
 - `offset reset-by-time --group G --topic T --timestamp MS` (resetOffsetByTime: online, the
@@ -38,6 +39,7 @@ __all__ = [
     "broker_ha_status",
     "broker_status",
     "consumer_connection",
+    "consumer_status",
     "group_group",
     "message_by_offset",
     "message_print",
@@ -311,6 +313,38 @@ def consumer_connection(ctx: click.Context, group: str, as_json: bool) -> None:
         ["topic", "expression"],
         [(topic, s.sub_string) for topic, s in sorted(found.subscription_table.items())],
     )
+
+
+@click.command("status")
+@click.argument("group")
+@click.option("--client-id", help="Only this client.")
+@json_option
+@click.pass_context
+def consumer_status(ctx: click.Context, group: str, client_id: str | None, as_json: bool) -> None:
+    """Each client's running state: owned queues, offsets, cache, locks (consumerStatus)."""
+    found = _run(ctx, lambda a: a.consumer_status(group, client_id))
+    if as_json:
+        emit_json(found)
+        return
+    for client, info in found.items():
+        props = info.get("properties", {})
+        emit_table(
+            f"{client} ({props.get('PROP_CONSUME_TYPE', '?')}, "
+            f"orderly {props.get('PROP_CONSUMEORDERLY', '?')})",
+            ["topic", "broker", "queue", "commit offset", "cached", "locked", "last pull (ms)"],
+            [
+                (
+                    q["topic"],
+                    q["brokerName"],
+                    q["queueId"],
+                    q.get("commitOffset"),
+                    q.get("cachedMsgCount"),
+                    q.get("locked"),
+                    q.get("lastPullTimestamp"),
+                )
+                for q in info["mqTable"]
+            ],
+        )
 
 
 @click.group("producer")

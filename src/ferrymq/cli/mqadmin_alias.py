@@ -161,6 +161,11 @@ ALIASES: tuple[Alias, ...] = (
     ),
     Alias("consumerProgress", ("consumer", "progress"), (_GROUP, Flag("-t", "--topic", "topic"))),
     Alias("consumerConnection", ("consumer", "connection"), (_GROUP,)),
+    Alias(
+        "consumerStatus",
+        ("consumer", "status"),
+        (_GROUP, Flag("-i", "--clientId", "client_id")),
+    ),
     Alias("producerConnection", ("producer", "connection"), (_GROUP, _TOPIC)),
     Alias(
         "resetOffsetByTime",

@@ -11,6 +11,8 @@
 - a broker's runtime figures and config (GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG);
 - topic permissions (UPDATE_AND_CREATE_TOPIC with the queues the broker has);
 - every NameServer's config and KV table (GET/UPDATE_NAMESRV_CONFIG, PUT/GET/DELETE_KV_CONFIG);
+- consumerStatus: each client's `ConsumerRunningInfo` (GET_CONSUMER_RUNNING_INFO through a
+  master, which asks the client);
 - statsAll: every topic's and consuming group's TPS and 24-hour counts
   (VIEW_BROKER_STATS_DATA, QUERY_TOPIC_CONSUME_BY_WHO, GET_CONSUME_STATS on the masters);
 - online offset reset (resetOffsetByTime: INVOKE_BROKER_TO_RESET_OFFSET on the topic's masters,
@@ -44,6 +46,7 @@ from ferrymq.wire.broker import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetConsumerConnectionListRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
@@ -52,6 +55,7 @@ from ferrymq.wire.broker import (
     ViewBrokerStatsDataRequestHeader,
 )
 from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.fastjson import loads, parse_mq_key
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 from ferrymq.wire.namesrv import KvConfigRequestHeader, PutKvConfigRequestHeader
@@ -430,3 +434,50 @@ class MQAdmin(AdminClient):
                 out_tps, out_day = await self._summed(masters, "GROUP_GET_NUMS", f"{name}@{group}")
                 rows.append(StatsRow(name, group, lag, out_tps, out_day))
         return rows
+
+    async def consumer_status(
+        self, group: str, client_id: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Each online client's (or one client's) `ConsumerRunningInfo`: client id -> info.
+
+        `mqTable` comes back as a list of queues, each with its topic, broker name and queue id.
+
+        Raises:
+            FerryError: the group (or that client) is not online.
+        """
+        connection = await self.consumer_connection(group)
+        clients = [c.client_id for c in connection.connection_set]
+        if client_id is not None:
+            if client_id not in clients:
+                raise FerryError(f"consumer {client_id} of group {group} is not online")
+            clients = [client_id]
+        masters = list((await self._masters_of(None, None)).values())
+        found: dict[str, dict[str, Any]] = {}
+        for client in clients:
+            header = GetConsumerRunningInfoRequestHeader(consumer_group=group, client_id=client)
+            last: FerryError | None = None
+            for address in masters:  # any master the client is connected to can ask it
+                response = await self._rpc.call(
+                    address,
+                    RemotingCommand(
+                        code=RequestCode.GET_CONSUMER_RUNNING_INFO,
+                        ext_fields=to_ext_fields(header),
+                    ),
+                    self._timeout,
+                )
+                if response.code != ResponseCode.SUCCESS:
+                    last = RemoteError(response.code, f"broker {address}: {response.remark}")
+                    continue
+                info = loads(response.body)
+                queues = []
+                for key, value in dict(info.get("mqTable", {})).items():
+                    topic, broker_name, queue_id = parse_mq_key(key)
+                    queues.append(
+                        {"topic": topic, "brokerName": broker_name, "queueId": queue_id, **value}
+                    )
+                info["mqTable"] = queues
+                found[client] = info
+                break
+            else:
+                raise last or FerryError(f"no master to ask consumer {client}")
+        return found

@@ -15,6 +15,8 @@ RocketMQ's `DefaultMQPushConsumer`, in asyncio:
 - the committed offset of a queue is the lowest offset still being processed (or the next one to
   pull): messages are never skipped, and after a crash or rebalance only messages handled since
   the last commit come again. Offsets are committed every `commit_interval` and on `close`;
+- GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus, through the broker) is answered with
+  RocketMQ's `ConsumerRunningInfo`: properties, subscriptions and each owned queue's state;
 - an online offset reset (mqadmin resetOffsetByTime: the broker pushes RESET_CONSUMER_CLIENT_OFFSET
   with the new offsets) drops the named queues without committing their old position and
   starts them again at the new offsets.
@@ -27,6 +29,7 @@ import contextlib
 import logging
 import os
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -59,6 +62,7 @@ from ferrymq.wire.broker import (
     UnregisterClientRequestHeader,
 )
 from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.fastjson import encode_object_map, encode_sorted, mq_key
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields, to_ext_fields
 
@@ -125,6 +129,8 @@ class _QueueState:
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     ordered: asyncio.Queue[Message] | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    last_pull_ms: int = 0
+    last_consume_ms: int = 0
 
     @property
     def commit_offset(self) -> int:
@@ -167,6 +173,9 @@ class PushConsumer:
         self.consume_from = consume_from
         self.consume_timestamp_ms = consume_timestamp_ms
         self.orderly = orderly
+        self._namesrv_addr = namesrv_addr
+        self._concurrency = concurrency
+        self._started_ms = 0
         self.client_id = client_id or f"127.0.0.1@{os.getpid()}#{random.getrandbits(32):08x}"
         self._rpc = RpcClient(self._on_push, credentials=credentials_of(access_key, secret_key))
         self._puller = PullConsumer(namesrv_addr, group, rpc=self._rpc, request_timeout=5.0)
@@ -212,6 +221,7 @@ class PushConsumer:
             raise ValueError("subscribe to at least one topic before start()")
         if self.message_model is MessageModel.CLUSTERING:
             self._subscriptions.setdefault(f"%RETRY%{self.group}", "*")
+        self._started_ms = int(time.time() * 1000)
         await self._heartbeat()
         await self._rebalance()
         for work in (self._heartbeat_loop(), self._rebalance_loop(), self._commit_loop()):
@@ -248,6 +258,8 @@ class PushConsumer:
         if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self._rebalance_now.set()
             return None
+        if request.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            return request.make_response(ResponseCode.SUCCESS, body=self.running_info())
         if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             offsets = _reset_offsets_of(request, self.group)
             if offsets:
@@ -256,6 +268,55 @@ class PushConsumer:
                 task.add_done_callback(self._resets.discard)
             return None  # RocketMQ's client answers nothing (the broker sends it oneway)
         return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not served")
+
+    def running_info(self) -> bytes:
+        """RocketMQ's `ConsumerRunningInfo` of this client, as FastJSON writes it.
+
+        Properties (consume type, orderly, concurrency, start time, NameServers), subscriptions,
+        and per owned queue a `ProcessQueueInfo` (commit offset, cached messages, lock, last
+        pull and consume times). `statusTable` (pull/consume RT and TPS) is not kept: empty.
+        """
+        properties = {
+            "PROP_CLIENT_VERSION": "ferrymq",
+            "PROP_CONSUMEORDERLY": "true" if self.orderly else "false",
+            "PROP_CONSUMER_START_TIMESTAMP": str(self._started_ms),
+            "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
+            "PROP_NAMESERVER_ADDR": self._namesrv_addr,
+            "PROP_THREADPOOL_CORE_SIZE": str(self._concurrency),
+            "consumerGroup": self.group,
+            "messageModel": self.message_model.value,
+            "pullBatchSize": str(self._pull_batch),
+        }
+        subscriptions = [
+            SubscriptionData(topic=topic, sub_string=expression)
+            for topic, expression in sorted(self._subscriptions.items())
+        ]
+        queues = []
+        for queue, state in sorted(self._states.items()):
+            if state.dropped:
+                continue
+            info: dict[str, object] = {
+                "cachedMsgCount": len(state.processing),
+                "cachedMsgSizeInMiB": state.cached_bytes // (1024 * 1024),
+                "commitOffset": state.commit_offset,
+                "droped": False,  # RocketMQ's spelling
+                "lastConsumeTimestamp": state.last_consume_ms,
+                "lastPullTimestamp": state.last_pull_ms,
+                "locked": state.locked,
+            }
+            if state.processing:
+                info["cachedMsgMaxOffset"] = max(state.processing)
+                info["cachedMsgMinOffset"] = min(state.processing)
+            queues.append((mq_key(queue.topic, queue.broker_name, queue.queue_id), info))
+        return (
+            b'{"mqTable":'
+            + encode_object_map(queues)
+            + b',"properties":'
+            + encode_sorted(properties)
+            + b',"statusTable":{},"subscriptionSet":'
+            + encode_sorted(subscriptions)
+            + b"}"
+        )
 
     async def _brokers(self) -> set[str]:
         addresses: set[str] = set()
@@ -499,8 +560,10 @@ class PushConsumer:
                     task = asyncio.get_running_loop().create_task(self._consume_one(state, message))
                     task.add_done_callback(lambda _: self._slots.release())
             state.next_offset = max(state.next_offset, result.next_offset)
+            state.last_pull_ms = int(time.time() * 1000)
 
     def _done(self, state: _QueueState, message: Message) -> None:
+        state.last_consume_ms = int(time.time() * 1000)
         state.processing.discard(message.queue_offset)
         state.cached_bytes -= len(message.body)
         state.room.set()

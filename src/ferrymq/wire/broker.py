@@ -24,6 +24,7 @@ __all__ = [
     "GetConsumeStatsRequestHeader",
     "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader",
+    "GetConsumerRunningInfoRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetEarliestMsgStoretimeResponseHeader",
     "GetFenceRequestHeader",
@@ -451,6 +452,14 @@ class ViewBrokerStatsDataRequestHeader(CommandHeader):
 
     stats_name: str
     stats_key: str
+
+
+class GetConsumerRunningInfoRequestHeader(CommandHeader):
+    """GET_CONSUMER_RUNNING_INFO (307): admin -> broker, then broker -> the client."""
+
+    consumer_group: str
+    client_id: str
+    jstack_enable: bool = False
 
 
 class ResetOffsetRequestHeader(CommandHeader):
