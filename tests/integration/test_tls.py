@@ -1,15 +1,18 @@
 """TLS on a remoting port (issue 23): trust, refusal of plain text and strangers, client certs."""
 
 import asyncio
+import json
 import logging
 import ssl
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
+from ferrymq.cmd.ferry import cli
 from ferrymq.errors import ConnectError, ConnectionClosedError, FerryError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
@@ -250,5 +253,14 @@ async def test_connect_rest_api_serves_https_to_our_ca_only(pki: Pki, tmp_path: 
             async with httpx.AsyncClient() as http:
                 with pytest.raises(httpx.HTTPError):
                     await http.get(worker.url.replace("https://", "http://") + "/connectors")
+            ferry = ["connect", "--url", worker.url, "--json", "list"]
+            listed = await asyncio.to_thread(
+                CliRunner().invoke, cli, ["--tls-ca", str(pki.ca.cert_path), *ferry]
+            )
+            assert listed.exit_code == 0, listed.output
+            assert json.loads(listed.stdout) == []
+            untrusting = await asyncio.to_thread(CliRunner().invoke, cli, ferry)
+            assert untrusting.exit_code != 0
+            assert "CERTIFICATE_VERIFY_FAILED" in untrusting.output, untrusting.output
     finally:
         restore(token)

@@ -25,6 +25,7 @@ import httpx
 
 from ferrymq.cli.output import emit_json, emit_table
 from ferrymq.config import ConfigError, parse_properties
+from ferrymq.security.tls import process_client_tls
 
 __all__ = ["DEFAULT_URL", "connect_group"]
 
@@ -52,7 +53,10 @@ class Rest:
         problems: list[str] = []
         for url in self.urls:
             try:
-                with httpx.Client(timeout=httpx.Timeout(_TIMEOUT_S, connect=3.0)) as client:
+                with httpx.Client(
+                    timeout=httpx.Timeout(_TIMEOUT_S, connect=3.0),
+                    verify=process_client_tls().context or True,  # ferry --tls-ca
+                ) as client:
                     response = client.request(
                         method,
                         url + path,
