@@ -34,16 +34,25 @@ from ferrymq.client import admin as async_admin
 from ferrymq.client import consumer as async_consumer
 from ferrymq.client import producer as async_producer
 from ferrymq.client import push as async_push
+from ferrymq.client import simple as async_simple
 from ferrymq.client import transaction as async_transaction
 from ferrymq.client.consumer import PullResult
 from ferrymq.client.message import Message, SendResult
 from ferrymq.client.push import ConsumeFrom, MessageModel
+from ferrymq.client.simple import ReceivedMessage
 from ferrymq.client.transaction import TransactionSendResult, TransactionState
 from ferrymq.model import MessageQueue
 from ferrymq.rpc.loop import new_event_loop
 from ferrymq.wire.bodies import ClusterInfo, ConsumeStatsEntry, TopicOffsetEntry, TopicRouteData
 
-__all__ = ["AdminClient", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
+__all__ = [
+    "AdminClient",
+    "Producer",
+    "PullConsumer",
+    "PushConsumer",
+    "SimpleConsumer",
+    "TransactionProducer",
+]
 
 T = TypeVar("T")
 
@@ -336,6 +345,59 @@ class PullConsumer(_Facade):
     def commit(self, queue: MessageQueue, offset: int) -> None:
         """Commit the group's position in the queue (the next offset to read)."""
         self._runner.run(self._consumer.commit(queue, offset))
+
+
+class SimpleConsumer(_Facade):
+    """Blocking `ferrymq.SimpleConsumer`: receive by POP, ack, change invisible durations."""
+
+    def __init__(
+        self,
+        namesrv_addr: str,
+        group: str,
+        *,
+        fifo: bool = False,
+        from_first: bool = True,
+        request_timeout: float = 5.0,
+    ) -> None:
+        self._runner = _LoopThread("ferrymq-simple-consumer")
+        self._consumer = async_simple.SimpleConsumer(
+            namesrv_addr,
+            group,
+            fifo=fifo,
+            from_first=from_first,
+            request_timeout=request_timeout,
+        )
+
+    def _close_client(self) -> Coroutine[Any, Any, None]:
+        return self._consumer.close()
+
+    def receive(
+        self,
+        topic: str,
+        *,
+        max_messages: int = 16,
+        invisible_duration: float = 30.0,
+        wait: float = 0.0,
+        expression: str = "*",
+    ) -> list[ReceivedMessage]:
+        """Up to `max_messages` messages, each invisible to the group for `invisible_duration`."""
+        return self._runner.run(
+            self._consumer.receive(
+                topic,
+                max_messages=max_messages,
+                invisible_duration=invisible_duration,
+                wait=wait,
+                expression=expression,
+            )
+        )
+
+    def ack(self, received: ReceivedMessage) -> None:
+        """Acknowledge a received message: it is never delivered again."""
+        self._runner.run(self._consumer.ack(received))
+
+    def change_invisible_duration(self, received: ReceivedMessage, duration: float) -> None:
+        """Make a message invisible for `duration` seconds from now (its handle is replaced)."""
+        self._runner.run(self._consumer.change_invisible_duration(received, duration))
 
 
 class PushConsumer(_Facade):
