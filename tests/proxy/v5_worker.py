@@ -9,6 +9,7 @@ Not imported by the tests (the 4.x client's `rocketmq` module is another package
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import threading
 import time
@@ -129,7 +130,70 @@ def push(endpoint: str, topic: str, group: str, count: str) -> None:
         consumer.shutdown()
 
 
+def failover(endpoint: str, topic: str, group: str, seconds: str) -> None:
+    """A producer thread sending without pause and a simple consumer acking what it receives,
+    except every tenth message on its first delivery (left in flight): until SIGTERM or
+    `seconds`. Events: sent (ok or not), received (attempt), acked, ack_failed, each timed."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    config = ClientConfiguration(endpoint, Credentials(), request_timeout=5)
+    producer = Producer(config, (topic,))
+    producer.startup()
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression()}, await_duration=1)
+    consumer.startup()
+    deadline = time.monotonic() + float(seconds)
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set() and time.monotonic() < deadline:
+            message = Message()
+            message.topic = topic
+            message.body = f"f-{i:05d}".encode()
+            start = time.time()
+            try:
+                producer.send(message)
+                ok = True
+            except Exception:  # noqa: BLE001 -- a failed send is an event, not a crash
+                ok = False
+            emit(event="sent", body=f"f-{i:05d}", ok=ok, start=start, end=time.time())
+            i += 1
+            time.sleep(0.01)
+
+    sender = threading.Thread(target=produce)
+    sender.start()
+    try:
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                messages = consumer.receive(16, 3)
+            except Exception as exc:  # noqa: BLE001 -- the endpoint is failing over
+                emit(event="receive_failed", error=str(exc)[:200], at=time.time())
+                time.sleep(0.1)
+                continue
+            for message in messages:
+                body = message.body.decode()
+                attempt = message.delivery_attempt
+                emit(event="received", body=body, attempt=attempt, at=time.time())
+                if int(body[2:]) % 10 == 0 and attempt == 1:
+                    continue  # in flight across the failover: must come again
+                try:
+                    consumer.ack(message)
+                except Exception as exc:  # noqa: BLE001
+                    emit(event="ack_failed", body=body, error=str(exc)[:200], at=time.time())
+                else:
+                    emit(event="acked", body=body, at=time.time())
+    finally:
+        stop.set()
+        sender.join()
+        consumer.shutdown()
+        producer.shutdown()
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    commands: dict[str, Callable[..., None]] = {"produce": produce, "simple": simple, "push": push}
+    commands: dict[str, Callable[..., None]] = {
+        "produce": produce,
+        "simple": simple,
+        "push": push,
+        "failover": failover,
+    }
     commands[command](*args)

@@ -12,10 +12,12 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
@@ -25,7 +27,9 @@ from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
 
-pytestmark = [pytest.mark.system, pytest.mark.compat]
+from ..proxy.v5env import v5_python
+
+pytestmark = [pytest.mark.system, pytest.mark.compat, pytest.mark.asyncio(loop_scope="module")]
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +38,16 @@ ROUNDS = 5
 
 
 async def _master(
-    admin: AdminClient, *, not_addr: str = "", timeout: float = 60.0, poll: float = 0.1
+    admin: AdminClient,
+    *,
+    topic: str = TOPIC,
+    not_addr: str = "",
+    timeout: float = 60.0,
+    poll: float = 0.1,
 ) -> str:
     deadline = time.monotonic() + timeout
     while True:
-        route = await admin.route(TOPIC)
+        route = await admin.route(topic)
         if route is not None:
             for broker in route.broker_datas:
                 address = broker.broker_addrs.get(0)
@@ -76,83 +85,179 @@ async def _stored(namesrv: str) -> set[str]:
     return found
 
 
-async def test_official_4x_client_through_the_endpoint_across_master_kills(
-    tmp_path: Path,
-) -> None:
-    cluster = ProcessCluster(
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ProcessCluster]:
+    """`ferry up`'s processes with the endpoint, shared by this module's tests."""
+    up = ProcessCluster(
         UpConfig(
-            data_dir=tmp_path,
+            data_dir=tmp_path_factory.mktemp("proxy-failover"),
             replicas=3,
             controllers=3,
             proxy=True,
             segment_bytes=16 * 1024 * 1024,
         )
     )
-    await cluster.start()
-    rows: list[dict[str, Any]] = []
+    await up.start()
     try:
-        assert cluster.proxy is not None
-        remoting = str(cluster.proxy.info["remoting"])
-        async with AdminClient(cluster.namesrv_addr) as admin, RpcClient() as client:
-            await admin.create_topic(TOPIC, queues=4)
-            master = await _master(admin)
-            producer = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "tests.proxy.cpp_stream",
-                remoting,
-                TOPIC,
-                "300",
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL,
-                env={**os.environ, "HOME": str(tmp_path)},  # the C++ core logs under ~/logs
-            )
-            assert producer.stdout is not None
-            stdout = producer.stdout
-
-            async def read_rows() -> None:
-                async for line in stdout:
-                    rows.append(json.loads(line))  # noqa: PERF401 -- read while the test runs
-
-            reader = asyncio.get_running_loop().create_task(read_rows())
-            gaps: list[float] = []
-            elects: list[float] = []
-            try:
-                for _ in range(ROUNDS):
-                    count = len(rows)
-                    deadline = time.monotonic() + 30
-                    while len([r for r in rows[count:] if r["ok"]]) < 20:  # sending through it
-                        assert time.monotonic() < deadline, rows[-5:]
-                        await asyncio.sleep(0.05)
-                    await _in_sync(client, master, 2)  # another replica can take over
-                    victim = next(n for n, c in cluster.brokers.items() if c.addr == master)
-                    killed_at = time.time()
-                    cluster.brokers[victim].kill()
-                    master = await _master(admin, not_addr=master, poll=0.02)
-                    elects.append(time.time() - killed_at)
-                    deadline = time.monotonic() + 30
-                    while not [r for r in rows if r["ok"] and r["start"] > killed_at]:
-                        assert time.monotonic() < deadline, f"no send acknowledged: {rows[-5:]}"
-                        await asyncio.sleep(0.02)
-                    first = min(r["end"] for r in rows if r["ok"] and r["start"] > killed_at)
-                    gaps.append(first - killed_at)
-                    await cluster.brokers[victim].process.wait()
-                    await cluster.restart(victim)  # rejoins as a slave while the next round runs
-            finally:
-                if producer.returncode is None:
-                    producer.terminate()
-                await asyncio.wait_for(producer.wait(), 30)
-                await asyncio.wait_for(reader, 10)
-            acked = {r["body"] for r in rows if r["ok"]}
-            missing = acked - await _stored(cluster.namesrv_addr)
-            log.warning(
-                "gaps %s s (the route named the new master after %s s), %d acked of %d sends",
-                [round(g, 2) for g in gaps],
-                [round(e, 2) for e in elects],
-                len(acked),
-                len(rows),
-            )
-            assert not missing, f"{len(missing)} acknowledged sends lost: {sorted(missing)[:5]}"
-            assert statistics.median(gaps) <= 2.0, gaps
+        yield up
     finally:
-        await cluster.stop()
+        await up.stop()
+
+
+async def test_official_4x_client_through_the_endpoint_across_master_kills(
+    cluster: ProcessCluster, tmp_path: Path
+) -> None:
+    rows: list[dict[str, Any]] = []
+    assert cluster.proxy is not None
+    remoting = str(cluster.proxy.info["remoting"])
+    async with AdminClient(cluster.namesrv_addr) as admin, RpcClient() as client:
+        await admin.create_topic(TOPIC, queues=4)
+        master = await _master(admin)
+        producer = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.proxy.cpp_stream",
+            remoting,
+            TOPIC,
+            "300",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={**os.environ, "HOME": str(tmp_path)},  # the C++ core logs under ~/logs
+        )
+        assert producer.stdout is not None
+        stdout = producer.stdout
+
+        async def read_rows() -> None:
+            async for line in stdout:
+                rows.append(json.loads(line))  # noqa: PERF401 -- read while the test runs
+
+        reader = asyncio.get_running_loop().create_task(read_rows())
+        gaps: list[float] = []
+        elects: list[float] = []
+        try:
+            for _ in range(ROUNDS):
+                count = len(rows)
+                deadline = time.monotonic() + 30
+                while len([r for r in rows[count:] if r["ok"]]) < 20:  # sending through it
+                    assert time.monotonic() < deadline, rows[-5:]
+                    await asyncio.sleep(0.05)
+                await _in_sync(client, master, 2)  # another replica can take over
+                victim = next(n for n, c in cluster.brokers.items() if c.addr == master)
+                killed_at = time.time()
+                cluster.brokers[victim].kill()
+                master = await _master(admin, not_addr=master, poll=0.02)
+                elects.append(time.time() - killed_at)
+                deadline = time.monotonic() + 30
+                while not [r for r in rows if r["ok"] and r["start"] > killed_at]:
+                    assert time.monotonic() < deadline, f"no send acknowledged: {rows[-5:]}"
+                    await asyncio.sleep(0.02)
+                first = min(r["end"] for r in rows if r["ok"] and r["start"] > killed_at)
+                gaps.append(first - killed_at)
+                await cluster.brokers[victim].process.wait()
+                await cluster.restart(victim)  # rejoins as a slave while the next round runs
+        finally:
+            if producer.returncode is None:
+                producer.terminate()
+            await asyncio.wait_for(producer.wait(), 30)
+            await asyncio.wait_for(reader, 10)
+        acked = {r["body"] for r in rows if r["ok"]}
+        missing = acked - await _stored(cluster.namesrv_addr)
+        log.warning(
+            "gaps %s s (the route named the new master after %s s), %d acked of %d sends",
+            [round(g, 2) for g in gaps],
+            [round(e, 2) for e in elects],
+            len(acked),
+            len(rows),
+        )
+        assert not missing, f"{len(missing)} acknowledged sends lost: {sorted(missing)[:5]}"
+        assert statistics.median(gaps) <= 2.0, gaps
+
+
+V5_WORKER = Path(__file__).parents[1] / "proxy" / "v5_worker.py"
+
+
+async def test_official_5x_producer_and_simple_consumer_across_a_master_kill(
+    cluster: ProcessCluster,
+) -> None:
+    """No acknowledged send lost, no acked message delivered again, in-flight ones come again."""
+    events: list[dict[str, Any]] = []
+    assert cluster.proxy is not None
+    topic = "ProxyFailover5"
+    async with AdminClient(cluster.namesrv_addr) as admin, RpcClient() as client:
+        await admin.create_topic(topic, queues=2)
+        master = await _master(admin, topic=topic)
+        await _in_sync(client, master, 3)
+        worker = await asyncio.create_subprocess_exec(
+            str(v5_python()),
+            str(V5_WORKER),
+            "failover",
+            str(cluster.proxy.info["grpc"]),
+            topic,
+            "proxy_failover5",
+            "120",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        assert worker.stdout is not None
+        stdout = worker.stdout
+
+        async def read_events() -> None:
+            async for line in stdout:
+                if line.startswith(b"{"):
+                    events.append(json.loads(line))  # noqa: PERF401 -- read while running
+
+        reader = asyncio.get_running_loop().create_task(read_events())
+
+        def count(kind: str, after: float = 0.0) -> int:
+            return sum(
+                1 for e in events if e["event"] == kind and e.get("at", e.get("end", 0)) > after
+            )
+
+        try:
+            deadline = time.monotonic() + 60
+            while count("acked") < 30:  # producing and consuming through the endpoint
+                assert time.monotonic() < deadline, events[-5:]
+                await asyncio.sleep(0.05)
+            victim = next(n for n, c in cluster.brokers.items() if c.addr == master)
+            killed_at = time.time()
+            cluster.brokers[victim].kill()
+            deadline = time.monotonic() + 60
+            while count("acked", killed_at + 5) < 10:  # past the in-flight ones' 3 s
+                assert time.monotonic() < deadline, events[-5:]
+                await asyncio.sleep(0.1)
+        finally:
+            if worker.returncode is None:
+                worker.terminate()
+            await asyncio.wait_for(worker.wait(), 60)
+            await asyncio.wait_for(reader, 10)
+    sent_ok = {e["body"] for e in events if e["event"] == "sent" and e["ok"]}
+    received = [e for e in events if e["event"] == "received"]
+    acked = {e["body"]: e["at"] for e in events if e["event"] == "acked"}
+    last_sent = max(e["start"] for e in events if e["event"] == "sent" and e["ok"])
+    # every acknowledged send reached the consumer (those sent in its last seconds may not)
+    lost = {b for b in sent_ok if b not in {r["body"] for r in received}}
+    late = {
+        b
+        for b in lost
+        if next(e["start"] for e in events if e.get("body") == b and e["event"] == "sent")
+        > last_sent - 5
+    }
+    assert not (lost - late), sorted(lost - late)[:10]
+    # no message delivered again after its ack was answered
+    again = [r for r in received if r["body"] in acked and r["at"] > acked[r["body"]]]
+    assert not again, again[:5]
+    # the ones left in flight before the kill came again
+    held = {
+        r["body"]
+        for r in received
+        if r["attempt"] == 1 and int(r["body"][2:]) % 10 == 0 and r["at"] < killed_at
+    }
+    redelivered = {r["body"] for r in received if r["attempt"] >= 2}
+    assert held, "nothing was in flight at the kill"
+    assert held <= redelivered, sorted(held - redelivered)
+    log.warning(
+        "5.x across a kill: %d sends acked, %d acked by the consumer, %d in flight came again",
+        len(sent_ok),
+        len(acked),
+        len(held),
+    )
