@@ -12,8 +12,10 @@ one never meet in a process.
 from __future__ import annotations
 
 import ast
+import fcntl
 import functools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +34,15 @@ from google.protobuf import (
 from ferrymq.errors import FerryError
 from ferrymq.store.atomic import write_atomic
 
-__all__ = ["CLIENT_PIN", "V2", "build", "cache_dir", "descriptor_file", "load"]
+__all__ = [
+    "CLIENT_PIN",
+    "V2",
+    "build",
+    "cache_dir",
+    "client_python",
+    "descriptor_file",
+    "load",
+]
 
 CLIENT_PIN: Final = "rocketmq-python-client==5.1.2"
 """The official client whose stubs define the schema (and which the tests run unchanged)."""
@@ -100,6 +110,31 @@ def build(*, force: bool = False) -> Path:
             os.replace(Path(tmp) / _WHEEL, wheel)
     write_atomic(target, descriptor_set_from_wheel(wheel))
     return target
+
+
+def client_python() -> Path:
+    """The python of a venv holding the pinned official client, made once (pip) in the cache.
+
+    Its module `rocketmq` is also the 4.x client's, so it never shares ferrymq's venv.
+    """
+    venv = cache_dir() / f"rmq5-venv-{CLIENT_PIN.split('==')[1]}"
+    python = venv / "bin" / "python"
+    ready = venv / ".ready"
+    if ready.exists():
+        return python
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with (cache_dir() / "rmq5-venv.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two processes never build it at once
+        if not ready.exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "--quiet", CLIENT_PIN],
+                check=True,
+                timeout=600,
+            )
+            ready.touch()
+    return python
 
 
 class V2:
