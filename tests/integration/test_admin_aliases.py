@@ -43,6 +43,7 @@ async def test_mqadmin_names_and_flags_run_the_ferry_commands(cluster: LocalClus
     unknown = await ferry("updateTopic", "-n", ns, "-t", "Mq", "-r", "4", code=2)
     assert "-r" in unknown  # readQueueNums: ferry topics have one queue count
     await ferry("updateSubGroup", "-n", ns, "-c", "DefaultCluster", code=2)  # no -g
+    await ferry("updateTopicPerm", "-n", ns, "-t", "Mq", "-p", "5", code=2)
     await ferry("updateSubGroup", "-n", ns, "-g", "G", "-d", "maybe", code=2)
     await ferry("resetOffsetByTime", "-n", ns, "-g", "G", "-t", "Mq", "-s", "yesterday", code=2)
     nowhere = await ferry("updateTopic", "-n", ns, "-t", "Mq", "-b", "127.0.0.1:1", code=1)

@@ -8,6 +8,8 @@ import time
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Any
 
+import pytest
+
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.message import Message
@@ -187,3 +189,27 @@ async def test_namesrv_config_and_kv(cluster: LocalCluster) -> None:
     gone = await ferry("namesrv", "kv", "get", "ORDER_TOPIC_CONFIG", "Orders", code=1)
     assert gone == "ferry: error: no KV config item ORDER_TOPIC_CONFIG/Orders"
     await ferry("namesrv", "kv", "put", "ORDER_TOPIC_CONFIG", "Orders", code=2)
+
+
+BAD_USAGE = [
+    ("consumer", "connection"),
+    ("consumer", "status"),
+    ("producer", "connection", "--topic", "T"),
+    ("group", "delete"),
+    ("broker", "ha-status"),
+    ("broker", "config", "get", "--broker-addr", "127.0.0.1:1", "--cluster", "C"),
+    ("message", "by-offset", "--topic", "T", "--broker-name", "b", "--queue", "0"),
+    ("message", "print"),
+    ("offset", "reset-by-time", "--group", "G", "--topic", "T", "--timestamp", "-5"),
+    ("stats-all", "--bogus"),
+    ("namesrv", "config", "update"),
+    ("namesrv", "kv", "get", "NS"),
+    ("topic", "perm", "T"),
+    ("consumerStatus", "-i", "c1"),
+    ("statsAll", "-x"),
+]
+
+
+@pytest.mark.parametrize("args", BAD_USAGE, ids=" ".join)
+async def test_bad_arguments_are_one_line_and_exit_2(args: tuple[str, ...]) -> None:
+    await Ferry("127.0.0.1:1")(*args, code=2)  # refused before any server is asked

@@ -529,19 +529,25 @@ def broker_config_update(
 # ---------------------------------------------------------------------------- topics, messages
 
 
+def _perm(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value not in (2, 4, 6):
+        raise click.BadParameter(f"{value} is not 2 (write), 4 (read) or 6 (both)")
+    return value
+
+
 @click.command("perm")
 @click.argument("topic")
-@click.option("--perm", type=click.Choice(["2", "4", "6"]), required=True, help="2 W, 4 R, 6 RW.")
+@click.option("--perm", type=int, required=True, callback=_perm, help="2 write, 4 read, 6 both.")
 @click.option("--broker-name", help="Only on this broker group.")
 @json_option
 @click.pass_context
 def topic_perm(
-    ctx: click.Context, topic: str, perm: str, broker_name: str | None, as_json: bool
+    ctx: click.Context, topic: str, perm: int, broker_name: str | None, as_json: bool
 ) -> None:
     """Change a topic's permission on its masters (updateTopicPerm)."""
-    done = _run(ctx, lambda a: a.update_topic_perm(topic, int(perm), broker_name=broker_name))
+    done = _run(ctx, lambda a: a.update_topic_perm(topic, perm, broker_name=broker_name))
     if as_json:
-        emit_json({"topic": topic, "perm": int(perm), "brokers": done})
+        emit_json({"topic": topic, "perm": perm, "brokers": done})
         return
     click.echo(f"topic {topic}: perm {perm} on {', '.join(done)}")
 

@@ -259,6 +259,11 @@ def _resolve(root: click.Group, path: tuple[str, ...]) -> click.Command:
     return command
 
 
+def _callback(params: dict[str, click.Parameter], name: str) -> Any:
+    found = params.get(name)
+    return found.callback if found is not None else None
+
+
 def _alias_command(alias: Alias, target: click.Command) -> click.Command:
     params: dict[str, click.Parameter] = {p.name: p for p in target.params if p.name}
     options: list[click.Parameter] = [
@@ -280,6 +285,8 @@ def _alias_command(alias: Alias, target: click.Command) -> click.Command:
                 [flag.short, flag.long, flag.target],
                 type=kind,
                 required=flag.required,
+                # the ferry option's own check (ctx.invoke below runs no callbacks)
+                callback=None if flag.convert or flag.boolean else _callback(params, flag.target),
                 help=f"ferry: {flag.target.replace('_', '-')}",
             )
         )
