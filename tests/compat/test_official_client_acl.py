@@ -120,6 +120,24 @@ def test_the_official_client_signs_sends_and_pulls_and_is_refused_where_its_acco
         worker.kill()
         out, _ = worker.communicate(timeout=30)
     assert out == b"", out
+    # a push consumer (heartbeat, rebalance, long-polling pulls, offset commits) signs each request
+    output = broker.log.parent / "push.jsonl"
+    env = {**os.environ, "CPP_ACCESS_KEY": "cpp-consumer", "CPP_SECRET_KEY": "consumer-secret"}
+    args = ["push", namesrv, "AclReaders", "AclSend", "*", str(output), "[]"]
+    push = subprocess.Popen([*WORKER, *args], stdout=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        next_send = time.monotonic()
+        while "pushed" not in (output.read_text() if output.exists() else ""):
+            assert time.monotonic() < deadline, "the push consumer never got the message"
+            if time.monotonic() >= next_send:  # sent again until the consumer has its queues
+                sent = _produce(namesrv, "AclSend", "pushed", "cpp-producer", "producer-secret")
+                assert sent["status"] == "OK", sent
+                next_send = time.monotonic() + 3
+            time.sleep(0.2)
+    finally:
+        push.terminate()
+        push.wait(30)
     log = broker.log.read_text()
     assert "Check signature failed for accessKey=cpp-producer" in log
     assert "No permission for topic AclDenied: accessKey=cpp-producer needs PUB" in log
