@@ -229,3 +229,15 @@ async def test_a_pop_whose_retry_topic_name_would_be_invalid_is_refused(
     async with SimpleConsumer(cluster.namesrv_addr, group) as consumer:
         with pytest.raises(RemoteError, match="not a valid topic name"):
             await consumer.receive("PopL", invisible_duration=30.0)
+
+
+async def test_init_mode_max_starts_a_new_group_at_the_end(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    await create_topic(client, cluster.broker.address, "PopI", queues=1)
+    await _send(cluster, "PopI", 2)
+    async with SimpleConsumer(cluster.namesrv_addr, "G10", from_first=False) as consumer:
+        assert await consumer.receive("PopI", invisible_duration=30.0) == []
+        await _send(cluster, "PopI", 1)  # the position taken at the first pop holds
+        got = await _receive_until(consumer, "PopI", 1, invisible=30.0)
+        assert [(m.message.body, m.message.queue_offset) for m in got] == [(b"m0", 2)]
