@@ -1,5 +1,6 @@
 """The console's sampled series and observed elections (pure)."""
 
+from ferrymq.console.sampler import IDLE_AFTER_S, pause_after_sample
 from ferrymq.console.views import CounterSeries, ElectionLog, GaugeSeries
 
 
@@ -36,3 +37,9 @@ def test_elections_are_master_or_epoch_changes_after_the_first_reading() -> None
     assert log.observe(5, "broker-a", 1, "127.0.0.1:1", 1) is None  # an older epoch: ignored
     assert log.observe(6, "broker-b", 1, "127.0.0.1:3", 7) is None
     assert [e.wall_ms for e in log.elections] == [4, 3]
+
+
+def test_sampling_slows_down_while_no_one_reads_the_api() -> None:
+    assert pause_after_sample(1.0, 500.0, 500.0 - IDLE_AFTER_S + 1) == 1.0
+    assert pause_after_sample(1.0, 500.0, 500.0 - IDLE_AFTER_S) == 10.0
+    assert pause_after_sample(0.5, 500.0, None) == 5.0

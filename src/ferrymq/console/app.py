@@ -15,6 +15,7 @@ API (JSON; errors are `{"error": kind, "message": ...}` with 400, 404, 409 or 50
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -81,6 +82,14 @@ def build_app(reader: ConsoleReader, sampler: Sampler) -> FastAPI:
         redoc_url=None,
         openapi_url="/api/openapi.json",
     )
+
+    @app.middleware("http")
+    async def note_viewed(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        if request.url.path.startswith("/api/"):
+            sampler.viewed()
+        return await call_next(request)
 
     @app.exception_handler(ConsoleError)
     async def console_error(request: Request, exc: ConsoleError) -> Response:

@@ -3,7 +3,9 @@
 Rules: the sampler reads the cluster every `interval` seconds through the same `ConsoleReader`
 the API uses (topics' end offsets, groups' lag and consumed offsets, each group's master and
 epoch) and feeds `views`; a failed reading is logged once per kind of failure and skipped, never
-fatal. At most `MAX_SAMPLED` topics and groups are sampled.
+fatal. At most `MAX_SAMPLED` topics and groups are sampled. While no one reads the API (nothing
+for `IDLE_AFTER_S`), it samples `IDLE_FACTOR` times less often, so a console nobody looks at
+(the one `ferry up` runs, say) costs the cluster little.
 """
 
 from __future__ import annotations
@@ -24,6 +26,19 @@ __all__ = ["Sampler"]
 log = logging.getLogger("ferrymq.console")
 
 MAX_SAMPLED: Final = 50
+IDLE_AFTER_S: Final = 60.0
+IDLE_FACTOR: Final = 10
+
+
+def pause_after_sample(interval: float, now: float, viewed_at: float | None) -> float:
+    """Seconds until the next sample: `interval` while the API is read, longer when idle.
+
+    >>> pause_after_sample(1.0, 100.0, 90.0), pause_after_sample(1.0, 100.0, None)
+    (1.0, 10.0)
+    """
+    if viewed_at is not None and now - viewed_at < IDLE_AFTER_S:
+        return interval
+    return interval * IDLE_FACTOR
 
 
 class Sampler:
@@ -38,6 +53,9 @@ class Sampler:
         """Messages consumed (committed) per second, per group."""
         self.group_lag = GaugeSeries()
         self.elections = ElectionLog()
+        self.viewed_at: float | None = None
+        """When the API was last read (monotonic seconds; None: never)."""
+        self._woken = asyncio.Event()
         self._failing: set[str] = set()
 
     async def sample(self) -> None:
@@ -75,8 +93,18 @@ class Sampler:
         else:
             self._failing.discard(what)
 
+    def viewed(self) -> None:
+        """Note that the API was read now (the pages poll it while open); an idle pause ends."""
+        now = clock.mono()
+        if pause_after_sample(self.interval, now, self.viewed_at) > self.interval:
+            self._woken.set()
+        self.viewed_at = now
+
     async def run(self) -> None:
-        """Sample every `interval` seconds until cancelled."""
+        """Sample until cancelled: every `interval` seconds while viewed (`pause_after_sample`)."""
         while True:
             await self.sample()
-            await asyncio.sleep(self.interval)
+            self._woken.clear()
+            pause = pause_after_sample(self.interval, clock.mono(), self.viewed_at)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), pause)
