@@ -27,6 +27,8 @@ from ferrymq.wire.broker import (
     GetConsumerConnectionListRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     GetProducerConnectionListRequestHeader,
+    GetSubscriptionGroupConfigRequestHeader,
+    GetTopicConfigRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
     ViewBrokerStatsDataRequestHeader,
 )
@@ -169,3 +171,37 @@ async def test_broker_stats_data_and_stats_all(cluster: LocalCluster, client: Rp
         ("Counter", 2, 5),
     ]
     assert rows == await Ferry(cluster.namesrv_addr)("statsAll", "-t", "Counted", "--json")
+
+
+async def test_one_topic_and_one_group_config(cluster: LocalCluster, client: RpcClient) -> None:
+    addr = cluster.broker.address
+    await create_topic(client, addr, "Configured", queues=3)
+    topic = await client.call(
+        addr,
+        command(RequestCode.GET_TOPIC_CONFIG, GetTopicConfigRequestHeader(topic="Configured")),
+        5,
+    )
+    raw = json.loads(topic.body)
+    assert list(raw) == sorted(raw)
+    assert (raw["topicName"], raw["readQueueNums"], raw["perm"]) == ("Configured", 3, 6)
+    await Ferry(cluster.namesrv_addr)("group", "update", "Billing", "--retry-max-times", "4")
+    group = await client.call(
+        addr,
+        command(
+            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+            GetSubscriptionGroupConfigRequestHeader(group="Billing"),
+        ),
+        5,
+    )
+    found = json.loads(group.body)
+    assert list(found) == sorted(found)
+    assert (found["groupName"], found["retryMaxTimes"]) == ("Billing", 4)
+    missing = await client.call(
+        addr,
+        command(
+            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+            GetSubscriptionGroupConfigRequestHeader(group="Nobody"),
+        ),
+        5,
+    )
+    assert missing.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST

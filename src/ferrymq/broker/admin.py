@@ -6,7 +6,8 @@ DELETE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUME_STATS,
 QUERY_TOPIC_CONSUME_BY_WHO. Clients: GET_CONSUMER_CONNECTION_LIST,
 GET_PRODUCER_CONNECTION_LIST, GET_ALL_PRODUCER_INFO (RocketMQ's body shapes: what the Dashboard
 and rocketmq-exporter read); VIEW_BROKER_STATS_DATA (statsAll's and the exporter's TPS);
-GET_CONSUMER_RUNNING_INFO (relayed to the client);
+GET_CONSUMER_RUNNING_INFO (relayed to the client); GET_TOPIC_CONFIG and
+GET_SUBSCRIPTIONGROUP_CONFIG (one topic's or group's config: 5.x mqadmin and the Dashboard);
 INVOKE_BROKER_TO_RESET_OFFSET (online offset reset: commits the new
 offsets and pushes them to the group's running clients). Broker:
 GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG, UPDATE_BROKER_CONFIG (hot keys only; see
@@ -72,6 +73,8 @@ from ferrymq.wire.broker import (
     GetConsumeStatsRequestHeader,
     GetFenceRequestHeader,
     GetProducerConnectionListRequestHeader,
+    GetSubscriptionGroupConfigRequestHeader,
+    GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
     ResetOffsetRequestHeader,
@@ -101,6 +104,8 @@ __all__ = [
     "get_fence",
     "get_producer_connections",
     "get_runtime_info",
+    "get_subscription_group_config",
+    "get_topic_config",
     "get_topic_stats",
     "query_topic_consume_by_who",
     "reset_offset",
@@ -694,3 +699,30 @@ async def get_consumer_running_info(
             f"consumer {header.client_id} did not answer: {exc}",
         ) from None
     return request.make_response(answer.code, remark=answer.remark, body=answer.body)
+
+
+async def get_topic_config(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_TOPIC_CONFIG (351): one topic's config (`TopicConfigAndQueueMapping`, no mapping)."""
+    header = from_ext_fields(GetTopicConfigRequestHeader, request.ext_fields)
+    config = state.topics.get(header.topic)
+    if config is None:
+        raise RequestError(
+            ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {header.topic}"
+        )
+    return _ok(request, encode_sorted(config))
+
+
+async def get_subscription_group_config(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_SUBSCRIPTIONGROUP_CONFIG (352): one subscription group's config."""
+    header = from_ext_fields(GetSubscriptionGroupConfigRequestHeader, request.ext_fields)
+    config = state.groups.get(header.group)
+    if config is None:
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            f"No group in this broker. group: {header.group}",
+        )
+    return _ok(request, encode_sorted(config))

@@ -145,6 +145,8 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.reset_offset,
     RequestCode.VIEW_BROKER_STATS_DATA: admin.view_broker_stats,
     RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
+    RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
+    RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: admin.get_subscription_group_config,
     RequestCode.GET_GROUP_MEMBERS: consumer.get_group_members,
     RequestCode.POP_MESSAGE: pop_message,
     RequestCode.ACK_MESSAGE: ack_message,

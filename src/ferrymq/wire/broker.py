@@ -34,6 +34,8 @@ __all__ = [
     "GetMinOffsetRequestHeader",
     "GetMinOffsetResponseHeader",
     "GetProducerConnectionListRequestHeader",
+    "GetSubscriptionGroupConfigRequestHeader",
+    "GetTopicConfigRequestHeader",
     "GetTopicStatsInfoRequestHeader",
     "NotifyConsumerIdsChangedRequestHeader",
     "PullMessageRequestHeader",
@@ -460,6 +462,18 @@ class GetConsumerRunningInfoRequestHeader(CommandHeader):
     consumer_group: str
     client_id: str
     jstack_enable: bool = False
+
+
+class GetTopicConfigRequestHeader(CommandHeader):
+    """GET_TOPIC_CONFIG (351): one topic's config on this broker."""
+
+    topic: str
+
+
+class GetSubscriptionGroupConfigRequestHeader(CommandHeader):
+    """GET_SUBSCRIPTIONGROUP_CONFIG (352): one subscription group's config on this broker."""
+
+    group: str
 
 
 class ResetOffsetRequestHeader(CommandHeader):
