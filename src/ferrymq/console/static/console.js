@@ -250,7 +250,7 @@ pages.messages = {
       const data = await api("/api/messages?" + new URLSearchParams(query));
       const live = document.getElementById("live");
       live.replaceChildren(h("h2", {}, `${data.messages.length} message(s)`),
-        table(["topic", "group/queue", "offset", "keys", "tags", "stored", "offset msg id", "body"],
+        table(["topic", "broker group/queue", "offset", "keys", "tags", "stored", "offset msg id", "body"],
           data.messages.map((m) => h("tr", { "data-message": m.offset_msg_id },
             h("td", {}, m.topic), h("td", {}, `${m.broker_name}/${m.queue_id}`), num(m.queue_offset),
             h("td", {}, m.keys.join(" ")), h("td", {}, m.tags || ""),
