@@ -6,7 +6,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ferrymq.cmd.demo import DemoReport, tidy
+from ferrymq.cmd.demo import DEMO_SEGMENT_BYTES, DemoReport, demo_config, tidy
+from ferrymq.cmd.up import ProcessCluster
 
 
 def passing() -> DemoReport:
@@ -56,3 +57,14 @@ def test_the_demo_removes_its_own_directory_only_when_it_passed(tmp_path: Path) 
         tidy(workdir, own=own, ok=ok, console=console)
         assert workdir.exists() == (not (own and ok)), (own, ok)
         assert (f"kept in {workdir}" in out.getvalue()) == (not ok), (own, ok)
+
+
+def test_the_demo_brokers_use_small_segments_unless_told_otherwise(tmp_path: Path) -> None:
+    for config, size in (
+        (demo_config(tmp_path), DEMO_SEGMENT_BYTES),
+        (demo_config(tmp_path, 64 * 1024 * 1024), 64 * 1024 * 1024),
+    ):
+        args = ProcessCluster(config)._broker_args(0, 0, "broker-a-1")
+        flag = args.index("--mapped-file-size-commit-log")
+        assert args[flag + 1] == str(size)
+        assert "--mapped-file-size-commit-log" not in args[flag + 1 :]

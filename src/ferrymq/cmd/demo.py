@@ -83,9 +83,17 @@ PIPELINE_START_S = 300.0
 PIPELINE_DRAIN_S = 240.0
 RESTART_S = 120.0
 """How long the killed master may take to recover and start again."""
-SMALL_SEGMENTS = ("--mapped-file-size-commit-log", str(16 * 1024 * 1024))
+DEMO_SEGMENT_BYTES = 16 * 1024 * 1024
 """Commit-log segments of 16 MiB, not 1 GiB: the demo's 3 brokers preallocate 48 MiB, not 3 GiB,
-and the killed master's recovery reads 16 MiB past its log's end."""
+and the killed master's recovery reads 16 MiB past its log's end (`--mapped-file-size-commit-log`
+changes it)."""
+
+
+def demo_config(workdir: Path, segment_bytes: int = DEMO_SEGMENT_BYTES) -> UpConfig:
+    """The demo's cluster: 3 controllers, one group of 3 replicas, 2 Connect workers."""
+    return UpConfig(
+        data_dir=workdir, replicas=3, controllers=3, connect=2, segment_bytes=segment_bytes
+    )
 
 
 @dataclass
@@ -189,15 +197,16 @@ async def _until_in_sync(rpc: RpcClient, master: str, replicas: int) -> None:
         await asyncio.sleep(0.05)
 
 
-async def run_demo(messages: int, data_dir: Path | None, console: Console) -> DemoReport:
+async def run_demo(
+    messages: int,
+    data_dir: Path | None,
+    console: Console,
+    segment_bytes: int = DEMO_SEGMENT_BYTES,
+) -> DemoReport:
     """Run the whole demo; returns its report."""
     workdir = data_dir or Path(tempfile.mkdtemp(prefix="ferrymq-demo-"))
     report = DemoReport()
-    cluster = ProcessCluster(
-        UpConfig(
-            data_dir=workdir, replicas=3, controllers=3, connect=2, broker_flags=SMALL_SEGMENTS
-        )
-    )
+    cluster = ProcessCluster(demo_config(workdir, segment_bytes))
     console.print(f"[bold]ferrymq demo[/bold] in {workdir}")
     # PostgreSQL's initdb and start (a few seconds) beside the cluster's
     postgres = asyncio.create_task(asyncio.to_thread(_start_postgres))

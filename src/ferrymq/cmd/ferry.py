@@ -111,13 +111,21 @@ cli.add_command(proxy_command)
     help="Where the servers keep their data and logs (default: a new temporary directory, "
     "removed when the demo passes).",
 )
-def demo_command(messages: int, data_dir: Path | None) -> None:
+@click.option(
+    "--mapped-file-size-commit-log",
+    "segment_bytes",
+    type=click.IntRange(min=1024 * 1024),
+    default=16 * 1024 * 1024,
+    show_default=True,
+    help="Every broker's commit-log segment size in bytes.",
+)
+def demo_command(messages: int, data_dir: Path | None, segment_bytes: int) -> None:
     """Run the HA story: produce and consume, kill -9 the master, fail over, report."""
     # imported here: the demo's pipeline needs psycopg (the connect extra), the servers do not
     from ferrymq.cmd.demo import run_demo
 
     console = Console()
-    report = asyncio.run(run_demo(messages, data_dir, console))
+    report = asyncio.run(run_demo(messages, data_dir, console, segment_bytes))
     if not report.ok:
         sys.exit(1)
 
