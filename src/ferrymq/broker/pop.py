@@ -122,11 +122,19 @@ class PopState:
         )
 
     def redeliveries(self, key: QueueKey, now_ms: int) -> list[int]:
-        """Orderly: the in-flight offsets visible again, in queue order."""
+        """Orderly: the in-flight offsets visible again, in queue order.
+
+        Not within the millisecond of their last delivery: a new delivery's receipt handle must
+        name another pop time than the last one's (rule 3).
+        """
         queue = self.queues.get(key)
         if queue is None:
             return []
-        return sorted(o for o, f in queue.inflight.items() if f.invisible_until_ms <= now_ms)
+        return sorted(
+            o
+            for o, f in queue.inflight.items()
+            if f.invisible_until_ms <= now_ms and f.pop_time_ms < now_ms
+        )
 
     def attempt(self, key: QueueKey, queue_offset: int) -> int:
         """How often this state delivered an in-flight message (0 if not in flight)."""

@@ -215,10 +215,7 @@ def _pop_queue(
     if not offsets and next_offset == known:
         return
     attempts = [pop.attempt(key, o) for o in offsets]
-    pop_time = now_ms
-    if redo:  # a redelivery's handle must differ from the last one's
-        queue = pop.queues[key]
-        pop_time = max(now_ms, *(queue.inflight[o].pop_time_ms + 1 for o in offsets if o in redo))
+    pop_time = now_ms  # the answer's popTime: every handle of this pop names it
     invisible = max(header.invisible_time, _MIN_INVISIBLE_MS)
     _apply(
         state,
