@@ -38,6 +38,7 @@ from ferrymq.cmd.bench_connect import TIMINGS as CONNECT_TIMINGS
 from ferrymq.cmd.bench_connect import ConnectBenchConfig, run_connect_bench
 from ferrymq.cmd.bench_controller import ControllerBenchConfig, run_controller_bench
 from ferrymq.cmd.bench_failover import FailoverBenchConfig, run_failover_bench
+from ferrymq.cmd.bench_proxy import bench_proxy_command
 from ferrymq.cmd.bench_replication import ReplicationBenchConfig, run_replication_bench
 from ferrymq.cmd.bench_replication import ratios as replication_ratios
 from ferrymq.cmd.bench_store import CaseResult, StoreBenchConfig, run_store_bench
@@ -429,6 +430,7 @@ def bench() -> None:
 bench.add_command(bench_produce)
 bench.add_command(bench_consume)
 bench.add_command(bench_e2e)
+bench.add_command(bench_proxy_command)
 
 
 def _parse_ints(value: str, name: str) -> tuple[int, ...]:
