@@ -69,10 +69,6 @@ class BrokerConfig:
     """ACL 1.0 (issue 23): every request is checked against `aclFile` (docs/security.md)."""
     acl_file: Path | None = None
     """The `plain_acl.yml` of `aclEnable`; reloaded within a second of a change."""
-    acl_enable: bool = False
-    """ACL 1.0 (issue 23): every request is checked against `aclFile` (docs/security.md)."""
-    acl_file: Path | None = None
-    """The `plain_acl.yml` of `aclEnable`; reloaded within a second of a change."""
     enable_controller_mode: bool = False
     controller_addr: str = ""
     """Controller addresses separated by `;` (controller mode)."""
