@@ -20,6 +20,7 @@ from typing import Any, Final
 import grpc
 from google.protobuf.message import DecodeError
 
+from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
 from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
@@ -33,16 +34,17 @@ from ferrymq.proxy.convert import (
     fifo_queue,
     fill_message,
     message_properties,
+    timestamp_ms,
 )
 from ferrymq.proxy.stubs import SERVICE, V2
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire import properties as props
-from ferrymq.wire.broker import EndTransactionRequestHeader
+from ferrymq.wire.broker import ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 from ferrymq.wire.msgid import decode_offset_msg_id
-from ferrymq.wire.pop import ReceiptHandle
+from ferrymq.wire.pop import ReceiptHandle, pop_retry_topic
 from ferrymq.wire.records import unpack_host
 
 __all__ = ["MessagingService"]
@@ -100,6 +102,7 @@ class MessagingService:
         self.sessions: dict[str, Session] = {}
         self.relays: dict[str, TransactionProducer] = {}
         self.consumers: dict[str, SimpleConsumer] = {}
+        self.pullers: dict[str, PullConsumer] = {}
         self._relay_lock = asyncio.Lock()
 
     async def close(self) -> None:
@@ -184,16 +187,15 @@ class MessagingService:
                 response_serializer=v2.TelemetryCommand.SerializeToString,
             ),
         }
-        for name in (
-            "ForwardMessageToDeadLetterQueue",
-            "UpdateOffset",
-            "GetOffset",
-            "QueryOffset",
-            "RecallMessage",
-            "SyncLiteSubscription",
-        ):
+        handlers["ForwardMessageToDeadLetterQueue"] = unary(
+            "ForwardMessageToDeadLetterQueue", self.forward_to_dlq
+        )
+        handlers["UpdateOffset"] = unary("UpdateOffset", self.update_offset)
+        handlers["GetOffset"] = unary("GetOffset", self.get_offset)
+        handlers["QueryOffset"] = unary("QueryOffset", self.query_offset)
+        handlers["PullMessage"] = stream("PullMessage", self.pull_message)
+        for name in ("RecallMessage", "SyncLiteSubscription"):
             handlers[name] = unary(name, self._not_implemented(name))
-        handlers["PullMessage"] = stream("PullMessage", self._not_implemented_stream("PullMessage"))
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     def _status(self, out: Any, code: str, message: str = "") -> None:
@@ -213,17 +215,6 @@ class MessagingService:
             response = response_class()
             self._status(response, "NOT_IMPLEMENTED", f"{name} is not served by this endpoint yet")
             return response
-
-        return handler
-
-    def _not_implemented_stream(self, name: str) -> Any:
-        method = self.v2.service.methods_by_name[name]
-        response_class = getattr(self.v2, method.output_type.name)
-
-        async def handler(request: Any, context: Context) -> AsyncIterator[Any]:
-            response = response_class()
-            self._status(response, "NOT_IMPLEMENTED", f"{name} is not served by this endpoint yet")
-            yield response
 
         return handler
 
@@ -673,6 +664,148 @@ class MessagingService:
         response.receipt_handle = received.receipt_handle
         self._status(response, "OK")
         return response
+
+    # ------------------------------------------------------------------ pull consumers
+
+    def _puller(self, group: str) -> PullConsumer:
+        consumer = self.pullers.get(group)
+        if consumer is None:
+            consumer = PullConsumer(self.namesrv, validate_group(group), rpc=self.rpc)
+            self.pullers[group] = consumer
+        return consumer
+
+    async def pull_message(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        """PULL_MESSAGE: a status, the messages, then the next offset."""
+        v2 = self.v2
+        if request.filter_expression.type == v2.enum("FilterType", "SQL"):
+            response = v2.PullMessageResponse()
+            self._status(response, "ILLEGAL_FILTER_EXPRESSION", "SQL92 filters are not served")
+            yield response
+            return
+        wait = min(request.long_polling_timeout.ToMilliseconds() / 1000, _MAX_POLL_S)
+        try:
+            queue = _queue(request.message_queue)
+            result = await self._puller(request.group.name).pull(
+                queue,
+                request.offset,
+                max_messages=max(1, min(request.batch_size or 32, _MAX_BATCH)),
+                expression=request.filter_expression.expression or "*",
+                wait=wait,
+            )
+        except (FerryError, ValueError) as exc:
+            yield self._failed(v2.PullMessageResponse, exc)
+            return
+        status = v2.PullMessageResponse()
+        self._status(status, "OK" if result.messages else "MESSAGE_NOT_FOUND")
+        yield status
+        for message in result.messages:
+            response = v2.PullMessageResponse()
+            self._v2_message(response.message, ReceivedMessage(message, "", 1, queue.topic))
+            yield response
+        tail = v2.PullMessageResponse()
+        tail.next_offset = result.next_offset
+        yield tail
+
+    async def update_offset(self, request: Any, context: Context) -> Any:
+        """Commit the group's offset of a queue."""
+        response = self.v2.UpdateOffsetResponse()
+        try:
+            await self._puller(request.group.name).commit(
+                _queue(request.message_queue), request.offset
+            )
+        except (FerryError, ValueError) as exc:
+            return self._failed(self.v2.UpdateOffsetResponse, exc)
+        self._status(response, "OK")
+        return response
+
+    async def get_offset(self, request: Any, context: Context) -> Any:
+        """The group's committed offset of a queue (OFFSET_NOT_FOUND: none yet)."""
+        response = self.v2.GetOffsetResponse()
+        try:
+            offset = await self._puller(request.group.name).committed(_queue(request.message_queue))
+        except (FerryError, ValueError) as exc:
+            return self._failed(self.v2.GetOffsetResponse, exc)
+        if offset is None:
+            self._status(response, "OFFSET_NOT_FOUND", "the group committed no offset here")
+            return response
+        response.offset = offset
+        self._status(response, "OK")
+        return response
+
+    async def query_offset(self, request: Any, context: Context) -> Any:
+        """A queue's first or next offset, or the first stored at or after a time."""
+        response = self.v2.QueryOffsetResponse()
+        policy = int(request.query_offset_policy)
+        try:
+            consumer = self._puller("ferryproxy_query")
+            queue = _queue(request.message_queue)
+            if policy == self.v2.enum("QueryOffsetPolicy", "BEGINNING"):
+                response.offset = await consumer.min_offset(queue)
+            elif policy == self.v2.enum("QueryOffsetPolicy", "END"):
+                response.offset = await consumer.max_offset(queue)
+            else:
+                response.offset = await consumer.offset_for_time(
+                    queue, timestamp_ms(request.timestamp)
+                )
+        except (FerryError, ValueError) as exc:
+            return self._failed(self.v2.QueryOffsetResponse, exc)
+        self._status(response, "OK")
+        return response
+
+    async def forward_to_dlq(self, request: Any, context: Context) -> Any:
+        """Move a received message to its group's DLQ, then ack its receipt handle.
+
+        CONSUMER_SEND_MSG_BACK with delay level -1 to its group's master.
+        """
+        response = self.v2.ForwardMessageToDeadLetterQueueResponse()
+        try:
+            group = validate_group(request.group.name)
+            topic = validate_topic(request.topic.name)
+            handle = ReceiptHandle.parse(request.receipt_handle)
+            stored = pop_retry_topic(group, topic) if handle.retry else topic
+            queue = MessageQueue(stored, handle.broker_name, handle.queue_id)
+            found = await self._puller(group).pull(queue, handle.queue_offset, max_messages=1)
+            message = next(
+                (m for m in found.messages if m.queue_offset == handle.queue_offset), None
+            )
+            if message is None:
+                self._status(response, "MESSAGE_NOT_FOUND", "no message at that receipt handle")
+                return response
+            route = await self.producer.routes.get(stored)
+            address = route.master(handle.broker_name)
+            if address is None:
+                self._status(response, "HA_NOT_AVAILABLE", f"{handle.broker_name} has no master")
+                return response
+            header = ConsumerSendMsgBackRequestHeader(
+                offset=message.log_offset,
+                group=group,
+                delay_level=-1,
+                origin_msg_id=message.msg_id,
+                origin_topic=topic,
+                max_reconsume_times=request.max_delivery_attempts or None,
+            )
+            answer = await self.rpc.call(
+                address,
+                RemotingCommand(
+                    code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=to_ext_fields(header)
+                ),
+                5.0,
+            )
+            if answer.code != ResponseCode.SUCCESS:
+                raise RemoteError(answer.code, answer.remark)
+            await self._consumer(group).ack(self._handle(request.receipt_handle, topic))
+        except (FerryError, ValueError) as exc:
+            self._status(response, _consume_error(exc), str(exc))
+            return response
+        self._status(response, "OK")
+        return response
+
+
+def _queue(message_queue: Any) -> MessageQueue:
+    """The real queue a v2 `MessageQueue` names (routes name the real groups and ids)."""
+    return MessageQueue(
+        validate_topic(message_queue.topic.name), message_queue.broker.name, message_queue.id
+    )
 
 
 def _consume_error(exc: BaseException) -> str:
