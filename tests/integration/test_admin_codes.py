@@ -21,11 +21,13 @@ from ferrymq.wire.bodies import (
     ProducerData,
     ProducerTableInfo,
     decode_body,
+    decode_consume_stats,
     encode_body,
 )
 from ferrymq.wire.broker import (
     GetConsumerConnectionListRequestHeader,
     GetConsumerRunningInfoRequestHeader,
+    GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
     GetSubscriptionGroupConfigRequestHeader,
     GetTopicConfigRequestHeader,
@@ -144,8 +146,20 @@ async def test_broker_stats_data_and_stats_all(cluster: LocalCluster, client: Rp
             await producer.send("Counted", f"m{i}".encode())
     async with PullConsumer(cluster.namesrv_addr, "Counter") as consumer:
         (queue,) = await consumer.queues("Counted")
-        assert len((await consumer.pull(queue, 0, max_messages=32)).messages) == 5
+        pulled = (await consumer.pull(queue, 0, max_messages=32)).messages
+        assert len(pulled) == 5
         await consumer.commit(queue, 3)
+    progress = await client.call(
+        addr,
+        command(
+            RequestCode.GET_CONSUME_STATS,
+            GetConsumeStatsRequestHeader(consumer_group="Counter", topic="Counted"),
+        ),
+        5,
+    )
+    (entry,) = decode_consume_stats(progress.body).offset_table
+    # lastTimestamp: when the group's last consumed message (offset 2) was stored
+    assert entry.last_timestamp == pulled[2].store_timestamp_ms
 
     async def view(name: str, key: str) -> RemotingCommand:
         header = ViewBrokerStatsDataRequestHeader(stats_name=name, stats_key=key)

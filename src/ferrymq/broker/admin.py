@@ -296,6 +296,23 @@ async def get_fence(
     return _ok(request, encode_body(holder))
 
 
+def _stored_at(state: BrokerState, topic: str, queue_id: int, queue_offset: int) -> int:
+    """When the message at `queue_offset` was stored; 0 when there is none.
+
+    RocketMQ's `lastTimestamp` of a group in a queue: its last consumed message's store time
+    (0: nothing consumed yet, or that message was deleted since).
+    """
+    store = state.store
+    if (
+        not store.min_queue_offset(topic, queue_id)
+        <= queue_offset
+        < store.max_queue_offset(topic, queue_id)
+    ):
+        return 0
+    result = store.get(topic, queue_id, queue_offset, 1)
+    return store_timestamp_of(result.records[0]) if result.records else 0
+
+
 async def get_consume_stats(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
@@ -308,18 +325,20 @@ async def get_consume_stats(
         config = state.topics.get(topic)
         if config is None:
             continue
-        entries.extend(
-            ConsumeStatsEntry(
-                topic=topic,
-                broker_name=state.config.broker_name,
-                queue_id=queue_id,
-                broker_offset=state.store.max_queue_offset(topic, queue_id),
-                consumer_offset=committed.get(topic, {}).get(queue_id, 0),
-                # ferrymq keeps no pull offset: the committed one (nothing counted in flight)
-                pull_offset=committed.get(topic, {}).get(queue_id, 0),
+        for queue_id in range(config.write_queue_nums):
+            consumer_offset = committed.get(topic, {}).get(queue_id, 0)
+            entries.append(
+                ConsumeStatsEntry(
+                    topic=topic,
+                    broker_name=state.config.broker_name,
+                    queue_id=queue_id,
+                    broker_offset=state.store.max_queue_offset(topic, queue_id),
+                    consumer_offset=consumer_offset,
+                    last_timestamp=_stored_at(state, topic, queue_id, consumer_offset - 1),
+                    # ferrymq keeps no pull offset: the committed one (nothing counted in flight)
+                    pull_offset=consumer_offset,
+                )
             )
-            for queue_id in range(config.write_queue_nums)
-        )
     tps = state.stats.consume_tps(header.topic or None, header.consumer_group, state.clock())
     return _ok(request, encode_consume_stats(ConsumeStats(entries, consume_tps=round(tps, 2))))
 
