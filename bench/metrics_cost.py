@@ -10,6 +10,7 @@ from /proc) per acknowledged send over all its slices. Nothing is asserted; docs
 ("Metrics cost") has the command and what one run measured.
 
     .venv/bin/python bench/metrics_cost.py [--seconds 20] [--rounds 10] [--window 16]
+        [--busy-poll-micros 0]
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _cpu_s(pid: int) -> float:
 
 @contextlib.asynccontextmanager
 async def _group(
-    workdir: Path, name: str, metrics: bool
+    workdir: Path, name: str, metrics: bool, broker_flags: list[str]
 ) -> AsyncIterator[tuple[Callable[[], Awaitable[object]], int, str | None, str]]:
     env = None
     if not metrics:
@@ -72,7 +73,7 @@ async def _group(
         [
             "broker", "--listen", "127.0.0.1:0", "--namesrv", namesrv.addr,
             "--store-dir", str(workdir / f"{name}-store"), "--log-level", "WARNING",
-            "--mapped-file-size-commit-log", str(256 * 1024 * 1024), *extra,
+            "--mapped-file-size-commit-log", str(256 * 1024 * 1024), *extra, *broker_flags,
         ],
         workdir,
         env=env,
@@ -128,11 +129,12 @@ def _scrape(endpoint: str) -> int:
 
 async def _main(args: argparse.Namespace) -> list[dict[str, object]]:
     workdir = Path(tempfile.mkdtemp(prefix="ferrymq-bench-metrics-cost-"))
+    flags = [] if args.busy_poll_micros is None else ["--busy-poll-micros", args.busy_poll_micros]
     rows: list[dict[str, object]] = []
     try:
         async with (
-            _group(workdir, "with", True) as with_side,
-            _group(workdir, "without", False) as without_side,
+            _group(workdir, "with", True, flags) as with_side,
+            _group(workdir, "without", False, flags) as without_side,
         ):
             sides = {"with metrics": with_side, "without": without_side}
             for send, _, _, _ in sides.values():
@@ -177,6 +179,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="per side, over the rounds")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--window", type=int, default=16, help="sends in flight")
+    parser.add_argument(
+        "--busy-poll-micros", help="both brokers' busyPollMicros (default: the broker's own)"
+    )
     args = parser.parse_args()
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         for row in runner.run(_main(args)):
