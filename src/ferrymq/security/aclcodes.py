@@ -8,7 +8,7 @@ C++ producer also looks up `TBW102`);
 ADMIN requests need an `admin: true` account; INTERNAL requests (broker registration, controller,
 Raft, HA metadata, server-to-client calls) are the cluster's own and need its admin account too.
 A code missing from the table is treated as ADMIN (fail closed), and a test fails on any code a
-server routes that the table does not name.
+server routes that the table does not name: a new request code is classified where it is added.
 
 Resources follow RocketMQ's `PlainAccessResource.parse`: the topic of a send needs PUB (SUB when
 it is a retry topic), a pull needs SUB on the topic and on the group (named by its retry topic
@@ -76,14 +76,40 @@ _INTERNAL: Final = {
     R.PUSH_REPLY_MESSAGE_TO_CLIENT,
 }  # fmt: skip
 
+_ADMIN: Final = {
+    R.QUERY_BROKER_OFFSET, R.UPDATE_AND_CREATE_TOPIC, R.UPDATE_AND_CREATE_TOPIC_LIST,
+    R.GET_ALL_TOPIC_CONFIG, R.GET_TOPIC_CONFIG_LIST, R.GET_TOPIC_NAME_LIST,
+    R.UPDATE_BROKER_CONFIG, R.GET_BROKER_CONFIG, R.TRIGGER_DELETE_FILES,
+    R.GET_BROKER_RUNTIME_INFO, R.GET_ALL_CONSUMER_OFFSET, R.GET_ALL_DELAY_OFFSET, R.PUT_KV_CONFIG,
+    R.DELETE_KV_CONFIG, R.GET_BROKER_CLUSTER_INFO, R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+    R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, R.GET_TOPIC_STATS_INFO, R.GET_CONSUMER_CONNECTION_LIST,
+    R.GET_PRODUCER_CONNECTION_LIST, R.WIPE_WRITE_PERM_OF_BROKER,
+    R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, R.DELETE_SUBSCRIPTIONGROUP, R.GET_CONSUME_STATS,
+    R.SUSPEND_CONSUMER, R.RESUME_CONSUMER, R.RESET_CONSUMER_OFFSET_IN_CONSUMER,
+    R.RESET_CONSUMER_OFFSET_IN_BROKER, R.ADJUST_CONSUMER_THREAD_POOL, R.WHO_CONSUME_THE_MESSAGE,
+    R.DELETE_TOPIC_IN_BROKER, R.DELETE_TOPIC_IN_NAMESRV, R.GET_KVLIST_BY_NAMESPACE,
+    R.INVOKE_BROKER_TO_RESET_OFFSET, R.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+    R.GET_TOPICS_BY_CLUSTER, R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST,
+    R.QUERY_TOPIC_CONSUME_BY_WHO, R.QUERY_CONSUME_TIME_SPAN, R.GET_SYSTEM_TOPIC_LIST_FROM_NS,
+    R.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, R.CLEAN_EXPIRED_CONSUMEQUEUE, R.QUERY_CORRECTION_OFFSET,
+    R.GET_UNIT_TOPIC_LIST, R.CLONE_GROUP_OFFSET, R.VIEW_BROKER_STATS_DATA, R.CLEAN_UNUSED_TOPIC,
+    R.GET_BROKER_CONSUME_STATS, R.UPDATE_NAMESRV_CONFIG, R.GET_NAMESRV_CONFIG,
+    R.QUERY_CONSUME_QUEUE, R.RESUME_CHECK_HALF_MESSAGE, R.ADD_WRITE_PERM_OF_BROKER,
+    R.GET_ALL_PRODUCER_INFO, R.DELETE_EXPIRED_COMMITLOG, R.QUERY_TOPICS_BY_CONSUMER,
+    R.QUERY_SUBSCRIPTION_BY_CONSUMER, R.GET_TOPIC_CONFIG, R.GET_SUBSCRIPTIONGROUP_CONFIG,
+    R.GET_BROKER_HA_STATUS, R.UPDATE_CONTROLLER_CONFIG, R.GET_CONTROLLER_CONFIG,
+    R.CLEAN_BROKER_DATA, R.SWITCH_BROKER_ROLE, R.CONTROLLER_UPDATE_TOPIC,
+    R.CONTROLLER_DELETE_TOPIC, R.CONTROLLER_REASSIGN_QUEUES,
+}  # fmt: skip
+
 KINDS: Final[Mapping[int, Kind]] = {
-    **{int(code): Kind.ADMIN for code in RequestCode},
+    **{int(code): Kind.ADMIN for code in _ADMIN},
     **{int(code): Kind.INTERNAL for code in _INTERNAL},
     **{int(code): Kind.CLIENT for code in _CLIENT},
     **{int(code): Kind.CONSUMER for code in _CONSUMER},
     **{int(code): Kind.PRODUCER for code in _PRODUCER},
 }
-"""Request code -> kind, for every `RequestCode` (ADMIN unless named above)."""
+"""Request code -> kind: each code named once above (a new code must be added to one set)."""
 
 _TOPIC_IN_B: Final = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 """SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE name the topic `b`."""

@@ -12,6 +12,7 @@ from ferrymq.cmd.controller import ControllerParts
 from ferrymq.controller.config import ControllerConfig
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.rpc.server import Router
+from ferrymq.security import aclcodes
 from ferrymq.security.acl import (
     ACCESS_KEY,
     SIGNATURE,
@@ -225,3 +226,11 @@ def test_every_code_a_server_routes_is_classified(tmp_path: Path) -> None:
     assert kind_of(RequestCode.REGISTER_BROKER) is Kind.INTERNAL
     assert kind_of(RequestCode.DELETE_TOPIC_IN_BROKER) is Kind.ADMIN
     assert kind_of(123456) is Kind.ADMIN  # unknown: fail closed
+
+
+def test_every_request_code_is_in_exactly_one_kind_set() -> None:
+    sets = [aclcodes._PRODUCER, aclcodes._CONSUMER, aclcodes._CLIENT, aclcodes._INTERNAL,
+            aclcodes._ADMIN]  # fmt: skip
+    for code in RequestCode:
+        owners = [s for s in sets if code in s]
+        assert len(owners) == 1, f"{code.name} is in {len(owners)} kind sets of aclcodes.py"
