@@ -34,7 +34,7 @@ async def test_up_tls_runs_raft_ha_and_clients_over_tls_and_refuses_plain_text(
     tmp_path: Path,
 ) -> None:
     # 3 controllers (Raft between them, over TLS), a master and a slave (HA over TLS)
-    process, info = _up(tmp_path, "--tls", "--replicas", "2")
+    process, info = _up(tmp_path, "--tls", "--replicas", "2", "--connect", "0", "--no-console")
     try:
         ca = Path(str(info["tls_ca"]))
         values = {"tls.enable": "true", "tls.client.trustCertPath": str(ca)}

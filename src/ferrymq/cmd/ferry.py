@@ -211,8 +211,8 @@ def demo_command(messages: int, data_dir: Path | None, segment_bytes: int) -> No
     "--tls",
     "up_tls",
     is_flag=True,
-    help="TLS only on every port, certificates from a local CA (its path: tls_ca in the ready "
-    "file). Connect workers are not started (their TLS is not done yet).",
+    help="TLS only on every port (Connect's REST API too), certificates from a local CA (its "
+    "path: tls_ca in the ready file).",
 )
 def up_command(
     data_dir: Path | None,
@@ -242,7 +242,7 @@ def up_command(
         port_base=port_base,
         flush_disk_type=flush_disk_type.upper(),
         ready_file=ready_file,
-        connect=0 if up_tls else connect_workers,
+        connect=connect_workers,
         tls=up_tls,
         proxy=not up_tls,  # the endpoint's TLS is not wired into `ferry up` yet
     )

@@ -45,6 +45,7 @@ from typing import Final, TypedDict
 
 from ferrymq.cmd.local import Child, spawn
 from ferrymq.cmd.measure import free_port
+from ferrymq.security.tls import TLS_ENV
 from ferrymq.security.tlscerts import issue_certificate, make_ca
 from ferrymq.store.atomic import write_atomic
 
@@ -207,6 +208,8 @@ class ProcessCluster:
         self.tls_ca: Path | None = None
         """The local CA's certificate (with `UpConfig.tls`), once `start` made it."""
         self._tls_flags: list[str] = []
+        self._tls_env: dict[str, str] | None = None
+        """For the console and the proxy (clients of the cluster; their own ports stay plain)."""
 
     def _make_tls(self) -> None:
         """The local CA and the servers' certificate (kept: a restart reuses them)."""
@@ -218,6 +221,8 @@ class ProcessCluster:
             hosts = dict.fromkeys((self.config.host, "127.0.0.1", "localhost"))
             cert, key = issue_certificate(ca, where, "server", hosts=tuple(hosts))
         self.tls_ca = ca_path
+        trust = {"tls.enable": "true", "tls.client.trustCertPath": str(ca_path)}
+        self._tls_env = {TLS_ENV: json.dumps(trust)}
         self._tls_flags = [
             "--tls",
             "--tls-cert",
@@ -302,7 +307,10 @@ class ProcessCluster:
         config = self.config
         args = ["proxy", "--namesrv", self.namesrv_addr, "--host", config.host]
         self.proxy = await spawn(
-            "proxy", [*args, "--grpc-port", "0", "--remoting-port", "0"], config.data_dir
+            "proxy",
+            [*args, "--grpc-port", "0", "--remoting-port", "0"],
+            config.data_dir,
+            env=self._tls_env,
         )
         return self.proxy
 
@@ -314,7 +322,7 @@ class ProcessCluster:
             args += ["--controller", ";".join(self._controller_api())]
         if self.workers:
             args += ["--connect", str(next(iter(self.workers.values())).info["url"])]
-        self.console = await spawn("console", args, config.data_dir)
+        self.console = await spawn("console", args, config.data_dir, env=self._tls_env)
         return self.console
 
     async def restart_worker(
@@ -342,6 +350,7 @@ class ProcessCluster:
                 # shared by the cluster's workers: a task that moves continues from its checkpoint
                 str(config.data_dir / "connect"),
                 *METRICS_FLAGS,
+                *self._tls_flags,
                 *extra,
             ],
             config.data_dir,

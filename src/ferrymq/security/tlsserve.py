@@ -7,7 +7,9 @@ without TLS (`connect_accepted_socket`). A refused or failed connection costs on
 its socket, never the listener: plain text on an enforcing port, a handshake that fails (an
 unknown CA, no client certificate where one is required, garbage), a peer silent for
 `HANDSHAKE_TIMEOUT` seconds. At most `MAX_PENDING` connections wait for their first byte or
-handshake at once; later ones are closed at once.
+handshake at once; later ones are closed at once. A client that keeps trying (a plain-text
+poller) gets one line per `LOG_EVERY` seconds for its host and kind of refusal, saying how many
+were not logged.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import contextlib
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from typing import Final
 
 from ferrymq.security.tls import ServerTls, TlsMode
 
-__all__ = ["HANDSHAKE_TIMEOUT", "MAX_PENDING", "Listener", "listen"]
+__all__ = ["HANDSHAKE_TIMEOUT", "LOG_EVERY", "MAX_PENDING", "Listener", "listen"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,12 @@ HANDSHAKE_TIMEOUT: Final = 10.0
 
 MAX_PENDING: Final = 256
 """Connections at most between accept and the end of their handshake."""
+
+LOG_EVERY: Final = 60.0
+"""Seconds between two log lines for refusals of one kind from one host."""
+
+_LOGGED_MAX: Final = 1024
+"""(host, kind) entries remembered for `LOG_EVERY`; all forgotten when full."""
 
 _TLS_HANDSHAKE_RECORD: Final = 0x16
 
@@ -54,6 +63,24 @@ class Listener:
         self._pending: set[asyncio.Task[None]] = set()
         self.refused = 0
         """Connections refused or failed before their protocol saw them (for tests and logs)."""
+        self._logged: dict[tuple[str, str], tuple[float, int]] = {}
+        """(host, kind) -> (when last logged, refusals not logged since)."""
+
+    def _refuse(self, peer: str, kind: str, line: str) -> None:
+        """Count a refusal; log it unless its host and kind were logged within `LOG_EVERY`."""
+        self.refused += 1
+        key = (peer.rsplit(":", 1)[0], kind)
+        now = time.monotonic()
+        last = self._logged.get(key)
+        if last is not None and now - last[0] < LOG_EVERY:
+            self._logged[key] = (last[0], last[1] + 1)
+            return
+        if len(self._logged) >= _LOGGED_MAX:
+            self._logged.clear()
+        self._logged[key] = (now, 0)
+        if last is not None and last[1]:
+            line += f" ({last[1]} more from {key[0]} not logged)"
+        log.warning("%s: %s", self.name, line)
 
     def close(self) -> None:
         """Stop accepting and drop connections still in their handshake (then `wait_closed`)."""
@@ -90,12 +117,10 @@ class Listener:
                 await asyncio.sleep(0.1)
                 continue
             if len(self._pending) >= MAX_PENDING:
-                self.refused += 1
-                log.warning(
-                    "%s: %d connections in their handshake; %s closed",
-                    self.name,
-                    MAX_PENDING,
+                self._refuse(
                     _peer(peer),
+                    "busy",
+                    f"{MAX_PENDING} connections in their handshake; {_peer(peer)} closed",
                 )
                 conn.close()
                 continue
@@ -120,12 +145,11 @@ class Listener:
                     return
                 is_tls = first[0] == _TLS_HANDSHAKE_RECORD
                 if not is_tls and tls.mode is TlsMode.ENFORCING:
-                    self.refused += 1
-                    log.warning(
-                        "%s: plain text from %s on a TLS port (tls.server.mode=enforcing): "
-                        "connection closed",
-                        self.name,
+                    self._refuse(
                         peer,
+                        "plain",
+                        f"plain text from {peer} on a TLS port (tls.server.mode=enforcing): "
+                        "connection closed",
                     )
                     conn.close()
                     return
@@ -136,17 +160,11 @@ class Listener:
                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT if is_tls else None,
                 )
         except TimeoutError:
-            self.refused += 1
-            log.warning(
-                "%s: %s sent nothing or no handshake within %g s: closed",
-                self.name,
-                peer,
-                HANDSHAKE_TIMEOUT,
-            )
+            silent = f"{peer} sent nothing or no handshake within {HANDSHAKE_TIMEOUT:g} s"
+            self._refuse(peer, "silent", silent)
             conn.close()
         except (ssl.SSLError, OSError, EOFError) as exc:
-            self.refused += 1
-            log.warning("%s: TLS handshake with %s failed: %s", self.name, peer, _reason(exc))
+            self._refuse(peer, "handshake", f"TLS handshake with {peer} failed: {_reason(exc)}")
             conn.close()
 
 
