@@ -489,7 +489,11 @@ class PushConsumer:
                     queue.queue_id,
                     offset,
                 )
-            await self._rebalance()
+            try:
+                await self._rebalance()
+            except FerryError as exc:  # the rebalance loop starts them within a second
+                log.warning("rebalance after the offset reset of %s failed: %s", self.group, exc)
+                asyncio.get_running_loop().call_later(1.0, self._rebalance_now.set)
             # queues this client does not own now: their owner starts them from the commit
             for queue in offsets:
                 if queue not in self._states:
