@@ -14,6 +14,7 @@ from typing import TypeVar
 import pytest
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
 from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
 from ferrymq.cmd.up import ProcessCluster, UpConfig
@@ -101,6 +102,23 @@ async def test_pop_acks_hold_and_in_flight_messages_return_across_kill_of_the_ma
                 cluster.brokers[victim].kill()
                 await _master(admin, not_addr=old_master)
                 consumer.routes.invalidate(TOPIC)
+
+                # the group's offsets POP committed (below the oldest unacked) were replicated
+                lowest: dict[int, int] = {}
+                for received in changed + left:
+                    queue_id, offset = received.message.queue_id, received.message.queue_offset
+                    lowest[queue_id] = min(offset, lowest.get(queue_id, offset))
+                async with PullConsumer(cluster.namesrv_addr, GROUP) as puller:
+                    for queue in await puller.queues(TOPIC):
+                        committed = await _retrying(
+                            "query", functools.partial(puller.committed, queue)
+                        )
+                        end = max(
+                            m.message.queue_offset + 1
+                            for m in got
+                            if m.message.queue_id == queue.queue_id
+                        )
+                        assert committed == lowest.get(queue.queue_id, end), queue
 
                 # the changes were replicated: their handles ack on the new master
                 for received in changed:

@@ -83,9 +83,14 @@ class TimerChange(msgspec.Struct, tag="timer"):
 
 
 class PopChanges(msgspec.Struct, tag="pop"):
-    """POP consumption events, in the order the master applied them."""
+    """POP consumption events, in the order the master applied them, then offset changes.
+
+    The offsets of the same loop turn ride along (as in `OffsetChanges`): every POP ack moves
+    the group's offset, and one record instead of two halves what a start replays.
+    """
 
     events: list[PopEvent]
+    offsets: list[tuple[str, int, int]] = []
 
 
 class Snapshot(msgspec.Struct, tag="snapshot"):
@@ -208,10 +213,13 @@ class MetadataLog:
         timer, self._timer = self._timer, None
         pop, self._pop = self._pop, []
         kept = True
-        # POP events before the offsets they moved: a slave applies both in this order
-        if pop and not self._append(PopChanges(pop)):
-            self._pop = pop + self._pop
-            kept = False
+        # POP events, and the offsets they moved after them (a slave applies them in this order)
+        if pop:
+            if self._append(PopChanges(pop, [(k, q, o) for (k, q), o in offsets.items()])):
+                offsets = {}
+            else:
+                self._pop = pop + self._pop
+                kept = False
         if offsets and not self._append(
             OffsetChanges([(k, q, o) for (k, q), o in offsets.items()])
         ):
@@ -337,6 +345,8 @@ class MetadataFollower:
         elif isinstance(change, PopChanges):
             for event in change.events:
                 state.pop.apply(event)
+            for key, queue_id, queue_offset in change.offsets:
+                state.offsets.apply(key, queue_id, queue_offset)
         else:
             for topic in sorted(state.topics.configs.keys() - change.topics.keys()):
                 self._drop_queues(topic, log_offset)
