@@ -49,6 +49,13 @@ class BrokerConfig:
     """0 = listen_port + 1."""
     broker_ip1: str = "127.0.0.1"
     """The address advertised to NameServers and clients."""
+    enable_proxy: bool = False
+    """Also run the RocketMQ 5 endpoint (`ferry proxy`) in this broker's process, as RocketMQ's
+    `mqbroker --enable-proxy` does; the ports are its proxy's keys below."""
+    grpc_server_port: int = 8081
+    """The endpoint's gRPC port (RocketMQ proxy's `grpcServerPort`; 0: a free one)."""
+    remoting_listen_port: int = 8080
+    """The endpoint's remoting port (RocketMQ proxy's `remotingListenPort`; 0 free, -1 none)."""
     store_path_root_dir: Path = Path("~/store")
     store_path_commit_log: Path | None = None
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH

@@ -16,7 +16,53 @@ import click
 from ferrymq.cmd.process import fail, run_until_signal, setup_logging, write_ready
 from ferrymq.errors import FerryError
 
-__all__ = ["proxy_command", "run_proxy"]
+__all__ = ["InProcessProxy", "proxy_command", "run_proxy"]
+
+
+class InProcessProxy:
+    """Both sides of the endpoint in this process (`ferry proxy`, or a broker's `enableProxy`)."""
+
+    def __init__(
+        self,
+        namesrv: str,
+        *,
+        host: str = "127.0.0.1",
+        grpc_port: int = 8081,
+        remoting_port: int = 8080,
+        tls: tuple[Path, Path] | None = None,
+    ) -> None:
+        # imported here: grpcio loads only in the processes that serve it
+        from ferrymq.proxy.remoting import RemotingRelay
+        from ferrymq.proxy.server import GrpcEndpoint, TlsFiles
+
+        files = TlsFiles(*tls) if tls is not None else None
+        self.endpoint = (
+            GrpcEndpoint(namesrv, host=host, port=grpc_port, tls=files) if grpc_port >= 0 else None
+        )
+        self.relay = (
+            RemotingRelay(namesrv, host=host, port=remoting_port) if remoting_port >= 0 else None
+        )
+
+    async def start(self) -> None:
+        """Listen on both ports."""
+        if self.endpoint is not None:
+            await self.endpoint.start()
+        if self.relay is not None:
+            await self.relay.start()
+
+    def info(self) -> dict[str, object]:
+        """Where it listens: {"proxy": gRPC, "proxy_remoting": remoting} (None: off)."""
+        return {
+            "proxy": self.endpoint.address if self.endpoint else None,
+            "proxy_remoting": self.relay.address if self.relay else None,
+        }
+
+    async def close(self) -> None:
+        """Stop both sides."""
+        if self.relay is not None:
+            await self.relay.close()
+        if self.endpoint is not None:
+            await self.endpoint.close()
 
 
 async def run_proxy(
@@ -33,34 +79,23 @@ async def run_proxy(
 
     `tls`: the gRPC port's certificate chain and key (PEM files).
     """
-    # imported here: grpcio loads only in the processes that serve it
-    from ferrymq.proxy.remoting import RemotingRelay
-    from ferrymq.proxy.server import GrpcEndpoint, TlsFiles
-
-    files = TlsFiles(*tls) if tls is not None else None
-    endpoint = (
-        GrpcEndpoint(namesrv, host=host, port=grpc_port, tls=files) if grpc_port >= 0 else None
+    proxy = InProcessProxy(
+        namesrv, host=host, grpc_port=grpc_port, remoting_port=remoting_port, tls=tls
     )
-    relay = RemotingRelay(namesrv, host=host, port=remoting_port) if remoting_port >= 0 else None
     try:
-        if endpoint is not None:
-            await endpoint.start()
-        if relay is not None:
-            await relay.start()
+        await proxy.start()
+        where = proxy.info()
         write_ready(
             ready_file,
             {
-                "addr": endpoint.address if endpoint else relay.address if relay else None,
-                "grpc": endpoint.address if endpoint else None,
-                "remoting": relay.address if relay else None,
+                "addr": where["proxy"] or where["proxy_remoting"],
+                "grpc": where["proxy"],
+                "remoting": where["proxy_remoting"],
             },
         )
         await stop.wait()
     finally:
-        if relay is not None:
-            await relay.close()
-        if endpoint is not None:
-            await endpoint.close()
+        await proxy.close()
 
 
 @click.command("proxy")

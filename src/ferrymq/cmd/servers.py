@@ -32,6 +32,7 @@ from ferrymq.cmd.controller import (
 )
 from ferrymq.cmd.metrics import metrics_endpoint, metrics_options
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
+from ferrymq.cmd.proxy import InProcessProxy
 from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.controller import metrics as controller_metrics
@@ -173,6 +174,18 @@ def namesrv_command(
         fail(str(exc))
 
 
+async def _start_proxy(config: BrokerConfig) -> InProcessProxy:
+    """The RocketMQ 5 endpoint inside the broker (`enableProxy`), toward its NameServers."""
+    proxy = InProcessProxy(
+        config.namesrv_addr,
+        host=config.listen_host,
+        grpc_port=config.grpc_server_port,
+        remoting_port=config.remoting_listen_port,
+    )
+    await proxy.start()
+    return proxy
+
+
 def _namesrv_file_config(config_file: Path | None, flags: dict[str, str | None]) -> NamesrvConfig:
     """The NameServer config of `--config` (defaults without one); exits on a bad file.
 
@@ -306,9 +319,11 @@ def broker_command(
                 if stop.is_set():
                     return
             await broker.register()
+            proxy = await _start_proxy(config) if config.enable_proxy else None
             write_ready(
                 ready_file,
                 {
+                    **({} if proxy is None else proxy.info()),
                     "addr": broker.address,
                     "cluster": config.broker_cluster_name,
                     "broker_name": config.broker_name,
@@ -319,7 +334,11 @@ def broker_command(
                     "store_dir": str(config.store_path_root_dir),
                 },
             )
-            await stop.wait()
+            try:
+                await stop.wait()
+            finally:
+                if proxy is not None:
+                    await proxy.close()
 
     try:
         run_until_signal(main)
