@@ -216,6 +216,21 @@ def test_a_group_is_drained_and_opened_again_through_the_nameserver(
     assert "no slave" in classic.stderr
 
 
+def test_mqadmin_names_run_against_real_servers(servers: tuple[Server, Server]) -> None:
+    namesrv, _ = servers
+    created = ferry("admin", "updateTopic", "-n", namesrv.addr, "-t", "MqProc", "-w", "2")
+    assert created.returncode == 0, created.stderr
+    route = ferry("admin", "topicRoute", "-n", namesrv.addr, "-t", "MqProc")
+    assert json.loads(route.stdout)["queueDatas"][0]["writeQueueNums"] == 2
+    produced = ferry("produce", "MqProc", stdin="a\nb\n", namesrv=namesrv)
+    assert produced.returncode == 0, produced.stderr
+    stats = ferry("admin", "stats-all", "--topic", "MqProc", "--json", namesrv=namesrv)
+    assert [(r["group"], r["msg24Hour"]) for r in json.loads(stats.stdout)] == [(None, 2)]
+    bad = ferry("admin", "updateTopic", "-n", namesrv.addr, "-t", "MqProc", "-r", "2")
+    assert bad.returncode == 2
+    assert bad.stderr == "ferry: error: No such option '-r'.\n"
+
+
 def test_bench_commands_print_a_json_summary_last(servers: tuple[Server, Server]) -> None:
     namesrv, _ = servers
     ferry("admin", "topic", "create", "BenchCli", "--queues", "2", namesrv=namesrv)
