@@ -53,8 +53,8 @@ def collect(tasks: TaskManager) -> Iterator[Metric]:
         values = [tasks.worker_id, connector, str(index)]
         state.add_metric([*values, run.state.value], 1)
         figures = tasks.runner.metrics(key)
-        if not figures:
-            continue
+        if figures.get("batch_id") is None:
+            continue  # no batch has run yet: no progress to show
         rows_in.add_metric(values, _number(figures.get("input_rows_per_second")))
         rows_done.add_metric(values, _number(figures.get("processed_rows_per_second")))
         lag.add_metric(values, _number(figures.get("lag")))
