@@ -6,7 +6,8 @@ a time (sync) and with up to 64 in flight (SDK: `asyncio.gather`; 5.x: `send_asy
 receives and acks the sync round's (batches of up to 32, one ack at a time): the official Python
 client `rocketmq-python-client` 5.1.2 over gRPC to the endpoint, which relays to the broker over
 remoting, and ferrymq's SDK (`Producer`, `SimpleConsumer`) straight to the broker. Median over
-rounds; ratio = 5.x msg/s over SDK msg/s.
+rounds; ratio = msg/s through the endpoint over SDK msg/s. A third side, bare grpcio asyncio calls
+of the same RPCs from this process, separates the endpoint's cost from the 5.x client's.
 """
 
 from __future__ import annotations
@@ -109,6 +110,88 @@ async def _sdk_receive(namesrv: str, topic: str, group: str, count: int) -> floa
         return count / (time.perf_counter() - start)
 
 
+async def _raw_send(endpoint: str, topic: str, count: int, size: int, window: int) -> float:
+    """Sends as bare MessagingService calls from grpcio's asyncio client (no 5.x SDK)."""
+    import grpc  # only when this bench runs
+
+    from ferrymq.proxy.stubs import SERVICE, load
+
+    v2 = load()
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        call = channel.unary_unary(
+            f"/{SERVICE}/SendMessage",
+            request_serializer=v2.SendMessageRequest.SerializeToString,
+            response_deserializer=v2.SendMessageResponse.FromString,
+        )
+        body = b"x" * size
+
+        async def one(i: int) -> None:
+            request = v2.SendMessageRequest()
+            message = request.messages.add()
+            message.topic.name = topic
+            message.body = body
+            message.system_properties.message_id = f"raw-{i}"
+            message.system_properties.message_type = 1  # NORMAL
+            answer = await call(request, timeout=10)
+            if answer.status.code != v2.code("OK"):
+                raise RuntimeError(f"raw gRPC send: {answer.status}")
+
+        for i in range(20):
+            await one(i)
+        start = time.perf_counter()
+        left = count
+        while left:
+            batch = min(window, left)
+            await asyncio.gather(*(one(left - k) for k in range(batch)))
+            left -= batch
+        return count / (time.perf_counter() - start)
+
+
+async def _raw_receive(endpoint: str, topic: str, group: str, count: int) -> float:
+    """ReceiveMessage (batches of 32) and one AckMessage per message, bare gRPC calls."""
+    import grpc
+
+    from ferrymq.proxy.stubs import SERVICE, load
+
+    v2 = load()
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        receive = channel.unary_stream(
+            f"/{SERVICE}/ReceiveMessage",
+            request_serializer=v2.ReceiveMessageRequest.SerializeToString,
+            response_deserializer=v2.ReceiveMessageResponse.FromString,
+        )
+        ack = channel.unary_unary(
+            f"/{SERVICE}/AckMessage",
+            request_serializer=v2.AckMessageRequest.SerializeToString,
+            response_deserializer=v2.AckMessageResponse.FromString,
+        )
+        request = v2.ReceiveMessageRequest(batch_size=32)
+        request.group.name = group
+        request.message_queue.topic.name = topic
+        request.invisible_duration.FromSeconds(30)
+        request.long_polling_timeout.FromSeconds(2)
+        acked = 0
+        start = time.perf_counter()
+        deadline = time.monotonic() + 300
+        while acked < count and time.monotonic() < deadline:
+            async for part in receive(request, timeout=30):
+                if not part.HasField("message"):
+                    continue
+                entry = v2.AckMessageRequest()
+                entry.group.name = group
+                entry.topic.name = topic
+                item = entry.entries.add()
+                item.message_id = part.message.system_properties.message_id
+                item.receipt_handle = part.message.system_properties.receipt_handle
+                answer = await ack(entry, timeout=10)
+                if answer.status.code != v2.code("OK"):
+                    raise RuntimeError(f"raw gRPC ack: {answer.status}")
+                acked += 1
+        if acked < count:
+            raise RuntimeError(f"raw gRPC received {acked} of {count} within 300 s")
+        return count / (time.perf_counter() - start)
+
+
 async def _round(
     results: dict[tuple[str, str, int], list[float]],
     python: Path,
@@ -120,8 +203,8 @@ async def _round(
     window: int,
     tag: str,
 ) -> None:
-    sdk_topic, v5_topic = f"BenchSdk{tag}", f"BenchV5{tag}"
-    for topic in (sdk_topic, v5_topic):
+    sdk_topic, v5_topic, raw_topic = f"BenchSdk{tag}", f"BenchV5{tag}", f"BenchRaw{tag}"
+    for topic in (sdk_topic, v5_topic, raw_topic):
         await admin.create_topic(topic, queues=4)
     await asyncio.sleep(1.0)  # the routes reach the NameServer
     send_mode = "send" if window <= 1 else f"send w{window}"
@@ -131,6 +214,8 @@ async def _round(
     if sent["failed"]:
         raise RuntimeError(f"5.x client: {sent['failed']} sends failed")
     results.setdefault(("rocketmq-5.x-grpc", send_mode, size), []).append(count / sent["seconds"])
+    rate = await _raw_send(endpoint, raw_topic, count, size, window)
+    results.setdefault(("bare-grpc-aio", send_mode, size), []).append(rate)
     if window > 1:
         return  # acks stay one at a time: the 5.1.2 client's ack_async lost acks (cancelled)
     total = count + 20
@@ -142,6 +227,8 @@ async def _round(
     results.setdefault(("rocketmq-5.x-grpc", "receive+ack", size), []).append(
         total / got["seconds"]
     )
+    rate = await _raw_receive(endpoint, raw_topic, f"g{raw_topic}", total)
+    results.setdefault(("bare-grpc-aio", "receive+ack", size), []).append(rate)
 
 
 async def run_proxy_bench(config: ProxyBenchConfig) -> list[ProxyRow]:
@@ -185,14 +272,22 @@ async def run_proxy_bench(config: ProxyBenchConfig) -> list[ProxyRow]:
 
 
 def ratios(rows: list[ProxyRow]) -> list[dict[str, Any]]:
-    """5.x through the endpoint over the SDK, per mode and size (goals: send 0.7, receive 0.5)."""
+    """Each gRPC side over the SDK, per mode and size (goals: send 0.7, receive+ack 0.5)."""
     by_key = {(r.system, r.mode, r.size): r.msgs_per_s for r in rows}
     found = []
     for (system, mode, size), rate in sorted(by_key.items()):
         sdk = by_key.get(("ferrymq-sdk", mode, size))
-        if system == "rocketmq-5.x-grpc" and sdk:
+        if system != "ferrymq-sdk" and sdk:
             goal = 0.7 if mode.startswith("send") else 0.5
-            found.append({"mode": mode, "size": size, "ratio": round(rate / sdk, 3), "goal": goal})
+            found.append(
+                {
+                    "system": system,
+                    "mode": mode,
+                    "size": size,
+                    "ratio": round(rate / sdk, 3),
+                    "goal": goal,
+                }
+            )
     return found
 
 
@@ -235,6 +330,6 @@ def bench_proxy_command(sizes: tuple[int, ...], messages: int, rounds: int, as_j
     console.print(table)
     for ratio in ratios(rows):
         click.echo(
-            f"{ratio['mode']} {ratio['size']} B: 5.x via endpoint / SDK {ratio['ratio']}x "
+            f"{ratio['system']} {ratio['mode']} {ratio['size']} B: / SDK {ratio['ratio']}x "
             f"(goal {ratio['goal']}x)"
         )
