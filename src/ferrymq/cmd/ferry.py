@@ -244,7 +244,7 @@ def up_command(
         ready_file=ready_file,
         connect=connect_workers,
         tls=up_tls,
-        proxy=not up_tls,  # the endpoint's TLS is not wired into `ferry up` yet
+        proxy=True,  # with --tls its ports serve the cluster's certificate too
     )
     console = Console(stderr=True)
     status = 0

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ferrymq.cmd.process import fail, run_until_signal, setup_logging, write_ready
+from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.errors import FerryError
 
 __all__ = ["InProcessProxy", "proxy_command", "run_proxy"]
@@ -112,6 +114,7 @@ async def run_proxy(
 )
 @click.option("--grpc-tls-key", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--log-level", default="INFO", show_default=True)
+@tls_server_options
 @click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -126,9 +129,20 @@ def proxy_command(
     grpc_tls_key: Path | None,
     log_level: str,
     ready_file: Path | None,
+    **flags: Any,
 ) -> None:
-    """Run the RocketMQ 5 endpoint: gRPC for 5.x clients, remoting for 4.x clients."""
+    """Run the RocketMQ 5 endpoint: gRPC for 5.x clients, remoting for 4.x clients.
+
+    With `--tls`, the remoting port and the connections to the cluster use TLS as every ferrymq
+    server does, and the gRPC port serves the same certificate (unless `--grpc-tls-*` name one).
+    """
     setup_logging(log_level)
+    if flags.get("tls__enable") and grpc_tls_cert is None:
+        grpc_tls_cert, grpc_tls_key = flags.get("tls__cert"), flags.get("tls__key")
+        if grpc_tls_cert is None or grpc_tls_key is None:
+            fail("--tls needs --tls-cert and --tls-key (the gRPC port serves them too)")
+    if any(value for name, value in flags.items() if name.startswith("tls__")):
+        install_tls({}, flags)  # else the client side may come from FERRYMQ_TLS (ferry up --tls)
     if (grpc_tls_cert is None) != (grpc_tls_key is None):
         fail("--grpc-tls-cert and --grpc-tls-key go together")
     tls = (grpc_tls_cert, grpc_tls_key) if grpc_tls_cert and grpc_tls_key else None

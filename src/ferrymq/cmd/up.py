@@ -308,7 +308,7 @@ class ProcessCluster:
         args = ["proxy", "--namesrv", self.namesrv_addr, "--host", config.host]
         self.proxy = await spawn(
             "proxy",
-            [*args, "--grpc-port", "0", "--remoting-port", "0"],
+            [*args, "--grpc-port", "0", "--remoting-port", "0", *self._tls_flags],
             config.data_dir,
             env=self._tls_env,
         )
