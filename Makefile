@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: setup test lint unit bench bench-store demo clean soak-raft chaos chaos-tls soak fuzz
+.PHONY: setup test lint unit bench bench-store bench-metrics demo clean soak-raft chaos chaos-tls soak fuzz
 
 setup: $(STAMP)
 
@@ -39,6 +39,11 @@ bench: bench-store
 
 bench-store: setup
 	$(BIN)/ferry bench store
+
+# What the metrics cost the send path: broker CPU per send with and without them, side by side
+# (docs/benchmarks.md "Metrics cost"); about 2.5 minutes.
+bench-metrics: setup
+	$(BIN)/python bench/metrics_cost.py --seconds 60 --rounds 30
 
 # The demo's Connect pipeline needs PostgreSQL (Debian's package; the demo starts its own server)
 # and its Spark parts a JVM: installed when missing, as .ci/run does (root, or sudo without a
