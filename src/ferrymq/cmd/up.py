@@ -209,7 +209,8 @@ class ProcessCluster:
         """The local CA's certificate (with `UpConfig.tls`), once `start` made it."""
         self._tls_flags: list[str] = []
         self._tls_env: dict[str, str] | None = None
-        """For the console and the proxy (clients of the cluster; their own ports stay plain)."""
+        """`FERRYMQ_TLS` for the console and the proxy: how they reach the cluster (the console's
+        own port stays plain; the proxy also takes the `--tls*` flags for its ports)."""
 
     def _make_tls(self) -> None:
         """The local CA and the servers' certificate (kept: a restart reuses them)."""
