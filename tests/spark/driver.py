@@ -81,12 +81,15 @@ class CrashingSource(FerryDataSource):
         from ferrymq.spark.options import parse_write_options
 
         options = dict(self.options)
+        crash_batch = int(options.pop("crashbatch"))  # this test format's own options
+        driver_pid = int(options.pop("driverpid"))
+        marker = options.pop("marker")
         return CrashingWriter(
             parse_write_options(options),
             schema,
-            crash_batch=int(options["crashbatch"]),
-            driver_pid=int(options["driverpid"]),
-            marker=options["marker"],
+            crash_batch=crash_batch,
+            driver_pid=driver_pid,
+            marker=marker,
         )
 
 

@@ -6,6 +6,7 @@ whole process tree by PID and starts a new driver on the same checkpoint.
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,9 +25,14 @@ DRIVER = Path(__file__).with_name("driver.py")
 
 
 def start_driver(log: Path, **args: object) -> subprocess.Popen[bytes]:
+    # the driver's workers run this venv's Python, also when no other test set the environment
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, str(DRIVER), json.dumps(args)], stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, str(DRIVER), json.dumps(args)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
 
 

@@ -122,6 +122,13 @@ class ModelQueues:
     def routes(self, options: ReadOptions, topics: Sequence[str]) -> dict[str, list[QueueKey]]:
         return {t: self.topic.routed() if t == TOPIC else [] for t in topics}
 
+    def times(self, options: ReadOptions, times: dict[str, dict[QueueKey, int]]) -> Any:
+        """A model message is stored at the millisecond of its offset (timestamps unused here)."""
+        return {
+            t: {k: min(ms, len(self.topic.messages.get(k, []))) for k, ms in queues.items()}
+            for t, queues in times.items()
+        }
+
     def read(
         self, options: ReadOptions, queue_range: QueueRange, schema: StructType
     ) -> Iterator[Any]:

@@ -4,6 +4,9 @@
   then queue id); `queue_bounds`: their min and max offsets, asked concurrently, as `Bounds`;
 - `resolve_offsets`: startingOffsets / endingOffsets as offsets of every covered queue (queues
   the JSON names by partition number are resolved against the route, `options.resolve_queue`);
+- `queue_times` / `offsets_for_times` / `apply_times`: the timestamp options (which queues, the
+  first offset stored at or after each time, asked of the brokers, and the result clamped to
+  the queue's bounds, or refused when a start finds no such message);
 - `read_range`: the records of one `QueueRange`, as `RecordBuffers`, with the data-loss rule:
   offsets below the queue's min offset were deleted by retention; with `failOnDataLoss` that is a
   `DataLossError` naming the queue and the offsets, otherwise they are skipped (and logged).
@@ -36,6 +39,7 @@ from ferrymq.spark.options import (
     OffsetSpec,
     OptionError,
     ReadOptions,
+    TimeSpec,
     resolve_queue,
 )
 from ferrymq.spark.plan import Bounds, Offsets, QueueKey, QueueRange, check_group_codes
@@ -44,11 +48,17 @@ from ferrymq.wire.records import RecordBuffers
 
 __all__ = [
     "DataLossError",
+    "apply_times",
     "list_queues",
+    "offsets_for_times",
     "queue_bounds",
+    "queue_times",
     "read_range",
     "resolve_offsets",
 ]
+
+QueueTimes = dict[str, dict[QueueKey, int]]
+"""topic -> queue -> a time (milliseconds), or the offset found for it."""
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +160,78 @@ def resolve_offsets(spec: OffsetSpec, bounds: Bounds, option: str) -> Offsets:
                 low if wanted == EARLIEST else high if wanted == LATEST else wanted
             )
     return offsets
+
+
+def queue_times(spec: TimeSpec, bounds: Bounds, option: str) -> QueueTimes:
+    """The time each covered queue is positioned at (queues the spec does not name: absent).
+
+    Raises:
+        OptionError: the spec names a topic or queue the read does not cover, or one queue twice.
+    """
+    if spec.every_ms is not None:
+        return {t: dict.fromkeys(queues, spec.every_ms) for t, queues in bounds.items()}
+    times: QueueTimes = {}
+    for topic, refs in spec.per_queue.items():
+        if topic not in bounds:
+            raise OptionError(option, f"topic {topic} is not a topic of this read")
+        covered = sorted(bounds[topic])
+        times[topic] = {}
+        for ref, millis in refs.items():
+            key = resolve_queue(option, topic, ref, covered)
+            if key in times[topic]:
+                raise OptionError(
+                    option, f"{topic}: {key.broker_name} queue {key.queue_id} is named twice"
+                )
+            times[topic][key] = millis
+    return times
+
+
+async def offsets_for_times(consumer: PullConsumer, times: QueueTimes) -> QueueTimes:
+    """Each queue's first offset stored at or after its time (SEARCH_OFFSET_BY_TIMESTAMP).
+
+    All are asked at once; a queue whose every message is older answers its end offset.
+    """
+    asked = [(t, k, ms) for t in sorted(times) for k, ms in sorted(times[t].items())]
+    found = await asyncio.gather(
+        *(
+            consumer.offset_for_time(MessageQueue(t, k.broker_name, k.queue_id), ms)
+            for t, k, ms in asked
+        )
+    )
+    offsets: QueueTimes = {t: {} for t in times}
+    for (topic, key, _), offset in zip(asked, found, strict=True):
+        offsets[topic][key] = offset
+    return offsets
+
+
+def apply_times(
+    offsets: Offsets,
+    times: QueueTimes,
+    found: QueueTimes,
+    bounds: Bounds,
+    option: str,
+    *,
+    none_is_end: bool,
+) -> None:
+    """Set each timed queue of `offsets` to the offset found for its time, within its bounds.
+
+    A queue with no message at or after its time (the offset found is the queue's end) is set to
+    its end when `none_is_end`, else refused.
+
+    Raises:
+        OptionError: a start found no message at or after its time.
+    """
+    for topic, queues in found.items():
+        for key, offset in queues.items():
+            low, high = bounds[topic][key]
+            if offset >= high and not none_is_end:
+                raise OptionError(
+                    option,
+                    f"{topic}: {key.broker_name} queue {key.queue_id} holds no message stored at "
+                    f"or after {times[topic][key]} ms (its end offset is {high}); set "
+                    "startingOffsetsByTimestampStrategy=latest to start such queues at their end",
+                )
+            offsets[topic][key] = min(max(offset, low), high)
 
 
 async def _require_routed(

@@ -1,7 +1,10 @@
 """The data source's options: parsed and checked once, with errors that name the option.
 
 Names follow Spark's Kafka source (`structured-streaming-kafka-integration`), with `servers` for
-`kafka.bootstrap.servers` (NameServer addresses, `;` or `,` separated); docs/spark.md has them all:
+`kafka.bootstrap.servers` (NameServer addresses, `;` or `,` separated; `kafka.bootstrap.servers`
+and `kafka.group.id` are taken as aliases of `servers` and `groupId`). An option ferrymq does not
+know is refused (`OptionError`), so a Kafka job's option that has no meaning here never silently
+changes what is read; docs/spark.md has them all:
 
 - exactly one of `subscribe` (comma list), `subscribePattern` (a Python regex over every topic
   the NameServers route) or `assign` (JSON: `{"topic": {"broker-a": [0, 1]}}`, or partition
@@ -9,7 +12,17 @@ Names follow Spark's Kafka source (`structured-streaming-kafka-integration`), wi
 - `startingOffsets` / `endingOffsets`: `earliest`, `latest` or JSON naming queues, with -2 =
   earliest and -1 = latest (Kafka's sentinels): `{"topic": {"broker-a": {"0": 23}}}`, or
   partition numbers as keys, `{"topic": {"669289472": 23}}`;
-- `maxOffsetsPerTrigger`, `minPartitions`, `failOnDataLoss` (default true), `includeHeaders`;
+- `startingTimestamp` / `endingTimestamp` (milliseconds since the epoch, every queue) and
+  `startingOffsetsByTimestamp` / `endingOffsetsByTimestamp` (JSON naming queues, values in
+  milliseconds): a queue starts (ends) at its first message stored at or after the time, as
+  Kafka's offsetsForTimes. Precedence as Kafka's: `startingTimestamp`, then
+  `startingOffsetsByTimestamp`, then `startingOffsets` (queues the JSON does not name take
+  `startingOffsets`). A start with no message at or after the time fails the read unless
+  `startingOffsetsByTimestampStrategy` is `latest`; an end with none is the queue's end. The
+  ending options are for batch reads only;
+- `maxOffsetsPerTrigger`, `minOffsetsPerTrigger` with `maxTriggerDelay` (default 15m: a batch
+  with fewer than the minimum waits at most that long), `minPartitions`, `failOnDataLoss`
+  (default true), `includeHeaders`;
 - `includeFerryColumns`: add the ferrymq columns `tags`, `keys`, `msgId`, `storeTimestamp`,
   `brokerName`, `queueId`;
 - `initialOffsets` (streams): JSON in the checkpoint's own shape, `{"topic": {"broker-a": {"0":
@@ -65,6 +78,7 @@ __all__ = [
     "OptionError",
     "QueueRef",
     "ReadOptions",
+    "TimeSpec",
     "WriteOptions",
     "parse_read_options",
     "parse_write_options",
@@ -85,6 +99,84 @@ class OptionError(FerryError, ValueError):
         super().__init__(f"ferrymq data source option {option!r}: {reason}")
         self.option = option
         self.reason = reason
+
+
+_SPARK_OPTIONS: Final = frozenset({"checkpointlocation", "path"})
+"""What Spark itself passes with a stream's options (`option("checkpointLocation", ...)`)."""
+_BOTH: Final = frozenset(
+    {
+        "servers",
+        "ferrymq.servers",
+        "kafka.bootstrap.servers",
+        "failovertimeoutms",
+        "accesskey",
+        "secretkey",
+    }
+)
+_READ_ONLY: Final = {
+    name.lower(): name
+    for name in (
+        "subscribe",
+        "subscribePattern",
+        "assign",
+        "startingOffsets",
+        "endingOffsets",
+        "startingTimestamp",
+        "endingTimestamp",
+        "startingOffsetsByTimestamp",
+        "endingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "maxOffsetsPerTrigger",
+        "minOffsetsPerTrigger",
+        "maxTriggerDelay",
+        "minPartitions",
+        "failOnDataLoss",
+        "includeHeaders",
+        "includeFerryColumns",
+        "groupId",
+        "kafka.group.id",
+        "fetchMaxBytes",
+        "legacyOffsets",
+        "initialOffsets",
+    )
+}
+_WRITE_ONLY: Final = {name.lower(): name for name in ("topic", "sinkId", "generation")}
+DEFAULT_MAX_TRIGGER_DELAY_S: Final = 15 * 60.0
+"""Kafka's `maxTriggerDelay` default (15m)."""
+_DURATION: Final = re.compile(r"(\d+)\s*(ms|s|m|min|h|d)?", re.IGNORECASE)
+_DURATION_UNITS_S: Final = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+
+
+def _check_known(raw: Mapping[str, str], *, reading: bool) -> None:
+    """Refuse an option this side of the data source does not take (names ignore case)."""
+    mine, theirs = (_READ_ONLY, _WRITE_ONLY) if reading else (_WRITE_ONLY, _READ_ONLY)
+    for name in sorted(raw):
+        key = name.lower()
+        if key in mine or key in _BOTH or key in _SPARK_OPTIONS:
+            continue
+        if key in theirs:
+            side = "a write (df.write / writeStream)" if reading else "a read"
+            raise OptionError(theirs[key], f"only {side} takes it")
+        hint = " (a Kafka option with no ferrymq meaning)" if key.startswith("kafka") else ""
+        known = ", ".join([*sorted(mine.values()), "servers", "failoverTimeoutMs"])
+        raise OptionError(name, f"unknown option{hint}; known here: {known}")
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSpec:
+    """Where to start or end by store time: every queue, or per named queue (milliseconds)."""
+
+    every_ms: int | None
+    """`startingTimestamp` / `endingTimestamp`: every covered queue at this time."""
+    per_queue: Mapping[str, Mapping[QueueRef, int]]
+    """`...OffsetsByTimestamp`: topic -> queue -> time; used when `every_ms` is None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +302,17 @@ class ReadOptions:
     """How checkpoint offsets of the old positional layout are read."""
     initial: Offsets | None = None
     """`initialOffsets`: where a new stream starts the queues it names (checkpoint shape)."""
+    starting_time: TimeSpec | None = None
+    """`startingTimestamp` / `startingOffsetsByTimestamp` (they win over startingOffsets)."""
+    ending_time: TimeSpec | None = None
+    """`endingTimestamp` / `endingOffsetsByTimestamp` (batch reads)."""
+    starting_time_latest: bool = False
+    """`startingOffsetsByTimestampStrategy=latest`: a queue with no message at or after the
+    starting time starts at its end (the default, `error`, fails the read)."""
+    min_offsets_per_trigger: int | None = None
+    """A micro-batch waits for at least this many new messages ..."""
+    max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
+    """... for at most this long since the last batch (`maxTriggerDelay`)."""
 
     def topic_filter(self, topic: str) -> bool:
         """Whether `subscribePattern` takes this topic (system topics never)."""
@@ -243,7 +346,11 @@ def _credentials(options: Mapping[str, str]) -> Credentials | None:
 
 
 def _servers(options: Mapping[str, str]) -> str:
-    servers = options.get("servers") or options.get("ferrymq.servers")
+    servers = (
+        options.get("servers")
+        or options.get("ferrymq.servers")
+        or options.get("kafka.bootstrap.servers")
+    )
     if not servers or not servers.strip():
         raise OptionError("servers", "required: the NameServer addresses, e.g. 127.0.0.1:9876")
     addresses = [a.strip() for a in re.split(r"[;,]", servers) if a.strip()]
@@ -398,6 +505,68 @@ def _initial(text: str | None) -> Offsets | None:
     return offsets
 
 
+def _millis(text: str, name: str) -> int:
+    stripped = text.strip()
+    if not stripped.isdecimal() or int(stripped) >= 2**63:
+        raise OptionError(
+            name, f"must be milliseconds since the epoch (an integer >= 0), not {text!r}"
+        )
+    return int(stripped)
+
+
+def _time_spec(options: Mapping[str, str], every: str, per_queue: str) -> TimeSpec | None:
+    """`every` (one time for every queue) wins over `per_queue` (JSON), as in Kafka's source."""
+    if every.lower() in options:
+        return TimeSpec(_millis(options[every.lower()], every), {})
+    text = options.get(per_queue.lower())
+    if text is None:
+        return None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError(
+            per_queue,
+            f'must be JSON like {{"topic":{{"broker-a":{{"0":1700000000000}}}}}}, not {text!r}',
+        )
+    times: dict[str, dict[QueueRef, int]] = {}
+    for topic, queues in parsed.items():
+        if not isinstance(queues, dict) or not queues:
+            raise OptionError(per_queue, f"topic {topic!r} must map queues to times")
+        times[topic] = {}
+        for ref, value in _topic_offsets(per_queue, topic, queues, ending=False).items():
+            if value < 0:
+                raise OptionError(per_queue, f"{topic}/{ref}: times are milliseconds >= 0")
+            times[topic][ref] = value
+    return TimeSpec(None, times)
+
+
+def _strategy(options: Mapping[str, str]) -> bool:
+    text = options.get("startingoffsetsbytimestampstrategy")
+    if text is None or text.strip().lower() == "error":
+        return False
+    if text.strip().lower() == "latest":
+        return True
+    raise OptionError(
+        "startingOffsetsByTimestampStrategy", f"must be error or latest, not {text!r}"
+    )
+
+
+def _trigger_delay(options: Mapping[str, str]) -> float:
+    """`maxTriggerDelay`: a duration like Spark's (`15m`, `30s`, `500ms`; a bare number: ms)."""
+    text = options.get("maxtriggerdelay")
+    if text is None:
+        return DEFAULT_MAX_TRIGGER_DELAY_S
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise OptionError(
+            "maxTriggerDelay", f"must be a duration like 15m, 30s or 500ms, not {text!r}"
+        )
+    unit = (match.group(2) or "ms").lower()
+    return int(match.group(1)) * _DURATION_UNITS_S[unit]
+
+
 def _generation(options: Mapping[str, str]) -> int | None:
     text = options.get("generation")
     if text is None:
@@ -414,6 +583,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
         OptionError: naming the first bad option.
     """
     options = {k.lower(): v for k, v in raw.items()}
+    _check_known(raw, reading=True)
     servers = _servers(options)
     chosen = [n for n in ("subscribe", "subscribepattern", "assign") if options.get(n)]
     if len(chosen) != 1:
@@ -435,14 +605,24 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
             raise OptionError("subscribePattern", f"not a regular expression: {exc}") from None
     else:
         assign = _assign(options["assign"])
-    if streaming is True and "endingoffsets" in options:
-        raise OptionError("endingOffsets", "only a batch read (spark.read) takes it")
-    if streaming is False and "maxoffsetspertrigger" in options:
+    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+        if streaming is True and name.lower() in options:
+            raise OptionError(name, "only a batch read (spark.read) takes it")
+    for name in (
+        "maxOffsetsPerTrigger",
+        "minOffsetsPerTrigger",
+        "maxTriggerDelay",
+        "initialOffsets",
+    ):
+        if streaming is False and name.lower() in options:
+            raise OptionError(name, "only a streaming read (spark.readStream) takes it")
+    max_rows = _positive(options, "maxOffsetsPerTrigger")
+    min_rows = _positive(options, "minOffsetsPerTrigger")
+    if min_rows is not None and max_rows is not None and min_rows > max_rows:
         raise OptionError(
-            "maxOffsetsPerTrigger", "only a streaming read (spark.readStream) takes it"
+            "minOffsetsPerTrigger",
+            f"{min_rows} is more than maxOffsetsPerTrigger ({max_rows}): no batch could start",
         )
-    if streaming is False and "initialoffsets" in options:
-        raise OptionError("initialOffsets", "only a streaming read (spark.readStream) takes it")
     return ReadOptions(
         servers=servers,
         subscribe=subscribe,
@@ -455,17 +635,22 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
             ending=False,
         ),
         ending=_offset_spec(options.get("endingoffsets"), "endingOffsets", LATEST, ending=True),
-        max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_rows,
         min_partitions=_positive(options, "minPartitions"),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=_bool(options, "includeHeaders", False),
         include_ferry_columns=_bool(options, "includeFerryColumns", False),
-        group=options.get("groupid", "ferrymq-spark"),
+        group=options.get("groupid") or options.get("kafka.group.id") or "ferrymq-spark",
         fetch_max_bytes=_positive(options, "fetchMaxBytes") or 4 * 1024 * 1024,
         failover_timeout_s=_failover_timeout(options),
         credentials=_credentials(options),
         legacy_offsets=_legacy(options),
         initial=_initial(options.get("initialoffsets")),
+        starting_time=_time_spec(options, "startingTimestamp", "startingOffsetsByTimestamp"),
+        ending_time=_time_spec(options, "endingTimestamp", "endingOffsetsByTimestamp"),
+        starting_time_latest=_strategy(options),
+        min_offsets_per_trigger=min_rows,
+        max_trigger_delay_s=_trigger_delay(options),
     )
 
 
@@ -476,6 +661,7 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
         OptionError: naming the first bad option.
     """
     options = {k.lower(): v for k, v in raw.items()}
+    _check_known(raw, reading=False)
     topic = options.get("topic")
     if topic is not None:
         topic = _topics(topic, "topic")[0]

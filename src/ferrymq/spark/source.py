@@ -9,7 +9,8 @@ Those talks go through a `QueueSource` (`FerryQueues`; a test gives a model clus
 Streaming offsets name queues, `{"topic": {"broker": {"queue id": next offset}}}` (`plan.py`),
 so no route change shifts them, and a query restarted from its checkpoint re-reads exactly the
 ranges of the batch it had not committed:
-- `initialOffset` resolves `startingOffsets` once (Spark asks twice on a first start), then
+- `initialOffset` resolves `startingOffsets` once (Spark asks twice on a first start; the
+  timestamp options through the brokers' SEARCH_OFFSET_BY_TIMESTAMP, `fetch.apply_times`), then
   sets the queues `initialOffsets` names (a resumed Connect task) to their offsets, routed now or
   not, as a checkpoint's offsets are;
 - `latestOffset` lists the queues again: queues and (with `subscribePattern`) topics new in the
@@ -20,6 +21,10 @@ ranges of the batch it had not committed:
   of a queue the route lacks when it is read waits for it for `failoverTimeoutMs`, then fails
   the query retryably; it is never dropped;
 - `maxOffsetsPerTrigger` is Spark's `ReadMaxRows`, split over queues by backlog;
+  `minOffsetsPerTrigger` holds a batch back (the same end as its start: Spark runs none) until
+  that many messages wait or `maxTriggerDelay` has passed since the last batch, as Kafka's
+  source does (PySpark has no composite read limit, so the reader applies it itself; not under
+  `Trigger.AvailableNow`, which must not wait);
   `Trigger.AvailableNow` reads up to the offsets seen when its first batch is planned, then stops;
 - a checkpoint written in the old positional layout is read when it maps unambiguously, or as
   `legacyOffsets` says (`plan.parse_offsets`), else refused with `LegacyOffsetsError`.
@@ -32,7 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from pyspark.sql.datasource import (
@@ -54,9 +60,19 @@ from pyspark.sql.types import StructType
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.errors import TopicNotFoundError
 from ferrymq.rpc.loop import new_event_loop
-from ferrymq.spark.fetch import list_queues, queue_bounds, read_range, resolve_offsets
+from ferrymq.spark.fetch import (
+    QueueTimes,
+    apply_times,
+    list_queues,
+    offsets_for_times,
+    queue_bounds,
+    queue_times,
+    read_range,
+    resolve_offsets,
+)
 from ferrymq.spark.options import (
     EARLIEST,
+    OptionError,
     ReadOptions,
     parse_read_options,
     parse_write_options,
@@ -125,9 +141,20 @@ class FerryDataSource(DataSource):
         return FerryStreamReader(parse_read_options(dict(self.options), streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        """A batch writer (exactly once per write)."""
+        """A batch writer (exactly once per write); `mode("append")` only, as Kafka's sink.
+
+        Raises:
+            OptionError: `mode("overwrite")` (a topic is a log). A write with no mode fails in
+                Spark before this is called (UNSUPPORTED_DATA_SOURCE_SAVE_MODE, docs/spark.md).
+        """
         from ferrymq.spark.sink import FerryBatchWriter
 
+        if overwrite:
+            raise OptionError(
+                "mode",
+                "overwrite is not possible: a topic is a log that is only appended to; use "
+                '.mode("append")',
+            )
         return FerryBatchWriter(parse_write_options(dict(self.options)), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -210,6 +237,10 @@ class QueueSource(Protocol):
         """The range's rows (Arrow batches), in queue offset order."""
         ...
 
+    def times(self, options: ReadOptions, times: QueueTimes) -> QueueTimes:
+        """Each queue's first offset stored at or after its time (its end if none)."""
+        ...
+
 
 class FerryQueues:
     """The `QueueSource` of a real cluster (stateless, so a reader holding it pickles)."""
@@ -256,6 +287,36 @@ class FerryQueues:
         """The range's rows as Arrow batches (`read_partition`)."""
         return read_partition(options, queue_range, schema)
 
+    def times(self, options: ReadOptions, times: QueueTimes) -> QueueTimes:
+        """Each queue's first offset stored at or after its time (retried across a failover)."""
+
+        async def attempt() -> QueueTimes:
+            async with PullConsumer(
+                options.servers, options.group, credentials=options.credentials
+            ) as consumer:
+                return await offsets_for_times(consumer, times)
+
+        return asyncio.run(
+            with_failover(
+                "finding offsets by timestamp", attempt, budget=options.failover_timeout_s
+            )
+        )
+
+
+def _start_offsets(options: ReadOptions, bounds: Bounds, queues: QueueSource) -> Offsets:
+    """`startingOffsets`, then the starting timestamp options over it (they win, as in Kafka)."""
+    offsets = resolve_offsets(options.starting, bounds, "startingOffsets")
+    if options.starting_time is not None:
+        option = (
+            "startingTimestamp"
+            if options.starting_time.every_ms is not None
+            else "startingOffsetsByTimestamp"
+        )
+        timed = queue_times(options.starting_time, bounds, option)
+        found = queues.times(options, timed)
+        apply_times(offsets, timed, found, bounds, option, none_is_end=options.starting_time_latest)
+    return offsets
+
 
 FERRY_QUEUES = FerryQueues()
 
@@ -270,8 +331,16 @@ class FerryBatchReader(DataSourceReader):
         self._schema = schema
         self._queues = queues
         bounds = queues.bounds(options, None)
-        start = resolve_offsets(options.starting, bounds, "startingOffsets")
+        start = _start_offsets(options, bounds, queues)
         end = resolve_offsets(options.ending, bounds, "endingOffsets")
+        if options.ending_time is not None:
+            option = (
+                "endingTimestamp"
+                if options.ending_time.every_ms is not None
+                else "endingOffsetsByTimestamp"
+            )
+            timed = queue_times(options.ending_time, bounds, option)
+            apply_times(end, timed, queues.times(options, timed), bounds, option, none_is_end=True)
         for topic, routed in bounds.items():
             for key, (_, high) in routed.items():
                 end[topic][key] = min(end[topic][key], high)
@@ -292,7 +361,11 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """`spark.readStream.format("ferrymq")`: micro-batches of queue ranges."""
 
     def __init__(
-        self, options: ReadOptions, schema: StructType, queues: QueueSource = FERRY_QUEUES
+        self,
+        options: ReadOptions,
+        schema: StructType,
+        queues: QueueSource = FERRY_QUEUES,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._options = options
         self._schema = schema
@@ -302,6 +375,9 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None
         self._latest: dict[str, Any] | None = None
         self._mapped: set[str] = set()
+        self._clock = clock
+        self._last_batch_s: float | None = None
+        """When the last micro-batch was let through (`minOffsetsPerTrigger`)."""
 
     def _offsets(self, data: Mapping[str, Any]) -> Offsets:
         """Offsets from Spark's JSON; the old positional layout mapped by the route now."""
@@ -324,7 +400,7 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """StartingOffsets resolved (once: Spark asks twice on a first start)."""
         if self._initial is None:
             bounds = self._queues.bounds(self._options, None)
-            offsets = resolve_offsets(self._options.starting, bounds, "startingOffsets")
+            offsets = _start_offsets(self._options, bounds, self._queues)
             for topic, queues in (self._options.initial or {}).items():
                 if topic not in offsets:
                     log.warning("ferrymq source: initialOffsets of %s ignored: not read", topic)
@@ -359,10 +435,35 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         if isinstance(limit, ReadMaxRows):
             end = cap_rows(begin, end, limit.max_rows)
+        if self._held_back(begin, end):
+            end = begin
         for topic, queues in end.items():
             check_group_codes(topic, (key.broker_name for key in queues))
         self._latest = offsets_json(end)
         return self._latest
+
+    def _held_back(self, begin: Offsets, end: Offsets) -> bool:
+        """Whether `minOffsetsPerTrigger` holds this batch back.
+
+        Held back: fewer new messages than the minimum, and less than `maxTriggerDelay` since
+        the last batch (or since the query started).
+        """
+        now = self._clock()
+        if self._last_batch_s is None:
+            self._last_batch_s = now
+        wanted = self._options.min_offsets_per_trigger
+        if wanted is None or self._available_now:
+            return False
+        waiting = sum(
+            offset - begin.get(topic, {}).get(key, offset)
+            for topic, queues in end.items()
+            for key, offset in queues.items()
+        )
+        if waiting >= wanted or now - self._last_batch_s >= self._options.max_trigger_delay_s:
+            if waiting > 0:
+                self._last_batch_s = now
+            return False
+        return True
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The last end offsets seen (shown in query progress)."""
