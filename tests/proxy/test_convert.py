@@ -48,7 +48,7 @@ def test_transaction_id_round_trip_and_garbage() -> None:
     handle = TxHandle("broker:a", 12345, 7, "0102FC00")
     assert TxHandle.decode(handle.encode()) == handle
     for bad in ("", "1:2:3", "x:2:id:b", "1:2::b"):
-        with pytest.raises(ValueError, match="unpack|invalid literal|not a transaction id"):
+        with pytest.raises(ValueError, match=r"unpack|invalid literal|not a transaction id"):
             TxHandle.decode(bad)
 
 
