@@ -430,6 +430,12 @@ class Broker:
             await self._start_master(self.config.broker_role)
             self.role_assigned.set()
 
+    def _ha_secret(self, access_key: str) -> str | None:
+        """An admin account's secret (slaves authenticate on the HA port with one)."""
+        assert self.acl is not None
+        account = self.acl.acl.config.accounts.get(access_key)
+        return account.secret_key if account is not None and account.admin else None
+
     def _start_slave(self) -> None:
         config, state = self.config, self.state
         state.role = BrokerRole.SLAVE
@@ -479,6 +485,7 @@ class Broker:
             on_change=self.on_sync_state_change,
             on_confirm=state.schedule_dispatch,
             busy_poll=self.busy_poll,
+            secret_of=self._ha_secret if self.acl is not None else None,
         )
         self._master_epoch = master.become_master(epoch)
         # this log is the group's now: apply every metadata record it holds before writing the

@@ -16,7 +16,9 @@ section 6 items 1-3. One asyncio loop (the broker's) owns all of it:
   committed (their responses go first), then gates what the store serves; a changed confirm
   offset goes to every slave with the next transfer, or alone after `_CONFIRM_DELAY`;
 - a slave that sends nothing for `housekeeping_interval` is dropped; idle slaves get heartbeats;
-- bad packets close that slave's connection with a logged reason; nothing else is affected.
+- bad packets close that slave's connection with a logged reason; nothing else is affected;
+- with `secret_of` (the broker's ACL is on) a slave is served only once it answered the
+  connection's challenge with an admin account (`haauth`); a wrong answer drops it, logged.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import os
 import time
 import typing
 from collections.abc import Callable, Coroutine
@@ -35,6 +38,7 @@ from typing import Any
 
 from ferrymq import clock as process_clock
 from ferrymq.errors import FerryError, ProtocolError
+from ferrymq.replication.haauth import SecretOf, check_proof
 from ferrymq.replication.syncstate import SyncState, SyncStateChange
 from ferrymq.rpc.busypoll import BusyPoll
 from ferrymq.security.tls import process_server_tls
@@ -42,10 +46,13 @@ from ferrymq.security.tlsserve import Listener, listen
 from ferrymq.store.epochs import EpochFile
 from ferrymq.store.store import Store
 from ferrymq.wire.ha import (
+    NONCE_BYTES,
     MasterHandshake,
     SlaveAck,
+    SlaveAuth,
     SlaveHandshake,
     SlavePacketDecoder,
+    encode_auth_challenge,
     encode_master_handshake,
     encode_transfer_header,
 )
@@ -96,8 +103,11 @@ class ReplicationMaster:
         on_change: Callable[[SyncStateChange], bool] | None = None,
         on_confirm: Callable[[], None] | None = None,
         busy_poll: BusyPoll | None = None,
+        secret_of: SecretOf | None = None,
     ) -> None:
         self.store = store
+        self.secret_of = secret_of
+        """Admin secrets by access key when slaves must authenticate (None: they need not)."""
         self.busy_poll = busy_poll
         """The broker's loop poller, told of every read of a slave's acks."""
         self.epochs = epochs
@@ -379,6 +389,10 @@ class _SlaveLink(asyncio.Protocol):
         self._tasks: list[asyncio.Task[None]] = []
         self._woken: asyncio.Future[None] | None = None
         self._confirm_due: asyncio.TimerHandle | None = None
+        self._nonce: bytes | None = None
+        """This connection's challenge until the slave answered it."""
+        self._pending: SlaveHandshake | None = None
+        """The slave's HANDSHAKE, held until its answer to the challenge came."""
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -389,6 +403,9 @@ class _SlaveLink(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
         self.master._connections.add(self)
         self._start(self._housekeeping())
+        if self.master.secret_of is not None:
+            self._nonce = os.urandom(NONCE_BYTES)
+            self.transport.write(encode_auth_challenge(self._nonce))
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
@@ -397,6 +414,8 @@ class _SlaveLink(asyncio.Protocol):
             poll.read_started()
         try:
             packets = self.decoder.feed(data)
+            if self._nonce is not None:
+                packets = self._authenticate(packets)
             if self.broker_id is None and packets:
                 self._handshake(packets.pop(0))
             self._handle(packets)
@@ -456,10 +475,38 @@ class _SlaveLink(asyncio.Protocol):
 
     # ------------------------------------------------------------------ packets in
 
-    def _handshake(self, first: SlaveHandshake | SlaveAck) -> None:
+    def _authenticate(
+        self, packets: list[SlaveHandshake | SlaveAck | SlaveAuth]
+    ) -> list[SlaveHandshake | SlaveAck | SlaveAuth]:
+        """Hold the HANDSHAKE until the answer to the challenge; what follows a good answer.
+
+        Raises:
+            ProtocolError: anything else first, or a wrong answer (the slave is dropped).
+        """
+        nonce, secret_of = self._nonce, self.master.secret_of
+        assert nonce is not None
+        assert secret_of is not None
+        while packets:
+            packet = packets.pop(0)
+            if isinstance(packet, SlaveHandshake) and self._pending is None:
+                self._pending = packet
+            elif isinstance(packet, SlaveAuth) and self._pending is not None:
+                broker_id = self._pending.slave_broker_id
+                reason = check_proof(secret_of, packet, nonce, broker_id)
+                if reason is not None:
+                    raise ProtocolError(f"HA authentication of slave {broker_id} failed: {reason}")
+                self._nonce = None
+                return [self._pending, *packets]
+            else:
+                raise ProtocolError(
+                    f"HA authentication required: got {type(packet).__name__} out of order"
+                )
+        return []
+
+    def _handshake(self, first: SlaveHandshake | SlaveAck | SlaveAuth) -> None:
         master = self.master
         if not isinstance(first, SlaveHandshake):
-            raise ProtocolError("expected a HANDSHAKE first, got an ACK")
+            raise ProtocolError(f"expected a HANDSHAKE first, got {type(first).__name__}")
         if first.slave_broker_id == master.state.master_id:
             raise ProtocolError(f"a slave claims the master's broker id {first.slave_broker_id}")
         self.broker_id = first.slave_broker_id
@@ -475,11 +522,13 @@ class _SlaveLink(asyncio.Protocol):
         master._links.add(self)
         self._start(self._send())
 
-    def _handle(self, packets: list[SlaveHandshake | SlaveAck]) -> None:
+    def _handle(self, packets: list[SlaveHandshake | SlaveAck | SlaveAuth]) -> None:
         master = self.master
         for packet in packets:
             if isinstance(packet, SlaveHandshake):
                 raise ProtocolError("a second HANDSHAKE on one connection")
+            if isinstance(packet, SlaveAuth):
+                raise ProtocolError("an AUTH the master did not ask for")
             assert self.broker_id is not None
             end = master.store.max_log_offset
             if packet.ack_offset > end:

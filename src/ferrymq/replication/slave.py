@@ -14,7 +14,9 @@ and section 9 items 4, 5 and 12, which ferrymq follows:
   held until the rest arrives; anything else closes the connection with a logged reason, and the
   slave reconnects after a back-off;
 - packets are handled in the connection's `data_received` as they arrive (an asyncio Protocol,
-  not streams: no task wake-up between the bytes and the ack).
+  not streams: no task wake-up between the bytes and the ack);
+- a master with ACL on challenges first: the slave answers with its credentials (`haauth`),
+  the process's unless `SlaveConfig.credentials` names others; without any it stops, logged.
 """
 
 from __future__ import annotations
@@ -29,16 +31,22 @@ from dataclasses import dataclass
 from ferrymq import testbugs
 from ferrymq.errors import FerryError, ProtocolError
 from ferrymq.model import parse_address
+from ferrymq.replication.haauth import proof
 from ferrymq.replication.handshake import consistent_point
+from ferrymq.security.acl import Credentials
+from ferrymq.security.aclcredentials import process_credentials
 from ferrymq.security.tls import process_client_tls
 from ferrymq.store.epochs import EpochFile, EpochHistory
 from ferrymq.store.store import Store
 from ferrymq.wire.ha import (
+    AuthChallenge,
     MasterHandshake,
     MasterPacketDecoder,
+    SlaveAuth,
     SlaveHandshake,
     Transfer,
     encode_slave_ack,
+    encode_slave_auth,
     encode_slave_handshake,
 )
 
@@ -64,6 +72,8 @@ class SlaveConfig:
     """Back-off before reconnecting (RocketMQ: 5 s)."""
     local_host: str | None = None
     """Source address of the connection to the master (None: the kernel's choice)."""
+    credentials: Credentials | None = None
+    """The account answering a master's HA challenge (None: the process's credentials)."""
 
 
 class ReplicationSlave:
@@ -255,6 +265,7 @@ class _MasterLink(asyncio.Protocol):
         self.decoder = MasterPacketDecoder()
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.handshaken = False
+        self.answered = False
         self.last_read = time.monotonic()
         self._transport: asyncio.Transport | None = None
         self._paused = False
@@ -268,6 +279,8 @@ class _MasterLink(asyncio.Protocol):
         self.last_read = time.monotonic()
         try:
             packets = self.decoder.feed(data)
+            while not self.handshaken and packets and isinstance(packets[0], AuthChallenge):
+                self._answer(typing.cast(AuthChallenge, packets.pop(0)))
             if not self.handshaken and packets:
                 handshake = packets.pop(0)
                 if not isinstance(handshake, MasterHandshake):
@@ -278,12 +291,29 @@ class _MasterLink(asyncio.Protocol):
             for packet in packets:
                 if isinstance(packet, MasterHandshake):
                     raise ProtocolError("a second HANDSHAKE on one connection")
+                if isinstance(packet, AuthChallenge):
+                    raise ProtocolError("an AUTH challenge after the HANDSHAKE")
                 transfers.append(packet)
             if transfers:
                 self.slave._received(self, transfers)
         except Exception as exc:  # noqa: BLE001 - handed to `run`, which logs or re-raises it
             self._end(exc)
             self.abort()
+
+    def _answer(self, challenge: AuthChallenge) -> None:
+        """Prove the account to a master that asked (once per connection)."""
+        if self.answered:
+            raise ProtocolError("a second AUTH challenge on one connection")
+        self.answered = True
+        credentials = self.slave.config.credentials or process_credentials()
+        if credentials is None:
+            raise FerryError(
+                "the master requires HA authentication (its ACL is on) and this broker has no "
+                "credentials (FERRY_ACCESS_KEY / FERRY_SECRET_KEY of a cluster admin account)"
+            )
+        mac = proof(credentials.secret_key, challenge.nonce, self.slave.config.broker_id)
+        assert self._transport is not None
+        self._transport.write(encode_slave_auth(SlaveAuth(credentials.access_key, mac)))
 
     def ack(self, offset: int) -> None:
         transport = self._transport

@@ -10,6 +10,13 @@ integers big-endian. One TCP connection from the slave to the master's HA port:
                      TRANSFER   state=2 i32 | bodySize i32 | offset i64 | epoch i32
                                 | epochStartOffset i64 | confirmOffset i64 | body
 
+ferrymq's own addition, when the master's broker has ACL on (RocketMQ's HA handshake carries no
+credentials): the master opens with a challenge and the slave answers it after its HANDSHAKE;
+the master serves nothing before a valid answer (`replication.haauth`):
+
+    master -> slave  AUTH       state=64 i32 | nonce 32 bytes
+    slave -> master  AUTH       state=64 i32 | accessKeyLen i16 | accessKey (UTF-8) | proof 32 bytes
+
 Where ferrymq is stricter than RocketMQ (section 9, item 12): a decoder needs a packet's full
 size before it parses it (RocketMQ reads a 16-byte handshake after checking for 12), any state
 other than HANDSHAKE and TRANSFER, a negative offset or size, or a body that is not whole epoch
@@ -20,24 +27,31 @@ limit every packet body has.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Final
 
 from ferrymq.errors import FrameTooLargeError, ProtocolError
 
 __all__ = [
+    "AUTH_STATE",
     "DEFAULT_MAX_BODY_BYTES",
+    "NONCE_BYTES",
+    "PROOF_BYTES",
+    "AuthChallenge",
     "EpochEntry",
     "HAState",
     "MasterHandshake",
     "MasterPacketDecoder",
     "SlaveAck",
+    "SlaveAuth",
     "SlaveHandshake",
     "SlavePacketDecoder",
     "Transfer",
+    "encode_auth_challenge",
     "encode_master_handshake",
     "encode_slave_ack",
+    "encode_slave_auth",
     "encode_slave_handshake",
     "encode_transfer_header",
 ]
@@ -62,6 +76,14 @@ _SLAVE_ACK: Final = struct.Struct(">iq")  # 12 bytes
 _MASTER_HANDSHAKE: Final = struct.Struct(">iiqi")  # 20 bytes
 _EPOCH_ENTRY: Final = struct.Struct(">iq")  # 12 bytes
 _TRANSFER: Final = struct.Struct(">iiqiqq")  # 36 bytes
+
+AUTH_STATE: Final = 64
+"""ferrymq's own packet state: the HA authentication challenge and its answer."""
+NONCE_BYTES: Final = 32
+PROOF_BYTES: Final = 32
+MAX_ACCESS_KEY_BYTES: Final = 256
+_AUTH_CHALLENGE: Final = struct.Struct(f">i{NONCE_BYTES}s")
+_SLAVE_AUTH_HEAD: Final = struct.Struct(">ih")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +128,36 @@ class Transfer:
     epoch_start_offset: int
     confirm_offset: int
     body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class AuthChallenge:
+    """The master's nonce, which the slave's proof must cover."""
+
+    nonce: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SlaveAuth:
+    """The slave's account and its HMAC over the master's nonce."""
+
+    access_key: str
+    proof: bytes = field(repr=False)
+
+
+def encode_auth_challenge(nonce: bytes) -> bytes:
+    """The master's 36-byte challenge."""
+    if len(nonce) != NONCE_BYTES:
+        raise ValueError(f"an HA nonce has {NONCE_BYTES} bytes")
+    return _AUTH_CHALLENGE.pack(AUTH_STATE, nonce)
+
+
+def encode_slave_auth(packet: SlaveAuth) -> bytes:
+    """The slave's answer: its access key and proof."""
+    key = packet.access_key.encode()
+    if not key or len(key) > MAX_ACCESS_KEY_BYTES or len(packet.proof) != PROOF_BYTES:
+        raise ValueError("an HA access key has 1-256 bytes and a proof 32")
+    return _SLAVE_AUTH_HEAD.pack(AUTH_STATE, len(key)) + key + packet.proof
 
 
 def encode_slave_handshake(packet: SlaveHandshake) -> bytes:
@@ -160,13 +212,15 @@ class _Decoder:
             raise FrameTooLargeError(value, self._max_body)
         return value
 
-    def _state(self) -> HAState | None:
+    def _state(self) -> int | None:
         if len(self._buffer) < _STATE.size:
             return None
         (value,) = _STATE.unpack_from(self._buffer)
-        if value not in (HAState.HANDSHAKE, HAState.TRANSFER):
-            raise ProtocolError(f"HA packet state {value} is neither HANDSHAKE nor TRANSFER")
-        return HAState(value)
+        if value not in (HAState.HANDSHAKE, HAState.TRANSFER, AUTH_STATE):
+            raise ProtocolError(
+                f"HA packet state {value} is neither HANDSHAKE nor TRANSFER (nor AUTH)"
+            )
+        return int(value)
 
 
 class SlavePacketDecoder(_Decoder):
@@ -175,12 +229,28 @@ class SlavePacketDecoder(_Decoder):
     def __init__(self, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         super().__init__(max_body_bytes)
 
-    def feed(self, data: bytes) -> list[SlaveHandshake | SlaveAck]:
+    def feed(self, data: bytes) -> list[SlaveHandshake | SlaveAck | SlaveAuth]:
         """Add bytes; return every packet now complete."""
         self._buffer += data
-        packets: list[SlaveHandshake | SlaveAck] = []
+        packets: list[SlaveHandshake | SlaveAck | SlaveAuth] = []
         while (state := self._state()) is not None:
-            if state is HAState.HANDSHAKE:
+            if state == AUTH_STATE:
+                if len(self._buffer) < _SLAVE_AUTH_HEAD.size:
+                    break
+                _, key_size = _SLAVE_AUTH_HEAD.unpack_from(self._buffer)
+                if not 0 < key_size <= MAX_ACCESS_KEY_BYTES:
+                    raise ProtocolError(f"HA slave auth accessKeyLen {key_size} not in 1..256")
+                size = _SLAVE_AUTH_HEAD.size + key_size + PROOF_BYTES
+                if len(self._buffer) < size:
+                    break
+                start = _SLAVE_AUTH_HEAD.size
+                try:
+                    key = bytes(self._buffer[start : start + key_size]).decode()
+                except UnicodeDecodeError:
+                    raise ProtocolError("HA slave auth accessKey is not UTF-8") from None
+                packets.append(SlaveAuth(key, bytes(self._buffer[start + key_size : size])))
+                del self._buffer[:size]
+            elif state == HAState.HANDSHAKE:
                 if len(self._buffer) < _SLAVE_HANDSHAKE.size:
                     break
                 _, sync_last, learner, broker_id = _SLAVE_HANDSHAKE.unpack_from(self._buffer)
@@ -209,15 +279,21 @@ class MasterPacketDecoder(_Decoder):
     def __init__(self, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         super().__init__(max_body_bytes)
 
-    def feed(self, data: bytes) -> list[MasterHandshake | Transfer]:
+    def feed(self, data: bytes) -> list[MasterHandshake | Transfer | AuthChallenge]:
         """Add bytes; return every packet now complete."""
         self._buffer += data
-        packets: list[MasterHandshake | Transfer] = []
+        packets: list[MasterHandshake | Transfer | AuthChallenge] = []
         while (state := self._state()) is not None:
-            head = _MASTER_HANDSHAKE if state is HAState.HANDSHAKE else _TRANSFER
+            if state == AUTH_STATE:
+                if len(self._buffer) < _AUTH_CHALLENGE.size:
+                    break
+                packets.append(AuthChallenge(_AUTH_CHALLENGE.unpack_from(self._buffer)[1]))
+                del self._buffer[: _AUTH_CHALLENGE.size]
+                continue
+            head = _MASTER_HANDSHAKE if state == HAState.HANDSHAKE else _TRANSFER
             if len(self._buffer) < head.size:
                 break
-            if state is HAState.HANDSHAKE:
+            if state == HAState.HANDSHAKE:
                 _, size, max_offset, last_epoch = head.unpack_from(self._buffer)
                 self._body_size(size, "bodySize")
                 if size % _EPOCH_ENTRY.size:
