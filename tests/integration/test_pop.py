@@ -1,11 +1,13 @@
 """POP consumption over remoting with the SDK's SimpleConsumer, against in-process brokers."""
 
 import asyncio
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from ferrymq import Producer
+from ferrymq.broker import popservice, send
 from ferrymq.cli.stream import consume_command
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
@@ -241,3 +243,39 @@ async def test_init_mode_max_starts_a_new_group_at_the_end(
         await _send(cluster, "PopI", 1)  # the position taken at the first pop holds
         got = await _receive_until(consumer, "PopI", 1, invisible=30.0)
         assert [(m.message.body, m.message.queue_offset) for m in got] == [(b"m0", 2)]
+
+
+async def test_an_ack_while_the_reviver_copies_is_not_delivered_again(
+    cluster: LocalCluster, client: RpcClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revive's copy is stored with awaits (a sync slave's ack): an ack meanwhile of the message
+    being copied is refused (its copy comes), and one of a message later in the same pass holds
+    (no copy). The injected fault: the first copy waits until the test acked both."""
+    real_put = send.put_messages
+    entered, release = asyncio.Event(), asyncio.Event()
+    copying: list[bytes] = []
+
+    async def slow_put(*args: Any, **kwargs: Any) -> Any:
+        if not copying:
+            copying.append(args[3][0].body)
+            entered.set()
+            await release.wait()
+        return await real_put(*args, **kwargs)
+
+    monkeypatch.setattr(popservice, "put_messages", slow_put)
+    await create_topic(client, cluster.broker.address, "PopV", queues=1)
+    await _send(cluster, "PopV", 2)
+    async with SimpleConsumer(cluster.namesrv_addr, "G11") as consumer:
+        got = await _receive_until(consumer, "PopV", 2, invisible=0.1)
+        await asyncio.wait_for(entered.wait(), 20)
+        first = next(m for m in got if m.message.body == copying[0])
+        second = next(m for m in got if m.message.body != copying[0])
+        with pytest.raises(RemoteError) as refused:
+            await consumer.ack(first)  # being revived: its copy is on its way
+        assert refused.value.code == ResponseCode.NO_MESSAGE
+        await consumer.ack(second)  # expired, not revived yet: the ack holds
+        release.set()
+        again = await _receive_until(consumer, "PopV", 1, invisible=30.0)
+        assert [(m.message.body, m.delivery_attempt) for m in again] == [(copying[0], 2)]
+        await consumer.ack(again[0])
+        assert await consumer.receive("PopV", invisible_duration=1.0, wait=1.0) == []

@@ -106,6 +106,10 @@ class PopState:
         self.queues: dict[QueueKey, QueuePop] = {}
         self.listener: Callable[[PopEvent], None] | None = None
         """Hears every applied event (a master's metadata log writes it)."""
+        self.reviving: set[tuple[QueueKey, int]] = set()
+        """(key, offset) whose revive copy is being stored (a master's, not replicated): no ack,
+        change or orderly redelivery takes them meanwhile, or the copy would deliver again what
+        was just acknowledged (the reviver takes them out of flight once the copy is stored)."""
 
     # ------------------------------------------------------------------ reads
 
@@ -130,10 +134,13 @@ class PopState:
         queue = self.queues.get(key)
         if queue is None:
             return []
+        reviving = self.reviving
         return sorted(
             o
             for o, f in queue.inflight.items()
-            if f.invisible_until_ms <= now_ms and f.pop_time_ms < now_ms
+            if f.invisible_until_ms <= now_ms
+            and f.pop_time_ms < now_ms
+            and (not reviving or (key, o) not in reviving)
         )
 
     def attempt(self, key: QueueKey, queue_offset: int) -> int:
@@ -178,13 +185,18 @@ class PopState:
     def decide_ack(self, key: QueueKey, offsets: list[tuple[int, int]]) -> Acked | None:
         """Acknowledge (queue offset, pop time) pairs; stale or unknown ones are left out.
 
-        None when none of them is in flight under that pop time (rule 3).
+        None when none of them is in flight under that pop time (rule 3), or being revived.
         """
         queue = self.queues.get(key)
         if queue is None:
             return None
+        reviving = self.reviving
         hits = [
-            o for o, t in offsets if (f := queue.inflight.get(o)) is not None and f.pop_time_ms == t
+            o
+            for o, t in offsets
+            if (f := queue.inflight.get(o)) is not None
+            and f.pop_time_ms == t
+            and (not reviving or (key, o) not in reviving)
         ]
         return Acked(*key, sorted(set(hits))) if hits else None
 
@@ -194,7 +206,11 @@ class PopState:
         """Make a message invisible for `invisible_ms` from now; None when the handle is stale."""
         queue = self.queues.get(key)
         found = queue.inflight.get(queue_offset) if queue else None
-        if found is None or found.pop_time_ms != pop_time_ms:
+        if (
+            found is None
+            or found.pop_time_ms != pop_time_ms
+            or (key, queue_offset) in self.reviving
+        ):
             return None
         # a new handle must differ from the old one, even within the same millisecond
         new_pop_time = max(now_ms, pop_time_ms + 1)

@@ -486,6 +486,25 @@ class PopReviver:
     ) -> None:
         state = self._state
         group, topic, queue_id = key
+        queue = state.pop.queues.get(key)
+        if queue is None or queue.inflight.get(queue_offset) != inflight:
+            return  # acked or changed while an earlier message of this pass was being copied
+        reviving = (key, queue_offset)
+        state.pop.reviving.add(reviving)
+        try:
+            await self._copy(key, queue_offset, inflight, orderly, limit)
+        finally:
+            state.pop.reviving.discard(reviving)
+        # still in flight under the same pop (nothing can ack or change it while it is copied)
+        if state.pop.decide_ack(key, [(queue_offset, inflight.pop_time_ms)]) is not None:
+            _apply(state, Acked(group, topic, queue_id, [queue_offset]))
+
+    async def _copy(
+        self, key: QueueKey, queue_offset: int, inflight: InFlight, orderly: bool, limit: int
+    ) -> None:
+        """Store the message's copy in the POP retry topic, or in the DLQ past `limit`."""
+        state = self._state
+        group, topic, queue_id = key
         got = state.store.get(topic, queue_id, queue_offset, 1)
         if got.records and got.queue_offsets[0] == queue_offset:
             record = decode_record(got.records[0])
@@ -519,6 +538,3 @@ class PopReviver:
                 queue_id,
                 queue_offset,
             )
-        # still in flight under the same pop? (an ack may have come while the copy was put)
-        if state.pop.decide_ack(key, [(queue_offset, inflight.pop_time_ms)]) is not None:
-            _apply(state, Acked(group, topic, queue_id, [queue_offset]))
