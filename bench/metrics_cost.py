@@ -5,9 +5,11 @@ shipped, serving Prometheus metrics (`metricsExporterType=PROM`) and scraped aft
 "without" is the same broker started with the counting patched out (a `sitecustomize` on its
 PYTHONPATH: `StatsTable.add`, `Latency.observe` and `BrokerStats.pulled` do nothing and the send
 route is the untimed one), which is the broker before metrics. A producer sends to each in turn,
-in alternating slices of `--window` sends in flight; each row is the broker's CPU (utime + stime
-from /proc) per acknowledged send over all its slices. Nothing is asserted; docs/benchmarks.md
-("Metrics cost") has the command and what one run measured.
+in alternating slices of `--window` sends in flight; each row is the broker's CPU (every
+thread's schedstat run time) per acknowledged send over all its slices, and the last row the
+cost: over the totals, and the median and quartiles of the rounds' own ratios (a round pairs
+two adjacent slices, so load that comes and goes hits both). Nothing is asserted;
+docs/benchmarks.md ("Metrics cost") has the command and what runs measured.
 
     .venv/bin/python bench/metrics_cost.py [--seconds 20] [--rounds 10] [--window 16]
         [--busy-poll-micros 0]
@@ -21,6 +23,7 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import time
 import urllib.request
@@ -32,7 +35,6 @@ from ferrymq.client.producer import Producer
 from ferrymq.cmd.local import spawn
 from ferrymq.rpc.loop import new_event_loop
 
-_TICKS = os.sysconf("SC_CLK_TCK")
 _WITHOUT_METRICS = """\
 from ferrymq.broker import broker, metrics
 from ferrymq.metrics import stats
@@ -45,9 +47,13 @@ broker.Broker._bind_timed = broker.Broker._bind
 
 
 def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    """Seconds on CPU of every thread of `pid`, to the nanosecond (schedstat; /proc/stat's
+    utime + stime count 10 ms ticks, too coarse for a 2 s slice)."""
+    total_ns = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            total_ns += int((task / "schedstat").read_text().split()[0])
+    return total_ns / 1e9
 
 
 @contextlib.asynccontextmanager
@@ -140,8 +146,10 @@ async def _main(args: argparse.Namespace) -> list[dict[str, object]]:
             for send, _, _, _ in sides.values():
                 await _slice(send, 0.5, args.window)  # routes, connections, warm-up
             totals = {name: [0.0, 0.0, 0.0] for name in sides}  # sends, cpu s, wall s
+            ratios: list[float] = []  # per round: with / without CPU per send
             for round_number in range(args.rounds):
                 order = list(sides) if round_number % 2 == 0 else list(sides)[::-1]
+                this_round: dict[str, float] = {}
                 for name in order:
                     send, pid, endpoint, _ = sides[name]
                     cpu, wall = _cpu_s(pid), time.perf_counter()
@@ -149,9 +157,12 @@ async def _main(args: argparse.Namespace) -> list[dict[str, object]]:
                     if endpoint is not None:  # a scrape per slice: its cost counts too
                         await asyncio.to_thread(_scrape, endpoint)
                     total = totals[name]
+                    spent = _cpu_s(pid) - cpu
                     total[0] += count
-                    total[1] += _cpu_s(pid) - cpu
+                    total[1] += spent
                     total[2] += time.perf_counter() - wall
+                    this_round[name] = spent / count
+                ratios.append(this_round["with metrics"] / this_round["without"])
             for name, (sends, cpu_s, wall_s) in totals.items():
                 rows.append(
                     {
@@ -167,7 +178,14 @@ async def _main(args: argparse.Namespace) -> list[dict[str, object]]:
                 raise RuntimeError(f"the sides are not what they claim: {counted}")
             per_send = {name: t[1] / t[0] for name, t in totals.items()}
             cost = per_send["with metrics"] / per_send["without"] - 1
-            rows.append({"metrics_cost_pct": round(cost * 100, 2)})
+            quartiles = statistics.quantiles(ratios, n=4)
+            rows.append(
+                {
+                    "metrics_cost_pct": round(cost * 100, 2),
+                    "per_round_cost_pct_median": round((statistics.median(ratios) - 1) * 100, 2),
+                    "per_round_cost_pct_iqr": [round((q - 1) * 100, 2) for q in quartiles[::2]],
+                }
+            )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return rows
