@@ -29,7 +29,16 @@ from ferrymq.model import MessageQueue, format_address, validate_topic
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse
 from ferrymq.rpc.server import Router, RpcServer
-from ferrymq.wire.bodies import BrokerData, QueueData, TopicRouteData, encode_body
+from ferrymq.wire.bodies import (
+    BrokerData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueueBody,
+    QueueData,
+    TopicRouteData,
+    decode_body,
+    encode_body,
+)
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.msgid import decode_offset_msg_id
@@ -103,6 +112,8 @@ class RemotingRelay:
         router.add(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self._to_any_master)
         router.add(RequestCode.CONSUMER_SEND_MSG_BACK, self._to_any_master)
         router.add(RequestCode.END_TRANSACTION, self._end_transaction)
+        router.add(RequestCode.LOCK_BATCH_MQ, self._lock_batch)
+        router.add(RequestCode.UNLOCK_BATCH_MQ, self._lock_batch)
         self._router = router
         self.server = RpcServer(self._serve, host=host, port=port, on_close=self._closed)
         self.sessions: dict[Connection, RpcClient] = {}
@@ -330,6 +341,56 @@ class RemotingRelay:
     async def _heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return await self._to_every_master(conn, request)
 
+    async def _lock_batch(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ of orderly consumers, per real group.
+
+        Each group's master locks (unlocks) its queues; the answer names the client's queue ids.
+        """
+        try:
+            body = decode_body(request.body, LockBatchRequestBody)
+            route_of = {
+                topic: await self.routes.get(validate_topic(topic))
+                for topic in {q.topic for q in body.mq_set}
+            }
+        except (FerryError, ValueError) as exc:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, remark=f"proxy: {exc}")
+        locked: list[MessageQueueBody] = []
+        deadline = time.monotonic() + _FAILOVER_WAIT_S
+        for broker_name, pairs in sorted(_real_queues(route_of, body).items()):
+            upstream = LockBatchRequestBody(
+                consumer_group=body.consumer_group,
+                client_id=body.client_id,
+                only_this_broker=True,
+                mq_set=[
+                    MessageQueueBody(topic=r.topic, broker_name=r.broker_name, queue_id=r.queue_id)
+                    for _, r in pairs
+                ],
+            )
+            try:
+                address = await self._master(pairs[0][1].topic, broker_name, deadline)
+                if address is None:
+                    continue
+                answer = await self._session(conn).call(
+                    address,
+                    RemotingCommand(code=request.code, body=encode_body(upstream)),
+                    _CALL_S,
+                )
+            except FerryError as exc:
+                log.info("%s on %s failed: %s", request.code, broker_name, exc)
+                continue
+            if request.code != RequestCode.LOCK_BATCH_MQ or answer.code != ResponseCode.SUCCESS:
+                continue
+            granted = {
+                (q.topic, q.queue_id)
+                for q in decode_body(answer.body, LockBatchResponseBody).lock_o_k_m_q_set
+            }
+            locked += [asked for asked, real in pairs if (real.topic, real.queue_id) in granted]
+        if request.code == RequestCode.UNLOCK_BATCH_MQ:
+            return request.make_response(ResponseCode.SUCCESS)
+        return request.make_response(
+            ResponseCode.SUCCESS, body=encode_body(LockBatchResponseBody(lock_o_k_m_q_set=locked))
+        )
+
     async def _end_transaction(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand | None:
@@ -350,6 +411,20 @@ class RemotingRelay:
         if request.is_oneway:
             return None
         return request.make_response(answer.code, remark=answer.remark)
+
+
+def _real_queues(
+    route_of: dict[str, TopicRoute], body: LockBatchRequestBody
+) -> dict[str, list[tuple[MessageQueueBody, MessageQueue]]]:
+    """The client's (virtual) queues of a lock request by the real group holding each."""
+    groups: dict[str, list[tuple[MessageQueueBody, MessageQueue]]] = {}
+    for asked in body.mq_set:
+        route = route_of.get(asked.topic)
+        queues = virtual_queues(route) if route is not None else []
+        if 0 <= asked.queue_id < len(queues):
+            real = queues[asked.queue_id]
+            groups.setdefault(real.broker_name, []).append((asked, real))
+    return groups
 
 
 def _with_queue_id(body: bytes, queue_id: int) -> bytes:
