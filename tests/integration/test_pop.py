@@ -3,6 +3,7 @@
 import asyncio
 from typing import Any
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 
@@ -279,3 +280,28 @@ async def test_an_ack_while_the_reviver_copies_is_not_delivered_again(
         assert [(m.message.body, m.delivery_attempt) for m in again] == [(copying[0], 2)]
         await consumer.ack(again[0])
         assert await consumer.receive("PopV", invisible_duration=1.0, wait=1.0) == []
+
+
+async def test_batch_ack_acks_and_refuses_a_huge_bit_set(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    """BATCH_ACK_MESSAGE acks by bit set; one naming too many offsets is refused at once (a few
+    MB of bit set used to hold the broker's loop for hours) and acks nothing."""
+    await create_topic(client, cluster.broker.address, "PopBA", queues=1)
+    await _send(cluster, "PopBA", 2)
+    async with SimpleConsumer(cluster.namesrv_addr, "G12") as consumer:
+        got = await _receive_until(consumer, "PopBA", 2, invisible=0.5)
+        handle = got[0].handle
+        ack = {"c": "G12", "t": "PopBA", "r": "0", "so": 0, "q": 0, "rq": 0}
+        ack |= {"pt": handle.pop_time_ms, "it": 500}
+        huge = msgspec.json.encode({"acks": [ack | {"b": "/" * 12_000_000}]})
+        both = msgspec.json.encode({"acks": [ack | {"b": [0, 1]}]})
+        answer = await client.call(
+            cluster.broker.address, command(RequestCode.BATCH_ACK_MESSAGE, body=huge), 10
+        )
+        assert answer.code == ResponseCode.SYSTEM_ERROR, answer.remark
+        answer = await client.call(
+            cluster.broker.address, command(RequestCode.BATCH_ACK_MESSAGE, body=both), 5
+        )
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        assert await consumer.receive("PopBA", invisible_duration=1.0, wait=1.0) == []

@@ -49,8 +49,10 @@ from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields, to_ext_fields
 from ferrymq.wire.pop import (
+    MAX_BATCH_ACK_BITS,
     POP_ORDER_REVIVE_QUEUE,
     AckMessageRequestHeader,
+    BatchAck,
     BatchAckMessageRequestBody,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
@@ -361,11 +363,20 @@ async def batch_ack_message(
         raise RequestError(
             ResponseCode.SYSTEM_ERROR, f"bad BatchAckMessageRequestBody: {exc}"
         ) from None
+    decoded: list[tuple[BatchAck, list[int]]] = []
+    total = 0
     for ack in body.acks:
         try:
             offsets = ack.offsets
         except ProtocolError as exc:
             raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        total += len(offsets)
+        if total > MAX_BATCH_ACK_BITS:  # one request must not hold the loop for long
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR, f"a batch ack names over {MAX_BATCH_ACK_BITS} offsets"
+            )
+        decoded.append((ack, offsets))
+    for ack, offsets in decoded:
         key = (ack.c, _real_topic(ack.c, ack.t, ack.r == "1"), ack.q)
         event = state.pop.decide_ack(key, [(o, ack.pt) for o in offsets])
         if event is not None:

@@ -27,6 +27,7 @@ from ferrymq.errors import ProtocolError
 from ferrymq.wire.headers import I32, I64, CommandHeader
 
 __all__ = [
+    "MAX_BATCH_ACK_BITS",
     "NORMAL_FLAG",
     "POP_ORDER_REVIVE_QUEUE",
     "RETRY_FLAG",
@@ -52,6 +53,8 @@ RETRY_FLAG: Final = "1"
 POP_ORDER_REVIVE_QUEUE: Final = 999
 """The revive queue id an orderly pop's handles carry (RocketMQ `KeyBuilder`)."""
 POP_RETRY_PREFIX: Final = "%RETRY%"
+MAX_BATCH_ACK_BITS: Final = 65536
+"""The most offsets one `BatchAck` may name (a RocketMQ checkpoint holds far fewer)."""
 
 
 def pop_retry_topic(group: str, topic: str) -> str:
@@ -156,15 +159,31 @@ class BatchAck(msgspec.Struct, forbid_unknown_fields=False):
 
     @property
     def offsets(self) -> list[int]:
-        """The acked queue offsets."""
+        """The acked queue offsets.
+
+        Raises:
+            ProtocolError: not base64, or more than `MAX_BATCH_ACK_BITS` bits.
+        """
         if isinstance(self.b, list):
+            if len(self.b) > MAX_BATCH_ACK_BITS:
+                raise ProtocolError(
+                    f"BatchAck names {len(self.b)} offsets, over {MAX_BATCH_ACK_BITS}"
+                )
             return [self.so + bit for bit in self.b]
+        if len(self.b) > (MAX_BATCH_ACK_BITS // 8 + 2) // 3 * 4:
+            raise ProtocolError(f"BatchAck bit set of {len(self.b)} characters is too long")
         try:
             raw = base64.b64decode(self.b, validate=True)
         except ValueError:
-            raise ProtocolError(f"BatchAck bit set {self.b!r} is not base64") from None
-        value = int.from_bytes(raw, "little")
-        return [self.so + bit for bit in range(value.bit_length()) if value >> bit & 1]
+            raise ProtocolError(f"BatchAck bit set {self.b[:64]!r} is not base64") from None
+        # byte by byte (little-endian bits, as BitSet.toByteArray): linear in the set's size
+        return [
+            self.so + index * 8 + bit
+            for index, byte in enumerate(raw)
+            if byte
+            for bit in range(8)
+            if byte >> bit & 1
+        ]
 
 
 class BatchAckMessageRequestBody(msgspec.Struct, rename="camel", forbid_unknown_fields=False):

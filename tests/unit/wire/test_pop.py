@@ -7,6 +7,8 @@ import pytest
 
 from ferrymq.errors import ProtocolError
 from ferrymq.wire.pop import (
+    MAX_BATCH_ACK_BITS,
+    BatchAck,
     BatchAckMessageRequestBody,
     ReceiptHandle,
     format_msg_offset_info,
@@ -81,3 +83,18 @@ def test_batch_ack_bit_set_as_java_writes_it_or_as_a_list() -> None:
     decoded = msgspec.json.decode(body, type=BatchAckMessageRequestBody)
     assert [a.offsets for a in decoded.acks] == [[10, 12, 19], [4]]
     assert pop_retry_topic("G", "T") == "%RETRY%G_T"
+
+
+def test_a_batch_ack_bit_set_is_bounded() -> None:
+    """A huge bit set is refused at once (it used to take quadratic time: one request of a few
+    MB held the broker's loop for hours)."""
+    full = BatchAck(c="G", t="T", r="0", so=5, q=0, rq=0, pt=1, it=1, b="")
+    biggest = base64.b64encode(b"\xff" * (MAX_BATCH_ACK_BITS // 8)).decode()
+    assert msgspec.structs.replace(full, b=biggest).offsets == [
+        5 + bit for bit in range(MAX_BATCH_ACK_BITS)
+    ]
+    too_big = base64.b64encode(b"\xff" * (MAX_BATCH_ACK_BITS // 8 + 3)).decode()
+    with pytest.raises(ProtocolError, match="too long"):
+        msgspec.structs.replace(full, b=too_big).offsets  # noqa: B018
+    with pytest.raises(ProtocolError, match="offsets"):
+        msgspec.structs.replace(full, b=list(range(MAX_BATCH_ACK_BITS + 1))).offsets  # noqa: B018
