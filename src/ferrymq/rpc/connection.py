@@ -37,7 +37,7 @@ import heapq
 import itertools
 import logging
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from ferrymq.errors import ConnectionClosedError, ProtocolError, RequestTimeoutError
@@ -156,6 +156,9 @@ class Connection(asyncio.Protocol):
         self._writable.set()
         self._reading_paused = False
         self._corked: list[bytes] | None = None
+        self._joins_writes = False
+        """TLS: parts written together go out as one write, so as one TLS record (up to 16 KiB)
+        instead of one record per part, each with its own encryption call and header."""
         self._deferred: list[bytes] | None = None
         """Commands made outside a read with others in flight, written together by
         `_write_deferred` at the start of the next turn (None: nothing waits; a lone command is
@@ -175,6 +178,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Remember the transport and the peer's address."""
         self._transport = typing.cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._joins_writes = transport.get_extra_info("sslcontext") is not None
         self._loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
@@ -211,7 +215,7 @@ class Connection(asyncio.Protocol):
         finally:
             corked, self._corked = self._corked, None
             if corked and self._transport is not None and not self._transport.is_closing():
-                self._transport.writelines(corked)
+                self._writelines(self._transport, corked)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Fail every waiting caller and tell the owner."""
@@ -321,7 +325,13 @@ class Connection(asyncio.Protocol):
         deferred, self._deferred = self._deferred, None
         transport = self._transport
         if deferred and transport is not None and not transport.is_closing():
-            transport.writelines(deferred)
+            self._writelines(transport, deferred)
+
+    def _writelines(self, transport: asyncio.Transport, parts: Sequence[bytes]) -> None:
+        if self._joins_writes:
+            transport.write(b"".join(parts))
+        else:
+            transport.writelines(parts)
 
     # ------------------------------------------------------------------ commands out
 
@@ -356,10 +366,10 @@ class Connection(asyncio.Protocol):
             if body:
                 deferred.append(body)
             if len(deferred) >= _DEFERRED_PARTS:  # keep the peer busy: do not hold a whole turn
-                transport.writelines(deferred)
+                self._writelines(transport, deferred)
                 deferred.clear()
         elif body:
-            transport.writelines((head, body))
+            self._writelines(transport, (head, body))
         else:
             transport.write(head)
 
