@@ -368,7 +368,8 @@ def up_command(
     "--tls",
     "chaos_tls",
     is_flag=True,
-    help="Every server and client with TLS only (no Connect workers: their TLS is not done).",
+    help="Every server and client with TLS only (no Connect workers: the Connect workload has "
+    "no TLS yet).",
 )
 def chaos_command(
     out_dir: Path | None,
