@@ -101,8 +101,9 @@ class OptionError(FerryError, ValueError):
         self.reason = reason
 
 
-_SPARK_OPTIONS: Final = frozenset({"checkpointlocation", "path"})
-"""What Spark itself passes with a stream's options (`option("checkpointLocation", ...)`)."""
+_SPARK_OPTIONS: Final = frozenset({"checkpointlocation", "path", "queryname"})
+"""What Spark itself passes with a stream's options (`option("checkpointLocation", ...)`, and
+`queryName(...)` as `queryname`)."""
 _BOTH: Final = frozenset(
     {
         "servers",
