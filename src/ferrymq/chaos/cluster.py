@@ -31,6 +31,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import signal
 import string
 import subprocess
@@ -47,6 +48,8 @@ from ferrymq.client.controller_admin import ControllerAdmin, ReplicaInfo
 from ferrymq.clock import TEST_CLOCK_ENV
 from ferrymq.errors import FerryError
 from ferrymq.rpc.client import RpcClient
+from ferrymq.security.acl import Credentials
+from ferrymq.security.aclcredentials import export_credentials
 from ferrymq.security.tls import TlsSettings, install, settings_for, tls_config_from
 from ferrymq.security.tlscerts import issue_certificate, make_ca
 from ferrymq.wire.bodies import KVTable, decode_body
@@ -118,6 +121,10 @@ class ClusterConfig:
     tls: bool = False
     """Every server with TLS only (issue 23), certificates from a CA under `out_dir/tls`; the
     harness's own clients connect with TLS too. Connect workers have no TLS yet: none with it."""
+    acl: bool = False
+    """ACL 1.0 on every server (issue 23): one `plain_acl.yml` under `out_dir/acl` with a
+    cluster admin account of a fresh secret; every process (servers, their HA links, the
+    harness's clients) signs with it through FERRY_ACCESS_KEY / FERRY_SECRET_KEY."""
 
     @property
     def controller_mode(self) -> bool:
@@ -273,6 +280,7 @@ class Cluster:
         logs = config.out_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         tls_flags = self._make_tls() if config.tls else []
+        acl_file = self._make_acl() if config.acl else None
         self.ledger_path = config.out_dir / "fsync-ledger.txt"
         self.namesrv = Node(
             "n1-namesrv",
@@ -284,6 +292,7 @@ class Cluster:
                 "--broker-timeout",
                 "10",
                 *tls_flags,
+                *(["--config", str(acl_file.with_name("namesrv.properties"))] if acl_file else []),
             ],
             logs / "n1-namesrv.log",
             {TEST_CLOCK_ENV: "1"},
@@ -307,6 +316,7 @@ class Cluster:
                 "--data-dir",
                 str(config.out_dir / "data" / name),
                 *tls_flags,
+                *(["--acl-file", str(acl_file)] if acl_file else []),
             ]
             self.controllers.append(
                 Node(name, ip, args, logs / f"{name}.log", env, CONTROLLER_PORT, kind="controller")
@@ -318,6 +328,8 @@ class Cluster:
         ]
         for broker in self.brokers:
             broker.args += tls_flags
+            if acl_file is not None:
+                broker.args += ["--acl-enable", "true", "--acl-file", str(acl_file)]
         self.workers = [self._worker(i) for i in range(config.connect_workers)]
         self.rpc = RpcClient(local_host=_HARNESS_IP, connect_timeout=1.0)
 
@@ -331,6 +343,20 @@ class Cluster:
         install(TlsSettings(client=settings_for(tls_config_from(values), server_side=False).client))
         ca_path = str(ca.cert_path)
         return ["--tls", "--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", ca_path]
+
+    def _make_acl(self) -> Path:
+        """`plain_acl.yml` of one admin account; this process and its children sign with it."""
+        where = self.config.out_dir / "acl"
+        where.mkdir(parents=True, exist_ok=True)
+        secret = secrets.token_hex(16)
+        acl_file = where / "plain_acl.yml"
+        acl_file.touch(mode=0o600)
+        acl_file.write_text(
+            f"accounts:\n- accessKey: chaos-admin\n  secretKey: {secret}\n  admin: true\n"
+        )
+        (where / "namesrv.properties").write_text(f"aclEnable=true\naclFile={acl_file}\n")
+        export_credentials(Credentials("chaos-admin", secret))
+        return acl_file
 
     @property
     def controller_addr(self) -> str:

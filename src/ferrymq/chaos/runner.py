@@ -80,6 +80,8 @@ class RunConfig:
     smoke and soak schedules then hit the workers too."""
     tls: bool = False
     """Every server and client with TLS only (`make chaos-tls`); no Connect workers then."""
+    acl: bool = False
+    """ACL 1.0 on every server; every process signs with the run's admin account."""
 
     def argv(self) -> list[str]:
         """The `ferry chaos` arguments that repeat this run."""
@@ -104,6 +106,7 @@ class RunConfig:
             "--connect-workers",
             str(self.connect_workers),
             *(["--tls"] if self.tls else []),
+            *(["--acl"] if self.acl else []),
         ]
         for bug in self.bugs:
             args += ["--bug", bug]
@@ -416,6 +419,7 @@ async def run_inside(config: RunConfig) -> Results:
             groups=2 if config.topology == "controller-2groups" else 1,
             connect_workers=config.connect_workers,
             tls=config.tls,
+            acl=config.acl,
         )
     )
     cluster.mount_stores()

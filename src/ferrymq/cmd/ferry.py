@@ -371,6 +371,13 @@ def up_command(
     help="Every server and client with TLS only (no Connect workers: the Connect workload has "
     "no TLS yet).",
 )
+@click.option(
+    "--acl",
+    "chaos_acl",
+    is_flag=True,
+    help="ACL on every server (plain_acl.yml of one admin account under OUT/acl); servers, "
+    "HA links and the harness sign with it.",
+)
 def chaos_command(
     out_dir: Path | None,
     seed: int,
@@ -383,6 +390,7 @@ def chaos_command(
     converge_timeout: float,
     connect_workers: int,
     chaos_tls: bool,
+    chaos_acl: bool,
 ) -> None:
     """Run controllers, 3-replica groups and Connect workers under faults; exit 1 on an anomaly.
 
@@ -400,6 +408,7 @@ def chaos_command(
         duration_s=duration,
         connect_workers=0 if chaos_tls else connect_workers,
         tls=chaos_tls,
+        acl=chaos_acl,
     )
     if is_inside():
         setup_logging("INFO")
