@@ -30,7 +30,7 @@ import hmac
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from ferrymq.errors import FerryError
 from ferrymq.security.acl import ACCESS_KEY, SIGNATURE, signature
@@ -54,6 +54,8 @@ __all__ = [
     "UserPut",
     "UserStatus",
     "UserType",
+    "acl_from_info",
+    "acl_info",
     "apply",
     "authenticate",
     "authorize",
@@ -61,7 +63,11 @@ __all__ = [
     "create_user",
     "delete_acl",
     "delete_user",
+    "event_from_json",
+    "event_to_json",
     "update_user",
+    "user_from_info",
+    "user_info",
 ]
 
 _SHOWN: Final = 64
@@ -486,3 +492,116 @@ def apply(state: AuthState, event: Event) -> AuthState:
         case AclDeleted(subject):
             acls.pop(subject, None)
     return AuthState(users, acls)
+
+
+# ---------------------------------------------------------------------- JSON forms
+
+
+def _str(info: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = info.get(key, default)
+    if not isinstance(value, str):
+        raise Acl2Error(f"{key} must be a string")
+    return value
+
+
+def user_info(user: User, *, with_password: bool = False) -> dict[str, str]:
+    """RocketMQ's UserInfo; the password only for storage, never in an admin answer."""
+    info = {
+        "username": user.username,
+        "userType": user.user_type.value,
+        "userStatus": user.status.value,
+    }
+    if with_password:
+        info["password"] = user.password
+    return info
+
+
+def user_from_info(info: Any) -> User:
+    """A user from RocketMQ's UserInfo JSON object. Raises Acl2Error: malformed."""
+    if not isinstance(info, Mapping):
+        raise Acl2Error("a user is a JSON object")
+    return User(
+        _str(info, "username"),
+        _str(info, "password"),
+        _enum(UserType, _str(info, "userType", "Normal"), "userType"),
+        _enum(UserStatus, _str(info, "userStatus", "enable"), "userStatus"),
+    )
+
+
+def acl_info(acl: Acl) -> dict[str, Any]:
+    """RocketMQ's AclInfo: the subject and its policies' entries."""
+    return {
+        "subject": acl.subject,
+        "policies": [
+            {
+                "policyType": kind.value,
+                "entries": [
+                    {
+                        "resource": e.resource.key,
+                        "actions": sorted(a.value for a in e.actions),
+                        "sourceIps": list(e.source_ips),
+                        "decision": e.decision.value,
+                    }
+                    for e in entries
+                ],
+            }
+            for kind, entries in acl.policies.items()
+        ],
+    }
+
+
+def acl_from_info(info: Any) -> tuple[str, list[tuple[PolicyType, list[PolicyEntry]]]]:
+    """The subject and entries by policy type of an AclInfo. Raises Acl2Error: malformed."""
+    if not isinstance(info, Mapping) or not isinstance(info.get("policies"), list):
+        raise Acl2Error("an acl is a JSON object with a subject and a list of policies")
+    policies: list[tuple[PolicyType, list[PolicyEntry]]] = []
+    for policy in info["policies"]:
+        if not isinstance(policy, Mapping) or not isinstance(policy.get("entries"), list):
+            raise Acl2Error("a policy is a JSON object with a list of entries")
+        entries = []
+        for entry in policy["entries"]:
+            if not isinstance(entry, Mapping):
+                raise Acl2Error("a policy entry is a JSON object")
+            actions, ips = entry.get("actions", []), entry.get("sourceIps") or []
+            if not isinstance(actions, list) or not isinstance(ips, list):
+                raise Acl2Error("actions and sourceIps are lists")
+            entries.append(
+                PolicyEntry.of(
+                    _str(entry, "resource"),
+                    [str(a) for a in actions],
+                    _str(entry, "decision", "Allow"),
+                    [str(ip) for ip in ips],
+                )
+            )
+        kind = _enum(PolicyType, _str(policy, "policyType", "Custom"), "policyType")
+        policies.append((kind, entries))
+    return _str(info, "subject"), policies
+
+
+def event_to_json(event: Event) -> dict[str, Any]:
+    """The event as the metadata log stores it (with the password)."""
+    match event:
+        case UserPut(user):
+            return {"userPut": user_info(user, with_password=True)}
+        case UserDeleted(username):
+            return {"userDeleted": username}
+        case AclPut(acl):
+            return {"aclPut": acl_info(acl)}
+        case AclDeleted(subject):
+            return {"aclDeleted": subject}
+    raise AssertionError(event)
+
+
+def event_from_json(data: Any) -> Event:
+    """The event `event_to_json` gave. Raises Acl2Error: not one."""
+    if not isinstance(data, Mapping) or len(data) != 1:
+        raise Acl2Error("an auth event is a JSON object of one key")
+    ((kind, value),) = data.items()
+    if kind == "userPut":
+        return UserPut(user_from_info(value))
+    if kind == "aclPut":
+        subject, policies = acl_from_info(value)
+        return AclPut(Acl(subject, {k: tuple(entries) for k, entries in policies}))
+    if kind in ("userDeleted", "aclDeleted") and isinstance(value, str):
+        return UserDeleted(value) if kind == "userDeleted" else AclDeleted(value)
+    raise Acl2Error(f"unknown auth event {kind[:_SHOWN]!r}")

@@ -1,5 +1,7 @@
 """ACL 2.0's pure core: resources, authentication, authorization order, admin events."""
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -8,6 +10,7 @@ from ferrymq.security.acl import Credentials, sign
 from ferrymq.security.acl2 import (
     Acl2Error,
     AclDeleted,
+    AclPut,
     Action,
     AuthState,
     PolicyEntry,
@@ -16,6 +19,8 @@ from ferrymq.security.acl2 import (
     ResourcePattern,
     ResourceType,
     User,
+    UserDeleted,
+    UserPut,
     UserStatus,
     UserType,
     apply,
@@ -25,7 +30,10 @@ from ferrymq.security.acl2 import (
     create_user,
     delete_acl,
     delete_user,
+    event_from_json,
+    event_to_json,
     update_user,
+    user_info,
 )
 
 ALICE = User("alice", "alice-pw")
@@ -161,3 +169,22 @@ def test_admin_commands_refuse_what_the_state_does_not_allow_and_acls_merge() ->
         "User:alice"
     )
     assert "alice-pw" not in repr(merged)
+
+
+def test_events_round_trip_through_json_and_bad_json_is_a_typed_error() -> None:
+    state = _state(
+        PolicyEntry.of("Topic:a*", ["Pub", "Sub"], "Deny", ["10.0.0.0/8"]),
+        default=(PolicyEntry.of("*", ["All"]),),
+    )
+    events = [
+        UserPut(User("bob", "pw", UserType.SUPER, UserStatus.DISABLE)),
+        UserDeleted("bob"),
+        AclPut(state.acls["User:alice"]),
+        AclDeleted("User:alice"),
+    ]
+    for event in events:
+        assert event_from_json(json.loads(json.dumps(event_to_json(event)))) == event
+    assert "password" not in user_info(ALICE)
+    for bad in [[], {"userPut": {"username": "x"}}, {"aclPut": {"subject": "User:a"}}, {"x": 1}]:
+        with pytest.raises(Acl2Error):
+            event_from_json(bad)
