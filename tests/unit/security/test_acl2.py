@@ -13,6 +13,7 @@ from ferrymq.security.acl2 import (
     AclPut,
     Action,
     AuthState,
+    Event,
     PolicyEntry,
     PolicyType,
     Resource,
@@ -176,7 +177,7 @@ def test_events_round_trip_through_json_and_bad_json_is_a_typed_error() -> None:
         PolicyEntry.of("Topic:a*", ["Pub", "Sub"], "Deny", ["10.0.0.0/8"]),
         default=(PolicyEntry.of("*", ["All"]),),
     )
-    events = [
+    events: list[Event] = [
         UserPut(User("bob", "pw", UserType.SUPER, UserStatus.DISABLE)),
         UserDeleted("bob"),
         AclPut(state.acls["User:alice"]),
