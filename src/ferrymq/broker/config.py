@@ -179,6 +179,14 @@ class BrokerConfig:
         ):
             if number <= 0:
                 raise ConfigError(key, f"must be positive, not {number}")
+        if self.acl_enable and self.enable_proxy:
+            # the endpoint checks no client's credentials and forwards every request signed with
+            # this process's (the cluster's admin account): it would bypass the ACL
+            raise ConfigError(
+                "enableProxy",
+                "the RocketMQ 5 endpoint does not check clients' credentials yet: "
+                "not with aclEnable=true (docs/security.md)",
+            )
         if self.busy_poll_micros < 0:
             raise ConfigError("busyPollMicros", f"must be >= 0, not {self.busy_poll_micros}")
         if self.mapped_file_size_consume_queue % 20:

@@ -39,3 +39,13 @@ def test_preallocation_off_leaves_segments_sparse() -> None:
 def test_a_bad_boolean_names_the_key(key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         build_config(BrokerConfig, {key: "sometimes"})
+
+
+def test_acl_with_the_in_process_endpoint_is_refused() -> None:
+    """The endpoint signs what it forwards with the broker's own (admin) credentials and checks
+    none of its clients': with aclEnable it would let anyone through (fail closed instead)."""
+    with pytest.raises(ConfigError, match="enableProxy"):
+        build_config(BrokerConfig, {"aclEnable": "true", "enableProxy": "true"})
+    config, _ = build_config(BrokerConfig, {"aclEnable": "true", "aclFile": "/x"})
+    assert config.acl_enable
+    assert not config.enable_proxy
