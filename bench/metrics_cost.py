@@ -1,7 +1,8 @@
 """What the metrics cost the send path: broker CPU per send with and without them, side by side.
 
 Two single-broker groups run side by side from the same code. "with metrics" is a broker as
-shipped, serving Prometheus metrics (`metricsExporterType=PROM`) and scraped after every slice;
+shipped, serving Prometheus metrics (`metricsExporterType=PROM`; scraped `--scrapes` times after
+the slices, for what a scrape costs apart);
 "without" is the same broker started with the counting patched out (a `sitecustomize` on its
 PYTHONPATH: `StatsTable.add`, `Latency.observe` and `BrokerStats.pulled` do nothing and the send
 route is the untimed one), which is the broker before metrics. A producer sends to each in turn,
@@ -12,7 +13,7 @@ two adjacent slices, so load that comes and goes hits both). Nothing is asserted
 docs/benchmarks.md ("Metrics cost") has the command and what runs measured.
 
     .venv/bin/python bench/metrics_cost.py [--seconds 20] [--rounds 10] [--window 16]
-        [--busy-poll-micros 0]
+        [--busy-poll-micros 0] [--control]
 """
 
 from __future__ import annotations
@@ -58,10 +59,10 @@ def _cpu_s(pid: int) -> float:
 
 @contextlib.asynccontextmanager
 async def _group(
-    workdir: Path, name: str, metrics: bool, broker_flags: list[str]
+    workdir: Path, name: str, metrics: bool, counting: bool, broker_flags: list[str]
 ) -> AsyncIterator[tuple[Callable[[], Awaitable[object]], int, str | None, str]]:
     env = None
-    if not metrics:
+    if not counting:
         patch = workdir / f"{name}-patch"
         patch.mkdir()
         (patch / "sitecustomize.py").write_text(_WITHOUT_METRICS)
@@ -139,8 +140,8 @@ async def _main(args: argparse.Namespace) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     try:
         async with (
-            _group(workdir, "with", True, flags) as with_side,
-            _group(workdir, "without", False, flags) as without_side,
+            _group(workdir, "with", True, not args.control, flags) as with_side,
+            _group(workdir, "without", False, False, flags) as without_side,
         ):
             sides = {"with metrics": with_side, "without": without_side}
             for send, _, _, _ in sides.values():
@@ -154,8 +155,6 @@ async def _main(args: argparse.Namespace) -> list[dict[str, object]]:
                     send, pid, endpoint, _ = sides[name]
                     cpu, wall = _cpu_s(pid), time.perf_counter()
                     count = await _slice(send, args.seconds / args.rounds, args.window)
-                    if endpoint is not None:  # a scrape per slice: its cost counts too
-                        await asyncio.to_thread(_scrape, endpoint)
                     total = totals[name]
                     spent = _cpu_s(pid) - cpu
                     total[0] += count
@@ -173,8 +172,20 @@ async def _main(args: argparse.Namespace) -> list[dict[str, object]]:
                         "broker_cpu_pct": round(cpu_s / wall_s * 100),
                     }
                 )
+            # a scrape's own cost, apart from the send path: Prometheus asks every 15 s by default
+            _, pid, endpoint, _ = sides["with metrics"]
+            assert endpoint is not None
+            cpu = _cpu_s(pid)
+            scraped = [await asyncio.to_thread(_scrape, endpoint) for _ in range(args.scrapes)]
+            rows.append(
+                {
+                    "scrape_broker_cpu_ms": round((_cpu_s(pid) - cpu) / args.scrapes * 1000, 3),
+                    "scrape_bytes": scraped[-1],
+                }
+            )
             counted = {name: await _put_total(side[3]) for name, side in sides.items()}
-            if counted["without"] != 0 or counted["with metrics"] < totals["with metrics"][0]:
+            expected = 0 if args.control else totals["with metrics"][0]
+            if counted["without"] != 0 or counted["with metrics"] < expected:
                 raise RuntimeError(f"the sides are not what they claim: {counted}")
             per_send = {name: t[1] / t[0] for name, t in totals.items()}
             cost = per_send["with metrics"] / per_send["without"] - 1
@@ -197,6 +208,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="per side, over the rounds")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--window", type=int, default=16, help="sends in flight")
+    parser.add_argument("--scrapes", type=int, default=50, help="to time a scrape, after")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="both sides without the counting (the 'with' one keeps its endpoint): the bench's own"
+        " bias between two brokers, to read the cost against",
+    )
     parser.add_argument(
         "--busy-poll-micros", help="both brokers' busyPollMicros (default: the broker's own)"
     )
