@@ -307,3 +307,37 @@ async def test_batch_ack_acks_and_refuses_a_huge_bit_set(
         )
         assert answer.code == ResponseCode.SUCCESS, answer.remark
         assert cluster.broker.state.pop.in_flight_count(("G12", "PopBA", 0)) == 0
+
+
+async def test_an_idle_fifo_backlog_does_not_starve_revives(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    """Over 1,024 expired orderly messages (a FIFO group whose consumer went away: they wait in
+    place for its next pop) used to fill each revive pass's list, so an unordered message popped
+    after them was never delivered again."""
+    queues, per_queue = 36, 32
+    await create_topic(client, cluster.broker.address, "PopFB", queues=queues)
+    await create_topic(client, cluster.broker.address, "PopUB", queues=1)
+    async with Producer(cluster.namesrv_addr) as producer:
+        for queue_id in range(queues):
+            bodies = [f"f{queue_id}-{i}".encode() for i in range(per_queue)]
+            queue = MessageQueue("PopFB", "broker-a", queue_id)
+            await producer.send_batch("PopFB", bodies, queue=queue)
+        await producer.send("PopUB", b"u")
+    async with (
+        SimpleConsumer(cluster.namesrv_addr, "G13", fifo=True) as fifo,
+        SimpleConsumer(cluster.namesrv_addr, "G14") as plain,
+    ):
+        for _ in range(queues):  # one queue per pop; each stays held for 3 s
+            await fifo.receive("PopFB", max_messages=per_queue, invisible_duration=3.0)
+        state, loop = cluster.broker.state, asyncio.get_running_loop()
+        held = sum(state.pop.in_flight_count(("G13", "PopFB", q)) for q in range(queues))
+        assert held > 1024, held
+        [message] = await _receive_until(plain, "PopUB", 1, invisible=60.0)
+        deadline = loop.time() + 20
+        while (expired := sum(1 for _ in state.pop.expired(state.wall_ms()))) < held:
+            assert loop.time() < deadline, f"only {expired} of {held} expired"
+            await asyncio.sleep(0.1)
+        await plain.change_invisible_duration(message, 0.0)  # due now, behind the FIFO backlog
+        again = await _receive_until(plain, "PopUB", 1, invisible=30.0, timeout=10.0)
+        assert [(m.message.body, m.delivery_attempt) for m in again] == [(b"u", 2)]

@@ -474,16 +474,28 @@ class PopReviver:
         """
         state = self._state
         now_ms = state.wall_ms()
-        due = list(itertools.islice(state.pop.expired(now_ms), _REVIVE_BATCH * 4))
+
+        def limit_of(group: str) -> int:
+            found = state.groups.get(group)
+            return state.config.max_reconsume_times if found is None else found.retry_max_times
+
+        # orderly messages within their limit are delivered again in place by the next pop:
+        # left out before the cut, or a FIFO group's idle backlog would fill every pass's list
+        due = list(
+            itertools.islice(
+                (
+                    entry
+                    for entry in state.pop.expired(now_ms)
+                    if not (entry[3] and entry[2].attempt <= limit_of(entry[0][0]))
+                ),
+                _REVIVE_BATCH * 4,
+            )
+        )
         done = 0
         for key, queue_offset, inflight, orderly in due:
             if done >= _REVIVE_BATCH:
                 break
-            group = key[0]
-            found = state.groups.get(group)
-            limit = state.config.max_reconsume_times if found is None else found.retry_max_times
-            if orderly and inflight.attempt <= limit:
-                continue  # delivered again in place by the next pop
+            limit = limit_of(key[0])
             try:
                 await self._revive(key, queue_offset, inflight, orderly, limit)
             except FerryError as exc:
