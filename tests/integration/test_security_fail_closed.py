@@ -13,7 +13,7 @@ COMMANDS = {
     "connect": ["connect", "worker"],
 }
 KEYS = {
-    "broker": "authenticationEnabled=true",
+    "broker": "authenticationProvider=org.example.Provider",
     "namesrv": "authorizationEnabled=true",
     "controller": "aclEnable=true",
     "connect": "authenticationProvider=org.example.Provider",

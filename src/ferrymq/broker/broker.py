@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry
 from ferrymq import clock as process_clock
 from ferrymq.broker import (
     admin,
+    auth_admin,
     consumer,
     metrics,
     pull,
@@ -69,6 +70,7 @@ from ferrymq.broker.sink import SINK_CODES, SinkService
 from ferrymq.broker.state import NO_LEASE_YET, BrokerState
 from ferrymq.broker.timer import TimerService
 from ferrymq.broker.transactions import TransactionService, end_transaction
+from ferrymq.config import ConfigError
 from ferrymq.errors import FerryError, RequestError
 from ferrymq.metrics.exporter import FuncCollector, MetricsExporterType, MetricsServer
 from ferrymq.model import format_address
@@ -80,6 +82,8 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse, RequestHandler
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
+from ferrymq.security.acl2 import UserStatus, UserType
+from ferrymq.security.acl2guard import Acl2Guard, AuthStore, acl2_guard, init_super_user
 from ferrymq.security.aclguard import AclGuard, acl_guard
 from ferrymq.store.atomic import write_atomic
 from ferrymq.store.config import FlushDiskType
@@ -201,14 +205,28 @@ class Broker:
         serve_test_clock(self.router)
         self.router.add(RequestCode.SWITCH_BROKER_ROLE, switchover.switch_role_handler(self))
         self.router.add(RequestCode.SEAL_QUEUE, self._bind(self._seal_queue))
+        for code, auth_handler in auth_admin.HANDLERS.items():
+            self.router.add(code, self._bind(auth_handler))
         self.busy_poll = (
             BusyPoll(config.busy_poll_micros / 1_000_000) if config.busy_poll_micros else None
         )
         self.acl: AclGuard[Connection, Any] | None = acl_guard(
             self.router, config.acl_enable, config.acl_file, "broker"
         )
+        self.auth = AuthStore()
+        self.auth_guard: Acl2Guard[Connection, Any] | None = acl2_guard(
+            self.router,
+            self.auth,
+            authentication=config.authentication_enabled,
+            authorization=config.authorization_enabled,
+            authentication_whitelist=config.authentication_whitelist,
+            authorization_whitelist=config.authorization_whitelist,
+            server_name="broker",
+        )
+        if self.acl is not None and self.auth_guard is not None:
+            raise ConfigError("authenticationEnabled", "ACL 1.0 (aclEnable) or 2.0, not both")
         self._server = RpcServer(
-            self.acl or self.router,
+            self.acl or self.auth_guard or self.router,
             host=config.listen_host,
             port=config.listen_port,
             max_frame_bytes=max(16 * 1024 * 1024, config.max_message_size * 2),
@@ -369,6 +387,7 @@ class Broker:
             serving_since=self._clock(),
             wake_clients=self._clients_wake.set,
             stats=BrokerStats(self._clock()),
+            auth=self.auth,
         )
         store.observe_flushes(self._state.stats.flush_latency.observe)
         store.keep_log_offset = self._state.fences.keep_log_offset
@@ -431,8 +450,12 @@ class Broker:
             self.role_assigned.set()
 
     def _ha_secret(self, access_key: str) -> str | None:
-        """An admin account's secret (slaves authenticate on the HA port with one)."""
-        assert self.acl is not None
+        """The secret a slave proves on the HA port: an admin account's, or a Super user's."""
+        if self.acl is None:
+            user = self.auth.state.users.get(access_key)
+            if user is None or user.status is not UserStatus.ENABLE:
+                return None
+            return user.password if user.user_type is UserType.SUPER else None
         account = self.acl.acl.config.accounts.get(access_key)
         return account.secret_key if account is not None and account.admin else None
 
@@ -485,7 +508,7 @@ class Broker:
             on_change=self.on_sync_state_change,
             on_confirm=state.schedule_dispatch,
             busy_poll=self.busy_poll,
-            secret_of=self._ha_secret if self.acl is not None else None,
+            secret_of=self._ha_secret if self.acl or self.auth_guard else None,
         )
         self._master_epoch = master.become_master(epoch)
         # this log is the group's now: apply every metadata record it holds before writing the
@@ -513,6 +536,8 @@ class Broker:
         self._metalog = metalog
         state.metadata_committed = metalog.committed
         self._spawn_role(metalog.run())
+        if config.init_authentication_user:
+            init_super_user(state.auth, config.init_authentication_user)
 
     def _require_epochs(self) -> EpochFile:
         if self._epochs is None:

@@ -76,6 +76,16 @@ class BrokerConfig:
     """ACL 1.0 (issue 23): every request is checked against `aclFile` (docs/security.md)."""
     acl_file: Path | None = None
     """The `plain_acl.yml` of `aclEnable`; reloaded within a second of a change."""
+    authentication_enabled: bool = False
+    """ACL 2.0 (issue 23): every request is signed by a user (`ferry admin user`)."""
+    authorization_enabled: bool = False
+    """ACL 2.0: a Normal user may do only what its ACL allows (`ferry admin acl`)."""
+    init_authentication_user: str = ""
+    """JSON `{"username": ..., "password": ...}`: a Super user created at start if missing."""
+    authentication_whitelist: str = ""
+    """Request codes (comma-separated) that skip authentication."""
+    authorization_whitelist: str = ""
+    """Request codes (comma-separated) that skip authorization."""
     enable_controller_mode: bool = False
     controller_addr: str = ""
     """Controller addresses separated by `;` (controller mode)."""

@@ -18,14 +18,15 @@ holds no record waiting above the confirm offset, so replaying an old delete nev
 incarnation of the topic. Offsets follow the master's own offset records. In controller mode
 the table's controller topic version (`TopicTable.controller_version`) travels too. POP
 consumption events (`pop.py`: pops, acks, changes of invisible time) travel as `PopChanges`, in
-the order the master applied them, and its whole state in every snapshot.
+the order the master applied them, and its whole state in every snapshot. ACL 2.0 users and
+ACLs travel as `AuthChange` events (`security/acl2.py`), and every user and ACL in snapshots.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -33,6 +34,14 @@ from ferrymq.broker.metadata import METADATA_TOPIC, GroupConfig, TimerProgress
 from ferrymq.broker.pop import PopEvent, QueuePop
 from ferrymq.broker.state import BrokerState
 from ferrymq.errors import FerryError
+from ferrymq.security.acl2 import (
+    Acl2Error,
+    Event,
+    auth_events,
+    event_from_json,
+    event_to_json,
+    replay,
+)
 from ferrymq.store.store import GetStatus
 from ferrymq.wire.bodies import TopicConfig
 from ferrymq.wire.records import BatchItem, decode_record, pack_host
@@ -93,6 +102,12 @@ class PopChanges(msgspec.Struct, tag="pop"):
     offsets: list[tuple[str, int, int]] = []
 
 
+class AuthChange(msgspec.Struct, tag="auth"):
+    """An ACL 2.0 event (`acl2.event_to_json`): a user or an ACL put or deleted."""
+
+    event: dict[str, Any]
+
+
 class Snapshot(msgspec.Struct, tag="snapshot"):
     """Every table whole."""
 
@@ -103,6 +118,8 @@ class Snapshot(msgspec.Struct, tag="snapshot"):
     timer_progress: TimerProgress | None = None
     controller_topic_version: int | None = None
     pop: list[tuple[str, str, int, QueuePop]] | None = None
+    auth: list[dict[str, Any]] | None = None
+    """Every user and ACL as put events (None: a snapshot of before ACL 2.0)."""
 
 
 Change = (
@@ -113,6 +130,7 @@ Change = (
     | DelayChanges
     | TimerChange
     | PopChanges
+    | AuthChange
     | Snapshot
 )
 
@@ -142,6 +160,7 @@ class MetadataLog:
         state.delay_offsets.listener = self._delay_changed
         state.delay_offsets.timer_listener = self._timer_changed
         state.pop.listener = self._pop_changed
+        state.auth.listener = self._auth_changed
 
     def snapshot(self) -> None:
         """Append every table whole."""
@@ -155,6 +174,7 @@ class MetadataLog:
                 state.delay_offsets.timer,
                 state.topics.controller_version,
                 state.pop.snapshot(),
+                [event_to_json(e) for e in auth_events(state.auth.state)],
             )
         )
 
@@ -167,6 +187,7 @@ class MetadataLog:
         state.offsets.listener = None
         state.delay_offsets.listener = None
         state.pop.listener = None
+        state.auth.listener = None
 
     async def run(self) -> None:
         """Write a snapshot every `snapshot_interval`, forever."""
@@ -181,6 +202,9 @@ class MetadataLog:
 
     def _topic_version_changed(self, version: int) -> None:
         self._append(TopicVersionChange(version))
+
+    def _auth_changed(self, event: Event) -> None:
+        self._append(AuthChange(event_to_json(event)))
 
     def _group_changed(self, group: str, config: GroupConfig | None) -> None:
         self._append(GroupChange(group, config))
@@ -347,6 +371,11 @@ class MetadataFollower:
                 state.pop.apply(event)
             for key, queue_id, queue_offset in change.offsets:
                 state.offsets.apply(key, queue_id, queue_offset)
+        elif isinstance(change, AuthChange):
+            try:
+                state.auth.apply(event_from_json(change.event))
+            except Acl2Error as exc:
+                log.error("skipping an auth record ferrymq cannot read: %s", exc)
         else:
             for topic in sorted(state.topics.configs.keys() - change.topics.keys()):
                 self._drop_queues(topic, log_offset)
@@ -361,6 +390,13 @@ class MetadataFollower:
                 state.delay_offsets.set_timer(change.timer_progress)
             if change.pop is not None:
                 state.pop.replace_all(change.pop)
+            if change.auth is not None:
+                try:
+                    events = [event_from_json(e) for e in change.auth]
+                except Acl2Error as exc:
+                    log.error("skipping the users and ACLs of a snapshot: %s", exc)
+                else:
+                    state.auth.replace_all(replay(events))
 
     def _drop_queues(self, topic: str, log_offset: int) -> None:
         """The master deleted `topic` at `log_offset`: drop its queues here too (module doc)."""

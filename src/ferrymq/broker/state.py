@@ -33,6 +33,7 @@ from ferrymq.errors import RequestError
 from ferrymq.model import parse_address, validate_group
 from ferrymq.replication.master import ReplicationMaster
 from ferrymq.rpc.connection import Connection
+from ferrymq.security.acl2guard import AuthStore
 from ferrymq.store.store import Store
 from ferrymq.wire.bodies import Perm
 from ferrymq.wire.broker import CreateTopicRequestHeader
@@ -140,6 +141,8 @@ class BrokerState:
     """Throughput and latency counts (`metrics.py`): TPS in the admin answers, and metrics."""
     pop: PopState = field(default_factory=PopState)
     """POP consumption progress (`pop.py`), replicated through the metadata log."""
+    auth: AuthStore = field(default_factory=AuthStore)
+    """ACL 2.0 users and ACLs (`security/acl2guard.py`), replicated through the metadata log."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
     _dispatch_retry: asyncio.TimerHandle | None = field(default=None, repr=False)
 

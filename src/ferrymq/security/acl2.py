@@ -57,6 +57,7 @@ __all__ = [
     "acl_from_info",
     "acl_info",
     "apply",
+    "auth_events",
     "authenticate",
     "authorize",
     "create_acl",
@@ -65,6 +66,7 @@ __all__ = [
     "delete_user",
     "event_from_json",
     "event_to_json",
+    "replay",
     "update_user",
     "user_from_info",
     "user_info",
@@ -605,3 +607,17 @@ def event_from_json(data: Any) -> Event:
     if kind in ("userDeleted", "aclDeleted") and isinstance(value, str):
         return UserDeleted(value) if kind == "userDeleted" else AclDeleted(value)
     raise Acl2Error(f"unknown auth event {kind[:_SHOWN]!r}")
+
+
+def auth_events(state: AuthState) -> list[Event]:
+    """Put events that rebuild `state` from nothing (users first: an ACL needs its user)."""
+    users: list[Event] = [UserPut(u) for u in state.users.values()]
+    return users + [AclPut(a) for a in state.acls.values()]
+
+
+def replay(events: Iterable[Event]) -> AuthState:
+    """The state `events` build from nothing."""
+    state = AuthState()
+    for event in events:
+        state = apply(state, event)
+    return state

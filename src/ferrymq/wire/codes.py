@@ -161,6 +161,17 @@ class RequestCode(IntEnum):
     CLEAN_BROKER_DATA = 1011
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
+    # ACL 2.0 users and ACLs (RocketMQ 5.3 RequestCode.java)
+    AUTH_CREATE_USER = 3001
+    AUTH_UPDATE_USER = 3002
+    AUTH_DELETE_USER = 3003
+    AUTH_GET_USER = 3004
+    AUTH_LIST_USER = 3005
+    AUTH_CREATE_ACL = 3006
+    AUTH_UPDATE_ACL = 3007
+    AUTH_DELETE_ACL = 3008
+    AUTH_GET_ACL = 3009
+    AUTH_LIST_ACL = 3010
     # ferrymq's own: one Raft message between controller nodes (wire.raft). RocketMQ uses no code
     # in 1019-1999 (its controller range ends at 1018, the next range starts at 2001).
     RAFT_MESSAGE = 1900

@@ -1,0 +1,224 @@
+"""ACL 2.0 on a server: the users and ACLs in force, and the check in front of its router.
+
+`AuthStore` holds a broker's `AuthState`; admin commands and the metadata log change it only by
+applying events (`acl2.apply`), and its `listener` (the master's metadata log) hears each one, so
+slaves apply the same events in the same order. `Acl2Guard` checks every request: with
+`authenticationEnabled` the signing user (`acl2.authenticate`), with `authorizationEnabled` what
+it may do: a Super user anything; others the Pub / Sub their policies allow on the topics and
+groups the request names (`aclcodes.resources`; a group as `Group:name`), and no admin or
+internal request code (ferrymq maps those to Super users only, where RocketMQ 5.3 maps each to
+CREATE/UPDATE/DELETE/GET/LIST on a resource). Codes in a whitelist skip that step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final, Generic, Protocol, TypeVar
+
+from ferrymq.config import ConfigError
+from ferrymq.errors import ProtocolError
+from ferrymq.security.acl import RETRY_PREFIX, Perm
+from ferrymq.security.acl2 import (
+    Acl2Error,
+    Action,
+    AuthState,
+    Event,
+    Resource,
+    ResourceType,
+    User,
+    UserPut,
+    UserType,
+    apply,
+    authenticate,
+    authorize,
+)
+from ferrymq.security.aclcodes import Kind, kind_of, resources
+from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+
+__all__ = ["Acl2Guard", "AuthStore", "acl2_guard", "init_super_user", "parse_whitelist"]
+
+log = logging.getLogger(__name__)
+
+_LOGGED_DENIALS: Final = 20
+
+
+class AuthStore:
+    """The users and ACLs of this server; changed only through events."""
+
+    def __init__(self) -> None:
+        self.state = AuthState()
+        self.listener: Callable[[Event], None] | None = None
+        """Hears every applied event (the master's metadata log)."""
+
+    def apply(self, event: Event) -> None:
+        """Apply `event` and tell the listener."""
+        self.state = apply(self.state, event)
+        if self.listener is not None:
+            self.listener(event)
+
+    def replace_all(self, state: AuthState) -> None:
+        """Take a snapshot's state (no listener call)."""
+        self.state = state
+
+
+def init_super_user(store: AuthStore, text: str) -> None:
+    """`initAuthenticationUser`: create that Super user unless a user of its name exists.
+
+    Raises:
+        ConfigError: not `{"username": ..., "password": ...}` JSON.
+    """
+    try:
+        info = json.loads(text)
+        user = User(str(info["username"]), str(info["password"]), UserType.SUPER)
+    except (ValueError, TypeError, KeyError, Acl2Error):
+        raise ConfigError(
+            "initAuthenticationUser", 'JSON {"username": ..., "password": ...}'
+        ) from None
+    if user.username not in store.state.users:
+        store.apply(UserPut(user))
+        log.info("initAuthenticationUser: Super user %s created", user.username)
+
+
+class _Conn(Protocol):
+    peer: str
+
+
+C = TypeVar("C", bound=_Conn)
+R = TypeVar("R")
+
+
+def _host(peer: str) -> str:
+    host = peer.rpartition(":")[0] if ":" in peer else peer
+    return host.strip("[]")
+
+
+def _wanted(resource: str, perm: Perm) -> tuple[Resource, frozenset[Action]]:
+    if resource.startswith(RETRY_PREFIX):
+        wanted = Resource(ResourceType.GROUP, resource[len(RETRY_PREFIX) :])
+    else:
+        wanted = Resource(ResourceType.TOPIC, resource)
+    actions = {Action.PUB} if perm & Perm.PUB else set()
+    if perm & Perm.SUB:
+        actions.add(Action.SUB)
+    return wanted, frozenset(actions)
+
+
+def parse_whitelist(text: str, key: str) -> frozenset[int]:
+    """Request codes of a `authenticationWhitelist`-style key (comma-separated numbers).
+
+    Raises:
+        ConfigError: not numbers.
+    """
+    try:
+        return frozenset(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(key, "a comma-separated list of request codes") from None
+
+
+class Acl2Guard(Generic[C, R]):
+    """A request handler that lets through only what the users and ACLs allow."""
+
+    def __init__(
+        self,
+        inner: Callable[[C, RemotingCommand], Awaitable[R]],
+        store: AuthStore,
+        *,
+        authorization: bool = True,
+        authentication_whitelist: frozenset[int] = frozenset(),
+        authorization_whitelist: frozenset[int] = frozenset(),
+        server_name: str = "server",
+    ) -> None:
+        self._inner = inner
+        self.store = store
+        self.authorization = authorization
+        self.authentication_whitelist = authentication_whitelist
+        self.authorization_whitelist = authorization_whitelist
+        self.server_name = server_name
+        self.denied = 0
+
+    def check(self, conn: C, request: RemotingCommand) -> str | None:
+        """None if `request` may run, else why not (the NO_PERMISSION remark)."""
+        code = request.code
+        if code in self.authentication_whitelist:
+            return None
+        state = self.store.state
+        user, error = authenticate(state, request.ext_fields, request.body, request.version)
+        if error is not None:
+            return error
+        assert user is not None
+        if not self.authorization or code in self.authorization_whitelist:
+            return None
+        return self._authorize(state, user, conn, request)
+
+    def _authorize(
+        self, state: AuthState, user: User, conn: C, request: RemotingCommand
+    ) -> str | None:
+        if user.user_type is UserType.SUPER:
+            return None
+        if kind_of(request.code) in (Kind.ADMIN, Kind.INTERNAL):
+            return f"request code={request.code} needs a Super user; User:{user.username} is not"
+        try:
+            needed = resources(request.code, request.ext_fields, request.body)
+        except ProtocolError as exc:
+            return f"request code={request.code}: {str(exc)[:200]}"
+        host = _host(conn.peer)
+        for name, perm in needed:
+            wanted, actions = _wanted(name, perm)
+            remark = authorize(state, user, wanted, actions, host)
+            if remark is not None:
+                return remark
+        return None
+
+    async def __call__(self, conn: C, request: RemotingCommand) -> R | RemotingCommand:
+        """Answer NO_PERMISSION, or hand the request to the wrapped handler."""
+        remark = self.check(conn, request)
+        if remark is None:
+            return await self._inner(conn, request)
+        self.denied += 1
+        if self.denied <= _LOGGED_DENIALS or self.denied % 1000 == 0:
+            log.warning(
+                "%s: request code=%d from %s refused (%d so far): %s",
+                self.server_name,
+                request.code,
+                conn.peer,
+                self.denied,
+                remark,
+            )
+        return request.make_response(ResponseCode.NO_PERMISSION, remark=remark)
+
+
+def acl2_guard(
+    inner: Callable[[C, RemotingCommand], Awaitable[R]],
+    store: AuthStore,
+    *,
+    authentication: bool,
+    authorization: bool,
+    authentication_whitelist: str = "",
+    authorization_whitelist: str = "",
+    server_name: str = "server",
+) -> Acl2Guard[C, R] | None:
+    """The guard of `authenticationEnabled` (None when off).
+
+    Raises:
+        ConfigError: `authorizationEnabled` without `authenticationEnabled` (no subject to
+            authorize), or a whitelist that is not request codes.
+    """
+    if not authentication:
+        if authorization:
+            raise ConfigError(
+                "authorizationEnabled", "needs authenticationEnabled=true (the signing user)"
+            )
+        return None
+    return Acl2Guard(
+        inner,
+        store,
+        authorization=authorization,
+        authentication_whitelist=parse_whitelist(
+            authentication_whitelist, "authenticationWhitelist"
+        ),
+        authorization_whitelist=parse_whitelist(authorization_whitelist, "authorizationWhitelist"),
+        server_name=server_name,
+    )

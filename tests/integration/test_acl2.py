@@ -1,0 +1,101 @@
+"""ACL 2.0 on a broker (issue 23): users and ACLs by admin request, enforced, kept by a restart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.producer import Producer
+from ferrymq.errors import RemoteError, SendFailedError
+from ferrymq.rpc.client import RpcClient
+from ferrymq.security.acl import Credentials
+from ferrymq.testing import LocalCluster
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+
+ROOT = Credentials("root", "root-pw")
+ALICE = {"username": "alice", "password": "alice-pw", "userType": "Normal"}
+ALICE_ACL = {
+    "subject": "User:alice",
+    "policies": [
+        {
+            "policyType": "Custom",
+            "entries": [
+                {"resource": "Topic:*", "actions": ["Pub", "Sub"], "decision": "Allow"},
+                {"resource": "Topic:secret", "actions": ["All"], "decision": "Deny"},
+                {"resource": "Group:g1", "actions": ["Sub"], "sourceIps": ["127.0.0.0/8"]},
+            ],
+        }
+    ],
+}
+
+
+async def _admin(
+    rpc: RpcClient, addr: str, code: int, fields: dict[str, str], body: object = None
+) -> RemotingCommand:
+    data = b"" if body is None else json.dumps(body).encode()
+    request = RemotingCommand(code=code, ext_fields=dict(fields), body=data)
+    return await rpc.call(addr, request, 5.0)
+
+
+def _alice(addr: str) -> Producer:
+    return Producer(addr, "p1", retries=0, access_key="alice", secret_key="alice-pw")
+
+
+async def test_users_and_acls_by_admin_requests_are_enforced_and_survive_a_restart(
+    tmp_path: Path,
+) -> None:
+    async with (
+        LocalCluster(
+            tmp_path,
+            authentication_enabled=True,
+            authorization_enabled=True,
+            init_authentication_user='{"username": "root", "password": "root-pw"}',
+        ) as cluster,
+        RpcClient(credentials=ROOT) as root,
+        RpcClient(credentials=Credentials("alice", "alice-pw")) as as_alice,
+    ):
+        addr, broker = cluster.namesrv_addr, cluster.broker.address
+        created = await _admin(root, broker, RequestCode.AUTH_CREATE_USER, {}, ALICE)
+        assert created.code == ResponseCode.SUCCESS, created.remark
+        subject = {"subject": "User:alice"}
+        acl = await _admin(root, broker, RequestCode.AUTH_CREATE_ACL, subject, ALICE_ACL)
+        assert acl.code == ResponseCode.SUCCESS, acl.remark
+        refused = await _admin(as_alice, broker, RequestCode.AUTH_LIST_USER, {})
+        assert refused.code == ResponseCode.NO_PERMISSION
+        assert "needs a Super user" in (refused.remark or "")
+        async with AdminClient(addr, credentials=ROOT) as admin:
+            await admin.create_topic("orders", 1)
+            await admin.create_topic("secret", 1)
+        async with _alice(addr) as producer:
+            sent = await producer.send("orders", b"hello")
+            with pytest.raises(SendFailedError, match=r"decision is deny.*code 16"):
+                await producer.send("secret", b"no")  # Deny wins over Topic:* Allow
+        async with PullConsumer(addr, "g1", access_key="alice", secret_key="alice-pw") as g1:
+            assert [m.body for m in (await g1.pull(sent.queue, 0)).messages] == [b"hello"]
+        async with PullConsumer(addr, "g2", access_key="alice", secret_key="alice-pw") as g2:
+            with pytest.raises(RemoteError, match="no matched acl policies"):
+                await g2.pull(sent.queue, 0)
+
+        broker = (await cluster.restart_broker()).address  # users and ACLs: from the metadata log
+        got = await _admin(root, broker, RequestCode.AUTH_GET_ACL, subject)
+        assert got.code == ResponseCode.SUCCESS, got.remark
+        assert len(json.loads(got.body)["policies"][0]["entries"]) == 3
+        listed = await _admin(root, broker, RequestCode.AUTH_LIST_USER, {})
+        assert json.loads(listed.body) == [
+            {"username": "alice", "userType": "Normal", "userStatus": "enable"},
+            {"username": "root", "userType": "Super", "userStatus": "enable"},
+        ]  # no password in an answer
+        async with _alice(addr) as producer:
+            await producer.send("orders", b"after restart")
+        deleted = await _admin(root, broker, RequestCode.AUTH_DELETE_USER, {"username": "alice"})
+        assert deleted.code == ResponseCode.SUCCESS, deleted.remark
+        async with _alice(addr) as producer:
+            with pytest.raises(SendFailedError, match="User:alice is not found"):
+                await producer.send("orders", b"gone")
+        assert cluster.broker.auth_guard is not None
+        assert cluster.broker.auth_guard.denied == 1  # the restarted broker: the deleted user
