@@ -189,13 +189,14 @@ class BrokerConfig:
         ):
             if number <= 0:
                 raise ConfigError(key, f"must be positive, not {number}")
-        if self.acl_enable and self.enable_proxy:
+        if self.enable_proxy and (self.acl_enable or self.authentication_enabled):
             # the endpoint checks no client's credentials and forwards every request signed with
             # this process's (the cluster's admin account): it would bypass the ACL
+            key = "aclEnable" if self.acl_enable else "authenticationEnabled"
             raise ConfigError(
                 "enableProxy",
                 "the RocketMQ 5 endpoint does not check clients' credentials yet: "
-                "not with aclEnable=true (docs/security.md)",
+                f"not with {key}=true (docs/security.md)",
             )
         if self.busy_poll_micros < 0:
             raise ConfigError("busyPollMicros", f"must be >= 0, not {self.busy_poll_micros}")

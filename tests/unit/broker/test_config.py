@@ -46,6 +46,8 @@ def test_acl_with_the_in_process_endpoint_is_refused() -> None:
     none of its clients': with aclEnable it would let anyone through (fail closed instead)."""
     with pytest.raises(ConfigError, match="enableProxy"):
         build_config(BrokerConfig, {"aclEnable": "true", "enableProxy": "true"})
+    with pytest.raises(ConfigError, match="authenticationEnabled=true"):
+        build_config(BrokerConfig, {"authenticationEnabled": "true", "enableProxy": "true"})
     config, _ = build_config(BrokerConfig, {"aclEnable": "true", "aclFile": "/x"})
     assert config.acl_enable
     assert not config.enable_proxy
