@@ -2,36 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
+from ferrymq.cmd.ferry import cli
 from ferrymq.errors import RemoteError, SendFailedError
 from ferrymq.rpc.client import RpcClient
 from ferrymq.security.acl import Credentials
+from ferrymq.security.aclcredentials import install_credentials
 from ferrymq.testing import LocalCluster
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 
 ROOT = Credentials("root", "root-pw")
-ALICE = {"username": "alice", "password": "alice-pw", "userType": "Normal"}
-ALICE_ACL = {
-    "subject": "User:alice",
-    "policies": [
-        {
-            "policyType": "Custom",
-            "entries": [
-                {"resource": "Topic:*", "actions": ["Pub", "Sub"], "decision": "Allow"},
-                {"resource": "Topic:secret", "actions": ["All"], "decision": "Deny"},
-                {"resource": "Group:g1", "actions": ["Sub"], "sourceIps": ["127.0.0.0/8"]},
-            ],
-        }
-    ],
-}
+ALICE_ENTRIES = [
+    ("--resources", "Topic:*", "--actions", "Pub,Sub"),
+    ("--resources", "Topic:secret", "--actions", "All", "--decision", "Deny"),
+    ("--resources", "Group:g1", "--actions", "Sub", "--source-ip", "127.0.0.0/8"),
+]
+
+
+def _ferry(namesrv: str, *args: str) -> str:
+    """`ferry --access-key root ... admin --namesrv NAMESRV ARGS` (the real command, in-process)."""
+    root = ["--access-key", "root", "--secret-key", "root-pw", "admin", "--namesrv", namesrv]
+    result = CliRunner().invoke(cli, [*root, *args])
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
 async def _admin(
@@ -43,7 +46,7 @@ async def _admin(
 
 
 def _alice(addr: str) -> Producer:
-    return Producer(addr, "p1", retries=0, access_key="alice", secret_key="alice-pw")
+    return Producer(addr, "p1", retries=0, access_key="alice", secret_key="a-pw")
 
 
 async def test_users_and_acls_by_admin_requests_are_enforced_and_survive_a_restart(
@@ -57,14 +60,18 @@ async def test_users_and_acls_by_admin_requests_are_enforced_and_survive_a_resta
             init_authentication_user='{"username": "root", "password": "root-pw"}',
         ) as cluster,
         RpcClient(credentials=ROOT) as root,
-        RpcClient(credentials=Credentials("alice", "alice-pw")) as as_alice,
+        RpcClient(credentials=Credentials("alice", "a-pw")) as as_alice,
     ):
         addr, broker = cluster.namesrv_addr, cluster.broker.address
-        created = await _admin(root, broker, RequestCode.AUTH_CREATE_USER, {}, ALICE)
-        assert created.code == ResponseCode.SUCCESS, created.remark
+        try:  # by the CLI, signed as root; then the ACL's entries one command each
+            await asyncio.to_thread(_ferry, addr, "user", "create", "alice", "--password", "a-pw")
+            for entry in ALICE_ENTRIES:
+                await asyncio.to_thread(_ferry, addr, "acl", "create", "User:alice", *entry)
+            listed = json.loads(await asyncio.to_thread(_ferry, addr, "acl", "list", "--json"))
+        finally:
+            install_credentials(None)
+        assert [len(p["entries"]) for p in listed[0]["policies"]] == [3]
         subject = {"subject": "User:alice"}
-        acl = await _admin(root, broker, RequestCode.AUTH_CREATE_ACL, subject, ALICE_ACL)
-        assert acl.code == ResponseCode.SUCCESS, acl.remark
         refused = await _admin(as_alice, broker, RequestCode.AUTH_LIST_USER, {})
         assert refused.code == ResponseCode.NO_PERMISSION
         assert "needs a Super user" in (refused.remark or "")
@@ -75,9 +82,9 @@ async def test_users_and_acls_by_admin_requests_are_enforced_and_survive_a_resta
             sent = await producer.send("orders", b"hello")
             with pytest.raises(SendFailedError, match=r"decision is deny.*code 16"):
                 await producer.send("secret", b"no")  # Deny wins over Topic:* Allow
-        async with PullConsumer(addr, "g1", access_key="alice", secret_key="alice-pw") as g1:
+        async with PullConsumer(addr, "g1", access_key="alice", secret_key="a-pw") as g1:
             assert [m.body for m in (await g1.pull(sent.queue, 0)).messages] == [b"hello"]
-        async with PullConsumer(addr, "g2", access_key="alice", secret_key="alice-pw") as g2:
+        async with PullConsumer(addr, "g2", access_key="alice", secret_key="a-pw") as g2:
             with pytest.raises(RemoteError, match="no matched acl policies"):
                 await g2.pull(sent.queue, 0)
 

@@ -31,6 +31,7 @@ from ferrymq.cli.admin_daily import (
     stats_all,
     topic_perm,
 )
+from ferrymq.cli.auth_admin import acl_group, user_group
 from ferrymq.cli.broker import broker_group
 from ferrymq.cli.controller import controller_group
 from ferrymq.cli.moves import broker_drain, broker_forget, topic_reassign
@@ -479,6 +480,8 @@ def message_by_id(ctx: click.Context, offset_msg_id: str, as_json: bool) -> None
 
 
 admin_group.add_command(controller_group)
+admin_group.add_command(user_group)
+admin_group.add_command(acl_group)
 admin_group.add_command(broker_group)
 topic_group.add_command(topic_reassign)
 broker_group.add_command(broker_drain)
