@@ -31,11 +31,19 @@ def _up(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], dict[str, 
             stdout=subprocess.DEVNULL,
             stderr=log,
         )
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        assert process.poll() is None, (tmp_path / "up.log").read_text()
-        assert time.monotonic() < deadline, "ferry up never became ready"
-        time.sleep(0.05)
+    deadline = time.monotonic() + 120  # a loaded 2-core box; quiet, about 10-20 s
+    try:
+        while not ready.exists():
+            assert process.poll() is None, (tmp_path / "up.log").read_text()
+            assert time.monotonic() < deadline, "ferry up never became ready"
+            time.sleep(0.05)
+    except BaseException:
+        process.terminate()  # ferry up stops every child it started on SIGTERM
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        raise
     info: dict[str, object] = json.loads(ready.read_text())
     return process, info
 
