@@ -7,7 +7,9 @@ receives and acks the sync round's (batches of up to 32, one ack at a time): the
 client `rocketmq-python-client` 5.1.2 over gRPC to the endpoint, which relays to the broker over
 remoting, and ferrymq's SDK (`Producer`, `SimpleConsumer`) straight to the broker. Median over
 rounds; ratio = msg/s through the endpoint over SDK msg/s. A third side, bare grpcio asyncio calls
-of the same RPCs from this process, separates the endpoint's cost from the 5.x client's.
+of the same RPCs from this process, separates the endpoint's cost from the 5.x client's; a fourth,
+bare Heartbeat calls (answered by the endpoint without the cluster), is the gRPC hop alone: the
+ceiling of every relayed send.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from ferrymq.cmd.up import ProcessCluster, UpConfig
 __all__ = ["ProxyBenchConfig", "ProxyRow", "bench_proxy_command", "ratios", "run_proxy_bench"]
 
 _V5_WORKER = Path(__file__).with_name("bench_proxy_v5.py")
+_FLOOR = "grpc-heartbeat-floor"
+"""Bare gRPC Heartbeats (answered by the endpoint itself): no goal, the ceiling of the others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +151,40 @@ async def _raw_send(endpoint: str, topic: str, count: int, size: int, window: in
         return count / (time.perf_counter() - start)
 
 
+async def _raw_heartbeat(endpoint: str, count: int, window: int) -> float:
+    """Heartbeat calls, which the endpoint answers without the cluster: its gRPC hop alone.
+
+    The ceiling of any relayed call through this endpoint (each relayed call adds a remoting
+    round trip to a broker on top).
+    """
+    import grpc
+
+    from ferrymq.proxy.stubs import SERVICE, load
+
+    v2 = load()
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        call = channel.unary_unary(
+            f"/{SERVICE}/Heartbeat",
+            request_serializer=v2.HeartbeatRequest.SerializeToString,
+            response_deserializer=v2.HeartbeatResponse.FromString,
+        )
+
+        async def one() -> None:
+            answer = await call(v2.HeartbeatRequest(), timeout=10)
+            if answer.status.code != v2.code("OK"):
+                raise RuntimeError(f"raw gRPC heartbeat: {answer.status}")
+
+        for _ in range(20):
+            await one()
+        start = time.perf_counter()
+        left = count
+        while left:
+            batch = min(window, left)
+            await asyncio.gather(*(one() for _ in range(batch)))
+            left -= batch
+        return count / (time.perf_counter() - start)
+
+
 async def _raw_receive(endpoint: str, topic: str, group: str, count: int) -> float:
     """ReceiveMessage (batches of 32) and one AckMessage per message, bare gRPC calls."""
     import grpc
@@ -216,6 +254,8 @@ async def _round(
     results.setdefault(("rocketmq-5.x-grpc", send_mode, size), []).append(count / sent["seconds"])
     rate = await _raw_send(endpoint, raw_topic, count, size, window)
     results.setdefault(("bare-grpc-aio", send_mode, size), []).append(rate)
+    rate = await _raw_heartbeat(endpoint, count, window)
+    results.setdefault((_FLOOR, send_mode, size), []).append(rate)
     if window > 1:
         return  # acks stay one at a time: the 5.1.2 client's ack_async lost acks (cancelled)
     total = count + 20
@@ -278,7 +318,7 @@ def ratios(rows: list[ProxyRow]) -> list[dict[str, Any]]:
     for (system, mode, size), rate in sorted(by_key.items()):
         sdk = by_key.get(("ferrymq-sdk", mode, size))
         if system != "ferrymq-sdk" and sdk:
-            goal = 0.7 if mode.startswith("send") else 0.5
+            goal = None if system == _FLOOR else 0.7 if mode.startswith("send") else 0.5
             found.append(
                 {
                     "system": system,
@@ -329,7 +369,7 @@ def bench_proxy_command(sizes: tuple[int, ...], messages: int, rounds: int, as_j
         )
     console.print(table)
     for ratio in ratios(rows):
+        goal = "no goal" if ratio["goal"] is None else f"goal {ratio['goal']}x"
         click.echo(
-            f"{ratio['system']} {ratio['mode']} {ratio['size']} B: / SDK {ratio['ratio']}x "
-            f"(goal {ratio['goal']}x)"
+            f"{ratio['system']} {ratio['mode']} {ratio['size']} B: / SDK {ratio['ratio']}x ({goal})"
         )
