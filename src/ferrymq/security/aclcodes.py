@@ -14,7 +14,8 @@ Resources follow RocketMQ's `PlainAccessResource.parse`: the topic of a send nee
 it is a retry topic), a pull needs SUB on the topic and on the group (named by its retry topic
 `%RETRY%group`), a heartbeat needs SUB on each consumer group and subscribed topic. ferrymq also
 checks the topic and group named by its other consumer and producer requests (offsets, pop, the
-Spark sink's codes), which RocketMQ leaves to the signature alone.
+Spark sink's codes; a BATCH_ACK_MESSAGE's topics and groups from its body), which RocketMQ
+leaves to the signature alone.
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
+import msgspec
+
+from ferrymq.errors import ProtocolError
 from ferrymq.security.acl import RETRY_PREFIX, Perm
 from ferrymq.wire.bodies import HeartbeatData, decode_body
 from ferrymq.wire.codes import RequestCode
+from ferrymq.wire.pop import BatchAckMessageRequestBody
 
 __all__ = ["KINDS", "Kind", "kind_of", "resources"]
 
@@ -117,6 +122,7 @@ KINDS: Final[Mapping[int, Kind]] = {
 _TOPIC_IN_B: Final = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 """SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE name the topic `b`."""
 _GROUP_FIELDS: Final = ("consumerGroup", "group")
+_BATCH_ACK_BODY: Final = msgspec.json.Decoder(BatchAckMessageRequestBody)
 
 
 def kind_of(code: int) -> Kind:
@@ -132,10 +138,20 @@ def resources(code: int, fields: Mapping[str, str], body: bytes) -> list[tuple[s
     """The topics and groups (as retry topics) a request needs perms on, with the perm.
 
     Raises:
-        ProtocolError: a HEART_BEAT body that does not decode (RocketMQ answers an AclException).
+        ProtocolError: a HEART_BEAT or BATCH_ACK_MESSAGE body that does not decode (RocketMQ
+            answers an AclException).
     """
     kind = kind_of(code)
     needed: list[tuple[str, Perm]] = []
+    if code == RequestCode.BATCH_ACK_MESSAGE:  # its topics and groups are in the body only
+        try:
+            acks = _BATCH_ACK_BODY.decode(body).acks
+        except msgspec.DecodeError as exc:
+            raise ProtocolError(f"bad BatchAckMessageRequestBody: {exc}") from None
+        for ack in acks:
+            needed.append((ack.t, Perm.SUB))
+            needed.append((_retry(ack.c), Perm.SUB))
+        return needed
     if code == RequestCode.HEART_BEAT:
         data = decode_body(body, HeartbeatData)
         for consumer in data.consumer_data_set:

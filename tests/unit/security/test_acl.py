@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.cmd.controller import ControllerParts
 from ferrymq.controller.config import ControllerConfig
+from ferrymq.errors import ProtocolError
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.rpc.server import Router
 from ferrymq.security import aclcodes
@@ -234,3 +236,26 @@ def test_no_request_code_is_in_two_kind_sets() -> None:
     for code in RequestCode:
         owners = [s for s in sets if code in s]
         assert len(owners) <= 1, f"{code.name} is in {len(owners)} kind sets of aclcodes.py"
+
+
+def test_batch_ack_needs_sub_on_the_topics_and_groups_of_its_body() -> None:
+    """BATCH_ACK_MESSAGE names its topics and groups only in the body: they are checked there (it
+    used to need a signature alone, so any account could ack any group's messages)."""
+    acl = parse_acl(SAMPLE)
+
+    def body(group: str, topic: str) -> bytes:
+        ack = {"c": group, "t": topic, "r": "0", "so": 0, "q": 0, "rq": 0, "pt": 1, "it": 1}
+        return msgspec.json.encode({"acks": [ack | {"b": [0]}]})
+
+    code = RequestCode.BATCH_ACK_MESSAGE
+    for group, topic, remark in [
+        ("groupB", "topicC", None),
+        ("groupA", "topicC", "No permission for group groupA"),
+        ("groupB", "topicA", "No permission for topic topicA"),
+    ]:
+        data = body(group, topic)
+        got = _decide(acl, _signed({}, "RocketMQ", "12345678", data), code=code, body=data)
+        assert got is None if remark is None else (got or "").startswith(remark), (group, got)
+    garbage = _signed({}, "RocketMQ", "12345678", b"{")
+    with pytest.raises(ProtocolError, match="BatchAckMessageRequestBody"):  # the guard refuses
+        _decide(acl, garbage, code=code, body=b"{")
