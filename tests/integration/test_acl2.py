@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
 from ferrymq.cmd.ferry import cli
 from ferrymq.errors import RemoteError, SendFailedError
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.rpc.client import RpcClient
 from ferrymq.security.acl import Credentials
 from ferrymq.security.aclcredentials import install_credentials
 from ferrymq.testing import LocalCluster
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
+
+from .remoting import create_topic, send
 
 ROOT = Credentials("root", "root-pw")
 ALICE_ENTRIES = [
@@ -106,3 +113,71 @@ async def test_users_and_acls_by_admin_requests_are_enforced_and_survive_a_resta
                 await producer.send("orders", b"gone")
         assert cluster.broker.auth_guard is not None
         assert cluster.broker.auth_guard.denied == 1  # the restarted broker: the deleted user
+
+
+def _group_config(tmp_path: Path, namesrv: str, broker_id: int) -> BrokerConfig:
+    """Controller mode with no controller: the test names the master (as test_role_change)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        nobody = f"127.0.0.1:{sock.getsockname()[1]}"
+    return BrokerConfig(
+        broker_name="broker-a",
+        broker_id=broker_id,
+        enable_controller_mode=True,
+        controller_addr=nobody,
+        namesrv_addr=namesrv,
+        store_path_root_dir=tmp_path / f"b{broker_id}",
+        listen_port=0,
+        mapped_file_size_commit_log=1024 * 1024,
+        ha_send_heartbeat_interval=200,
+        authentication_enabled=True,
+        authorization_enabled=True,
+        init_authentication_user='{"username": "root", "password": "root-pw"}',
+    )
+
+
+async def test_a_slave_replicates_users_and_acls_and_enforces_them_after_failover(
+    tmp_path: Path,
+) -> None:
+    install_credentials(ROOT)  # the brokers' own HA link proves root (a Super user)
+    namesrv = NameServer(NamesrvConfig(listen_port=0))
+    await namesrv.start()
+    brokers = [Broker(_group_config(tmp_path, namesrv.address, i)) for i in (1, 2)]
+    try:
+        for broker in brokers:
+            await broker.start()
+        first, second = brokers
+        assert await first.change_to_master(1, frozenset({1, 2}))
+        first.state.lease = None
+        assert await second.change_to_slave(first.address, 1)
+        async with RpcClient(credentials=ROOT) as root:
+            for topic in ("orders", "secret"):
+                await create_topic(root, first.address, topic, queues=1)
+            user = {"username": "alice", "password": "a-pw"}
+            made = await _admin(root, first.address, RequestCode.AUTH_CREATE_USER, {}, user)
+            assert made.code == ResponseCode.SUCCESS, made.remark
+            acl = {"subject": "User:alice", "policies": [{"entries": [
+                {"resource": "Topic:*", "actions": ["Pub"]},
+                {"resource": "Topic:secret", "actions": ["Pub"], "decision": "Deny"},
+            ]}]}  # fmt: skip
+            created = await _admin(root, first.address, RequestCode.AUTH_CREATE_ACL, {}, acl)
+            assert created.code == ResponseCode.SUCCESS, created.remark
+        deadline = time.monotonic() + 15
+        while "User:alice" not in second.state.auth.state.acls:
+            assert time.monotonic() < deadline, "the slave never applied the ACL"
+            await asyncio.sleep(0.05)
+
+        await first.close()  # the master is gone; the controller would elect broker 2
+        assert await second.change_to_master(2, frozenset({2}))
+        second.state.lease = None
+        async with RpcClient(credentials=Credentials("alice", "a-pw")) as alice:
+            sent = await send(alice, second.address, "orders", b"after failover")
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            denied = await send(alice, second.address, "secret", b"no")
+            assert denied.code == ResponseCode.NO_PERMISSION
+            assert "decision is deny" in (denied.remark or "")
+    finally:
+        install_credentials(None)
+        for broker in brokers:
+            await broker.close()
+        await namesrv.close()
