@@ -21,6 +21,7 @@ from ferrymq.errors import RemoteError, SendFailedError
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.rpc.client import RpcClient
 from ferrymq.security.acl import Credentials
+from ferrymq.security.aclcodes import Kind, kind_of
 from ferrymq.security.aclcredentials import install_credentials
 from ferrymq.testing import LocalCluster
 from ferrymq.wire.codes import RequestCode, ResponseCode
@@ -181,3 +182,32 @@ async def test_a_slave_replicates_users_and_acls_and_enforces_them_after_failove
         for broker in brokers:
             await broker.close()
         await namesrv.close()
+
+
+async def test_every_broker_code_is_refused_unsigned_and_admin_codes_for_normal_users(
+    tmp_path: Path,
+) -> None:
+    async with (
+        LocalCluster(
+            tmp_path,
+            authentication_enabled=True,
+            authorization_enabled=True,
+            init_authentication_user='{"username": "root", "password": "root-pw"}',
+        ) as cluster,
+        RpcClient() as unsigned,
+        RpcClient(credentials=ROOT) as root,
+        RpcClient(credentials=Credentials("bob", "b-pw")) as bob,
+    ):
+        broker = cluster.broker.address
+        user = {"username": "bob", "password": "b-pw"}
+        assert (await _admin(root, broker, RequestCode.AUTH_CREATE_USER, {}, user)).code == 0
+        codes = sorted(cluster.broker.router.codes)
+        for code in codes:
+            response = await _admin(unsigned, broker, code, {"topic": "t"})
+            assert response.code == ResponseCode.NO_PERMISSION, (code, response)
+            assert response.remark == "No accessKey is configured"
+            if kind_of(code) in (Kind.ADMIN, Kind.INTERNAL):
+                response = await _admin(bob, broker, code, {"topic": "t"})
+                assert response.code == ResponseCode.NO_PERMISSION, code
+                assert "needs a Super user" in (response.remark or ""), code
+        assert RequestCode.AUTH_CREATE_ACL in codes
