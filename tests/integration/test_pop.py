@@ -341,3 +341,30 @@ async def test_an_idle_fifo_backlog_does_not_starve_revives(
         await plain.change_invisible_duration(message, 0.0)  # due now, behind the FIFO backlog
         again = await _receive_until(plain, "PopUB", 1, invisible=30.0, timeout=10.0)
         assert [(m.message.body, m.delivery_attempt) for m in again] == [(b"u", 2)]
+
+
+@pytest.mark.parametrize("cluster", [{"max_message_size": 2048}], indirect=True)
+async def test_pop_events_of_one_turn_larger_than_a_record_are_logged(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    """One loop turn's POP events go to the metadata log in records a message may be: 40 acks
+    in one batch (over 2 KB of events) used to make one record the store refused, again every
+    second, so that ack and every later one answered 'not replicated' and the events piled up."""
+    await create_topic(client, cluster.broker.address, "PopM", queues=1)
+    async with Producer(cluster.namesrv_addr) as producer:
+        await producer.send_batch("PopM", [b"m"] * 41, queue=MessageQueue("PopM", "broker-a", 0))
+    async with SimpleConsumer(cluster.namesrv_addr, "G15") as consumer:
+        got = await _receive_until(consumer, "PopM", 41, invisible=60.0)
+        last, got = got[-1], got[:-1]
+        acks = [
+            {"c": "G15", "t": "PopM", "r": "0", "q": 0, "rq": 0, "it": 60_000}
+            | {"so": m.handle.queue_offset, "pt": m.handle.pop_time_ms, "b": [0]}
+            for m in got
+        ]
+        batch = msgspec.json.encode({"acks": acks})
+        answer = await client.call(
+            cluster.broker.address, command(RequestCode.BATCH_ACK_MESSAGE, body=batch), 5
+        )
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        await consumer.ack(last)  # and the log goes on
+        assert cluster.broker.state.pop.in_flight_count(("G15", "PopM", 0)) == 0

@@ -139,6 +139,10 @@ _decode = msgspec.json.Decoder(Change).decode
 
 
 _RETRY_S = 1.0
+_EVENT_ENCODER: Final = msgspec.json.Encoder()
+"""Measures POP events for `PopChanges` records of at most half a message."""
+_EVENT_BYTES_MAX: Final = 4096
+"""More than one POP event's JSON can be (names of <= 255 characters, <= 32 offsets)."""
 
 
 class MetadataLog:
@@ -237,13 +241,28 @@ class MetadataLog:
         timer, self._timer = self._timer, None
         pop, self._pop = self._pop, []
         kept = True
-        # POP events, and the offsets they moved after them (a slave applies them in this order)
-        if pop:
-            if self._append(PopChanges(pop, [(k, q, o) for (k, q), o in offsets.items()])):
-                offsets = {}
-            else:
+        # POP events, and the offsets they moved after them (a slave applies them in this order),
+        # in records the store takes: a turn's events (or a backlog the disk refused) can be
+        # more than one message may be
+        budget = max(self._state.store.config.max_message_bytes // 2, 1024)
+        while pop:
+            count = len(pop)
+            if count * _EVENT_BYTES_MAX > budget:  # else they fit without measuring
+                size, count = 0, 0
+                for event in pop:
+                    size += len(_EVENT_ENCODER.encode(event)) + 1
+                    if count and size > budget:
+                        break
+                    count += 1
+            chunk, rest = pop[:count], pop[count:]
+            moved = [] if rest else [(k, q, o) for (k, q), o in offsets.items()]
+            if not self._append(PopChanges(chunk, moved)):
                 self._pop = pop + self._pop
                 kept = False
+                break
+            pop = rest
+            if not rest:
+                offsets = {}
         if offsets and not self._append(
             OffsetChanges([(k, q, o) for (k, q), o in offsets.items()])
         ):
