@@ -30,11 +30,12 @@ from ferrymq.wire.frame import RemotingCommand
 from .remoting import create_topic, send
 
 ROOT = Credentials("root", "root-pw")
-ALICE_ENTRIES = [
-    ("--resources", "Topic:*", "--actions", "Pub,Sub"),
-    ("--resources", "Topic:secret", "--actions", "All", "--decision", "Deny"),
-    ("--resources", "Group:g1", "--actions", "Sub", "--source-ip", "127.0.0.0/8"),
-]
+ALICE_ACL = [  # ferry's commands, and mqadmin's names for one of them
+    ("acl", "create", "User:alice", "--resources", "Topic:*", "--actions", "Pub,Sub"),
+    ("createAcl", "-s", "User:alice", "-r", "Topic:secret", "-a", "All", "-d", "Deny"),
+    ("acl", "update", "User:alice", "--resources", "Group:g1", "--actions", "Sub",
+     "--source-ip", "127.0.0.0/8"),
+]  # fmt: skip
 
 
 def _ferry(namesrv: str, *args: str) -> str:
@@ -72,9 +73,9 @@ async def test_users_and_acls_by_admin_requests_are_enforced_and_survive_a_resta
     ):
         addr, broker = cluster.namesrv_addr, cluster.broker.address
         try:  # by the CLI, signed as root; then the ACL's entries one command each
-            await asyncio.to_thread(_ferry, addr, "user", "create", "alice", "--password", "a-pw")
-            for entry in ALICE_ENTRIES:
-                await asyncio.to_thread(_ferry, addr, "acl", "create", "User:alice", *entry)
+            await asyncio.to_thread(_ferry, addr, "createUser", "-u", "alice", "-p", "a-pw")
+            for command in ALICE_ACL:
+                await asyncio.to_thread(_ferry, addr, *command)
             listed = json.loads(await asyncio.to_thread(_ferry, addr, "acl", "list", "--json"))
         finally:
             install_credentials(None)

@@ -96,6 +96,20 @@ _BROKER_ADDR_AS_NAME = Flag("-b", "--brokerAddr", "broker_name", convert=_broker
 _BROKER_ADDR = Flag("-b", "--brokerAddr", "broker_addr")
 
 
+_AUTH_TARGET = (Flag("-c", "--clusterName", "cluster"), Flag("-b", "--brokerAddr", "broker"))
+_USERNAME = Flag("-u", "--username", "username", required=True)
+_PASSWORD = Flag("-p", "--password", "password", required=True)
+_USER_TYPE = Flag("-t", "--userType", "user_type")
+_SUBJECT = Flag("-s", "--subject", "subject", required=True)
+_ACL_FLAGS = (
+    _SUBJECT,
+    Flag("-r", "--resources", "resources", required=True),
+    Flag("-a", "--actions", "actions", required=True),
+    Flag("-i", "--sourceIp", "source_ip"),
+    Flag("-d", "--decision", "decision"),
+)
+
+
 def _key_value(values: dict[str, Any]) -> dict[str, Any]:
     key, value = values.pop("key"), values.pop("value")
     return {**values, "pairs": (f"{key}={value}",)}
@@ -246,6 +260,39 @@ ALIASES: tuple[Alias, ...] = (
         "deleteKvConfig",
         ("namesrv", "kv", "delete"),
         (Flag("-s", "--namespace", "namespace", True), Flag("-k", "--key", "key", True)),
+    ),
+    # ACL 2.0 (RocketMQ 5.3's user and acl subcommands)
+    Alias("createUser", ("user", "create"), (*_AUTH_TARGET, _USERNAME, _PASSWORD, _USER_TYPE)),
+    Alias(
+        "updateUser",
+        ("user", "update"),
+        (
+            *_AUTH_TARGET,
+            _USERNAME,
+            Flag("-p", "--password", "password"),
+            _USER_TYPE,
+            Flag("-s", "--userStatus", "user_status"),
+        ),
+    ),
+    Alias("deleteUser", ("user", "delete"), (*_AUTH_TARGET, _USERNAME)),
+    Alias("getUser", ("user", "get"), (*_AUTH_TARGET, _USERNAME)),
+    Alias("listUser", ("user", "list"), (*_AUTH_TARGET, Flag("-f", "--filter", "text"))),
+    Alias("createAcl", ("acl", "create"), (*_AUTH_TARGET, *_ACL_FLAGS)),
+    Alias("updateAcl", ("acl", "update"), (*_AUTH_TARGET, *_ACL_FLAGS)),
+    Alias(
+        "deleteAcl",
+        ("acl", "delete"),
+        (*_AUTH_TARGET, _SUBJECT, Flag("-r", "--resources", "resources")),
+    ),
+    Alias("getAcl", ("acl", "get"), (*_AUTH_TARGET, _SUBJECT)),
+    Alias(
+        "listAcl",
+        ("acl", "list"),
+        (
+            *_AUTH_TARGET,
+            Flag("-s", "--subject", "subject_filter"),
+            Flag("-r", "--resources", "resource_filter"),
+        ),
     ),
 )
 """Every mqadmin command name ferry answers, in one table."""
