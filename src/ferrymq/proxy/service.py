@@ -60,6 +60,8 @@ _DEFAULT_INVISIBLE_S: Final = 30.0
 _MAX_BATCH: Final = 32
 _MAX_POLL_S: Final = 20.0
 """Longest long poll held at the broker for one ReceiveMessage."""
+_ACKS_IN_FLIGHT: Final = 64
+"""ACK_MESSAGE requests of one AckMessage in flight at once."""
 _SESSION_QUEUE: Final = 256
 """Commands waiting for one client's Telemetry stream; more are dropped (the broker asks again)."""
 
@@ -622,7 +624,11 @@ class MessagingService:
         return ReceivedMessage(Message(topic, b""), receipt_handle, 0, topic)
 
     async def ack_message(self, request: Any, context: Context) -> Any:
-        """Acknowledge each entry by its receipt handle (ACK_MESSAGE to its group's master)."""
+        """Acknowledge each entry by its receipt handle (ACK_MESSAGE to its group's master).
+
+        The entries' acks go out together, up to `_ACKS_IN_FLIGHT` at once (a batch costs about one
+        broker round trip, not one per entry).
+        """
         response = self.v2.AckMessageResponse()
         failed: BaseException | None = None
         try:
@@ -630,16 +636,25 @@ class MessagingService:
             topic = validate_topic(request.topic.name)
         except (FerryError, ValueError) as exc:
             return self._failed(self.v2.AckMessageResponse, exc)
-        for entry in request.entries:
+        window = asyncio.Semaphore(_ACKS_IN_FLIGHT)
+
+        async def ack(receipt_handle: str) -> BaseException | None:
+            async with window:
+                try:
+                    await consumer.ack(self._handle(receipt_handle, topic))
+                except (FerryError, ValueError) as exc:
+                    return exc
+                return None
+
+        outcomes = await asyncio.gather(*(ack(e.receipt_handle) for e in request.entries))
+        for entry, outcome in zip(request.entries, outcomes, strict=True):
             result = response.entries.add()
             result.message_id = entry.message_id
             result.receipt_handle = entry.receipt_handle
-            try:
-                await consumer.ack(self._handle(entry.receipt_handle, topic))
-            except (FerryError, ValueError) as exc:
-                failed = failed or exc
-                result.status.code = self.v2.code(_consume_error(exc))
-                result.status.message = str(exc)
+            if outcome is not None:
+                failed = failed or outcome
+                result.status.code = self.v2.code(_consume_error(outcome))
+                result.status.message = str(outcome)
             else:
                 result.status.code = self.v2.code("OK")
         if failed is None:
