@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -212,3 +214,39 @@ async def test_every_broker_code_is_refused_unsigned_and_admin_codes_for_normal_
                 assert response.code == ResponseCode.NO_PERMISSION, code
                 assert "needs a Super user" in (response.remark or ""), code
         assert RequestCode.AUTH_CREATE_ACL in codes
+
+
+async def test_a_broker_process_signs_its_own_calls_with_inner_client_credentials(
+    tmp_path: Path,
+) -> None:
+    """innerClientAuthenticationCredentials in broker.conf: the broker process registers with a
+    NameServer that checks ACL (its admin account), with no credentials in its environment."""
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(
+        "accounts:\n- accessKey: inner-key\n  secretKey: inner-secret\n  admin: true\n"
+    )
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "brokerName=broker-inner\n"
+        'innerClientAuthenticationCredentials={"accessKey":"inner-key","secretKey":"inner-secret"}\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FERRY_")}
+    namesrv = NameServer(NamesrvConfig(listen_port=0, acl_enable=True, acl_file=acl_file))
+    async with namesrv:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "ferrymq.cmd.ferry", "broker", "--config", str(conf),
+            "--store-dir", str(tmp_path / "store"), "--listen", "127.0.0.1:0",
+            "--namesrv", namesrv.address, "--mapped-file-size-commit-log", str(1 << 20),
+            env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 90  # a process start on a loaded 2-core box
+            while "broker-inner" not in namesrv.routes.cluster_info().broker_addr_table:
+                assert process.returncode is None, "the broker exited"
+                assert time.monotonic() < deadline, "the broker never registered"
+                await asyncio.sleep(0.1)
+        finally:
+            if process.returncode is None:
+                process.terminate()
+            _, err = await process.communicate()
+        assert b"inner-secret" not in err

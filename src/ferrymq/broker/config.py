@@ -86,6 +86,9 @@ class BrokerConfig:
     """Request codes (comma-separated) that skip authentication."""
     authorization_whitelist: str = ""
     """Request codes (comma-separated) that skip authorization."""
+    inner_client_authentication_credentials: str = ""
+    """JSON `{"accessKey": ..., "secretKey": ...}`: what the broker process signs its own
+    requests and its HA link with (`ferry broker` installs it; default: FERRY_ACCESS_KEY)."""
     enable_controller_mode: bool = False
     controller_addr: str = ""
     """Controller addresses separated by `;` (controller mode)."""

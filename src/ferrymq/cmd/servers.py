@@ -40,6 +40,8 @@ from ferrymq.errors import FerryError, StoreLockedError
 from ferrymq.model import format_address, parse_address
 from ferrymq.namesrv import metrics as namesrv_metrics
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.security.acl2guard import parse_inner_credentials
+from ferrymq.security.aclcredentials import install_credentials
 
 __all__ = ["broker_command", "namesrv_command", "run_until_signal"]
 
@@ -302,6 +304,10 @@ def broker_command(
         values["brokerId"] = "1"
     try:
         config, ignored = build_config(BrokerConfig, values)
+        if config.inner_client_authentication_credentials:  # the broker's own calls sign so
+            install_credentials(
+                parse_inner_credentials(config.inner_client_authentication_credentials)
+            )
     except ConfigError as exc:
         fail(str(exc))
     for key in ignored:

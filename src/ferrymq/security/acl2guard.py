@@ -19,7 +19,7 @@ from typing import Final, Generic, Protocol, TypeVar
 
 from ferrymq.config import ConfigError
 from ferrymq.errors import ProtocolError
-from ferrymq.security.acl import RETRY_PREFIX, Perm
+from ferrymq.security.acl import RETRY_PREFIX, Credentials, Perm
 from ferrymq.security.acl2 import (
     Acl2Error,
     Action,
@@ -38,7 +38,14 @@ from ferrymq.security.aclcodes import Kind, kind_of, resources
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 
-__all__ = ["Acl2Guard", "AuthStore", "acl2_guard", "init_super_user", "parse_whitelist"]
+__all__ = [
+    "Acl2Guard",
+    "AuthStore",
+    "acl2_guard",
+    "init_super_user",
+    "parse_inner_credentials",
+    "parse_whitelist",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +87,21 @@ def init_super_user(store: AuthStore, text: str) -> None:
     if user.username not in store.state.users:
         store.apply(UserPut(user))
         log.info("initAuthenticationUser: Super user %s created", user.username)
+
+
+def parse_inner_credentials(text: str) -> Credentials:
+    """`innerClientAuthenticationCredentials`: `{"accessKey": ..., "secretKey": ...}`.
+
+    Raises:
+        ConfigError: anything else (the message shows no secret).
+    """
+    try:
+        info = json.loads(text)
+        return Credentials(str(info["accessKey"]), str(info["secretKey"]))
+    except (ValueError, TypeError, KeyError):
+        raise ConfigError(
+            "innerClientAuthenticationCredentials", 'JSON {"accessKey": ..., "secretKey": ...}'
+        ) from None
 
 
 class _Conn(Protocol):
