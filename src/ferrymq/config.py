@@ -56,7 +56,10 @@ SECURITY_KEYS: Final[Mapping[str, typing.Callable[[str], bool]]] = types.Mapping
     {
         # ACL 1.0 (BrokerConfig.aclEnable), RocketMQ Connect's worker key of the same name
         "aclEnable": _is_true,
-        # ACL 2.0 (auth/config/AuthConfig.java), on broker, NameServer, controller and proxy
+        # ACL 2.0 (auth/config/AuthConfig.java), on broker, NameServer, controller and proxy;
+        # honoured on brokers (BrokerConfig fields): authenticationEnabled,
+        # authorizationEnabled, initAuthenticationUser, the two whitelists and
+        # innerClientAuthenticationCredentials
         "authenticationEnabled": _is_true,
         "authorizationEnabled": _is_true,
         "migrateAuthFromV1Enabled": _is_true,
