@@ -214,6 +214,20 @@ async def test_every_broker_code_is_refused_unsigned_and_admin_codes_for_normal_
                 assert response.code == ResponseCode.NO_PERMISSION, code
                 assert "needs a Super user" in (response.remark or ""), code
         assert RequestCode.AUTH_CREATE_ACL in codes
+        bad_bodies = [
+            b"{not json",
+            json.dumps({"username": "x" * 5000, "password": "p"}).encode(),
+            json.dumps({"username": "eve", "password": "p", "userType": "Root"}).encode(),
+        ]
+        for body in bad_bodies:  # typed refusals; the broker keeps serving
+            request = RemotingCommand(code=RequestCode.AUTH_CREATE_USER, body=body)
+            response = await root.call(broker, request, 5.0)
+            assert response.code == ResponseCode.INVALID_PARAMETER, response
+        bad_acl = {"subject": "User:bob", "policies": [{"entries": [{"resource": "Queue:q"}]}]}
+        refused = await _admin(root, broker, RequestCode.AUTH_CREATE_ACL, {}, bad_acl)
+        assert refused.code == ResponseCode.INVALID_PARAMETER
+        listed = await _admin(root, broker, RequestCode.AUTH_LIST_USER, {})
+        assert [u["username"] for u in json.loads(listed.body)] == ["bob", "root"]
 
 
 async def test_a_broker_process_signs_its_own_calls_with_inner_client_credentials(
