@@ -9,7 +9,7 @@ remoting, and ferrymq's SDK (`Producer`, `SimpleConsumer`) straight to the broke
 rounds; ratio = msg/s through the endpoint over SDK msg/s. A third side, bare grpcio asyncio calls
 of the same RPCs from this process, separates the endpoint's cost from the 5.x client's; a fourth,
 bare Heartbeat calls (answered by the endpoint without the cluster), is the gRPC hop alone: the
-ceiling of every relayed send.
+ceiling of every relayed send. Odd rounds run the sides in the opposite order (the load drifts).
 """
 
 from __future__ import annotations
@@ -240,35 +240,57 @@ async def _round(
     count: int,
     window: int,
     tag: str,
+    reverse: bool,
 ) -> None:
+    """One round of every side; `reverse` runs them in the opposite order (load drifts)."""
     sdk_topic, v5_topic, raw_topic = f"BenchSdk{tag}", f"BenchV5{tag}", f"BenchRaw{tag}"
     for topic in (sdk_topic, v5_topic, raw_topic):
         await admin.create_topic(topic, queues=4)
     await asyncio.sleep(1.0)  # the routes reach the NameServer
     send_mode = "send" if window <= 1 else f"send w{window}"
-    rate = await _sdk_send(namesrv, sdk_topic, count, size, window)
-    results.setdefault(("ferrymq-sdk", send_mode, size), []).append(rate)
-    sent = await _v5(python, "send", endpoint, v5_topic, str(count), str(size), str(window))
-    if sent["failed"]:
-        raise RuntimeError(f"5.x client: {sent['failed']} sends failed")
-    results.setdefault(("rocketmq-5.x-grpc", send_mode, size), []).append(count / sent["seconds"])
-    rate = await _raw_send(endpoint, raw_topic, count, size, window)
-    results.setdefault(("bare-grpc-aio", send_mode, size), []).append(rate)
-    rate = await _raw_heartbeat(endpoint, count, window)
-    results.setdefault((_FLOOR, send_mode, size), []).append(rate)
-    if window > 1:
-        return  # acks stay one at a time: the 5.1.2 client's ack_async lost acks (cancelled)
+
+    async def sdk_send() -> None:
+        rate = await _sdk_send(namesrv, sdk_topic, count, size, window)
+        results.setdefault(("ferrymq-sdk", send_mode, size), []).append(rate)
+
+    async def v5_send() -> None:
+        sent = await _v5(python, "send", endpoint, v5_topic, str(count), str(size), str(window))
+        if sent["failed"]:
+            raise RuntimeError(f"5.x client: {sent['failed']} sends failed")
+        rate = count / sent["seconds"]
+        results.setdefault(("rocketmq-5.x-grpc", send_mode, size), []).append(rate)
+
+    async def raw_send() -> None:
+        rate = await _raw_send(endpoint, raw_topic, count, size, window)
+        results.setdefault(("bare-grpc-aio", send_mode, size), []).append(rate)
+
+    async def floor() -> None:
+        rate = await _raw_heartbeat(endpoint, count, window)
+        results.setdefault((_FLOOR, send_mode, size), []).append(rate)
+
     total = count + 20
-    rate = await _sdk_receive(namesrv, sdk_topic, f"g{sdk_topic}", total)
-    results.setdefault(("ferrymq-sdk", "receive+ack", size), []).append(rate)
-    got = await _v5(python, "receive", endpoint, v5_topic, f"g{v5_topic}", str(total), "1")
-    if got["received"] < total:
-        raise RuntimeError(f"5.x client received {got['received']} of {total}")
-    results.setdefault(("rocketmq-5.x-grpc", "receive+ack", size), []).append(
-        total / got["seconds"]
-    )
-    rate = await _raw_receive(endpoint, raw_topic, f"g{raw_topic}", total)
-    results.setdefault(("bare-grpc-aio", "receive+ack", size), []).append(rate)
+
+    async def sdk_receive() -> None:
+        rate = await _sdk_receive(namesrv, sdk_topic, f"g{sdk_topic}", total)
+        results.setdefault(("ferrymq-sdk", "receive+ack", size), []).append(rate)
+
+    async def v5_receive() -> None:
+        got = await _v5(python, "receive", endpoint, v5_topic, f"g{v5_topic}", str(total), "1")
+        if got["received"] < total:
+            raise RuntimeError(f"5.x client received {got['received']} of {total}")
+        rate = total / got["seconds"]
+        results.setdefault(("rocketmq-5.x-grpc", "receive+ack", size), []).append(rate)
+
+    async def raw_receive() -> None:
+        rate = await _raw_receive(endpoint, raw_topic, f"g{raw_topic}", total)
+        results.setdefault(("bare-grpc-aio", "receive+ack", size), []).append(rate)
+
+    sends = [sdk_send, v5_send, raw_send, floor]
+    # acks stay one at a time: the 5.1.2 client's ack_async lost acks (cancelled)
+    receives = [sdk_receive, v5_receive, raw_receive] if window <= 1 else []
+    for group in (sends, receives):
+        for side in reversed(group) if reverse else group:
+            await side()
 
 
 async def run_proxy_bench(config: ProxyBenchConfig) -> list[ProxyRow]:
@@ -301,6 +323,7 @@ async def run_proxy_bench(config: ProxyBenchConfig) -> list[ProxyRow]:
                             count,
                             window,
                             f"{size}r{round_}w{window}",
+                            round_ % 2 == 1,
                         )
     finally:
         await cluster.stop()
