@@ -188,6 +188,14 @@ def test_a_client_with_tls_enable_verifies_by_default(pki: Pki) -> None:
     assert tls_settings(TlsConfig()).server.mode is TlsMode.DISABLED
 
 
+@pytest.mark.parametrize("mode", [TlsMode.ENFORCING, TlsMode.PERMISSIVE])
+async def test_a_tls_mode_without_a_context_never_listens_in_plain_text(mode: TlsMode) -> None:
+    """ServerTls(enforcing or permissive, None) used to listen in plain text (fail open)."""
+    server = RpcServer(Router("t"), tls=ServerTls(mode, None))
+    with pytest.raises(ValueError, match="needs an SSLContext"):
+        await server.start()
+
+
 async def test_sdk_clients_send_and_consume_over_tls_and_a_wrong_ca_is_told_why(
     pki: Pki, tmp_path: Path
 ) -> None:

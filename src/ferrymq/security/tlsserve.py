@@ -206,7 +206,10 @@ async def listen(
 ) -> Listener:
     """Listen on `host:port` (0: the kernel picks) with `tls`; read the port from `sockname`."""
     loop = asyncio.get_running_loop()
-    if tls.mode is TlsMode.DISABLED or tls.context is None:
+    if tls.context is None and tls.mode is not TlsMode.DISABLED:
+        # never plain text where TLS was asked for (a security setting does not fail open)
+        raise ValueError(f"{name}: tls.server.mode={tls.mode} needs an SSLContext")
+    if tls.mode is TlsMode.DISABLED:
         server = await loop.create_server(factory, host, port, reuse_address=True)
         return Listener(name, _sockname(server.sockets[0].getsockname()), server, None)
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
