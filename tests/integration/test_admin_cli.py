@@ -16,6 +16,7 @@ from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
 from ferrymq.client.push import PushConsumer
 from ferrymq.cmd.ferry import main
+from ferrymq.model import MessageQueue
 from ferrymq.rpc.client import RpcClient
 from ferrymq.testing import LocalCluster
 from ferrymq.wire.bodies import HeartbeatData, ProducerData, encode_body
@@ -165,6 +166,19 @@ async def test_topic_perm_by_offset_and_print_without_committing(cluster: LocalC
     assert route.queue_datas[0].perm == 4
     await ferry("topic", "perm", "Audit", "--perm", "5", code=2)
     await ferry("message", "print", "Audit", "--begin-ms", "10", "--end-ms", "5", code=2)
+    # --max takes the earliest of every queue, not the first queue's (m0 is in queue 1)
+    async with AdminClient(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Spread", queues=2)
+    async with Producer(cluster.namesrv_addr) as producer:
+        for body, queue_id in (("s0", 1), ("s1", 0), ("s2", 0)):
+            await producer.send(
+                "Spread", body.encode(), queue=MessageQueue("Spread", "broker-a", queue_id)
+            )
+            await asyncio.sleep(0.01)  # store times differ
+    first = await ferry(
+        "message", "print", "Spread", "--begin-ms", str(begin), "--max", "2", "--json"
+    )
+    assert [m["body"] for m in first] == ["s0", "s1"]
     missing = await ferry(
         "message", "by-offset", "--topic", "Audit", "--broker-name", "broker-a",
         "--queue", "0", "--offset", "9",

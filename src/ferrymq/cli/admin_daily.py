@@ -641,16 +641,22 @@ def message_print(
         found: list[Message] = []
         async with PullConsumer(_namesrv(ctx), "ferry-admin-reader") as consumer:
             for queue in await consumer.queues(topic):
+                # each queue's first max_count in the range: the earliest overall are among them
                 offset = await consumer.offset_for_time(queue, begin_ms)
                 last = await consumer.max_offset(queue)
-                while offset < last and len(found) < max_count:
+                taken = 0
+                while offset < last and taken < max_count:
                     result = await consumer.pull(queue, offset, max_messages=32)
                     if result.status is not PullStatus.FOUND or not result.messages:
                         break
                     for message in result.messages:
                         stored = message.store_timestamp_ms
-                        if stored >= begin_ms and (end_ms is None or stored < end_ms):
+                        if end_ms is not None and stored >= end_ms:
+                            last = offset  # past the range: the queue is done
+                            break
+                        if stored >= begin_ms and taken < max_count:
                             found.append(message)
+                            taken += 1
                     offset = result.next_offset
         return sorted(found, key=lambda m: (m.store_timestamp_ms, m.broker_name, m.queue_id))[
             :max_count
