@@ -7,6 +7,7 @@ and key in PEM; `ferrymq.security` helpers plug in here when present).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -77,7 +78,10 @@ class GrpcEndpoint:
         if port == 0:
             raise OSError(f"gRPC endpoint could not bind {bind}")
         self.port = port
-        self.service = MessagingService(load(), self.namesrv, (self.advertised_host, port))
+        # off the loop: a first start downloads the schema with pip (a broker's loop, with
+        # enableProxy, goes on serving meanwhile)
+        v2 = await asyncio.to_thread(load)
+        self.service = MessagingService(v2, self.namesrv, (self.advertised_host, port))
         server.add_generic_rpc_handlers((self.service.generic_handler(),))
         await server.start()
         self._server = server
