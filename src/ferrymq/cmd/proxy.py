@@ -3,22 +3,27 @@
 Composition root of `ferrymq.proxy`: a `GrpcEndpoint` (MessagingService v2) and a `RemotingRelay`
 toward the cluster the NameServers name, until SIGINT/SIGTERM. Stateless, so any number may run.
 Ports follow RocketMQ's proxy (`grpcServerPort` 8081, `remotingListenPort` 8080); 0 picks a free
-one, -1 turns a side off. The ready file names both: {"addr" (gRPC), "grpc", "remoting", "pid"}.
+one, -1 turns a side off. The ready file names both: {"addr" (gRPC), "grpc", "remoting", "pid"},
+and the Prometheus endpoint (`--metrics-exporter-type PROM`) as "metrics".
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import click
+from prometheus_client.metrics_core import Metric
 
+from ferrymq.cmd.metrics import metrics_endpoint, metrics_options
 from ferrymq.cmd.process import fail, run_until_signal, setup_logging, write_ready
 from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.errors import FerryError
+from ferrymq.metrics.exporter import MetricsExporterType
 
-__all__ = ["InProcessProxy", "proxy_command", "run_proxy"]
+__all__ = ["InProcessProxy", "proxy_command", "proxy_metrics", "run_proxy"]
 
 
 class InProcessProxy:
@@ -76,10 +81,12 @@ async def run_proxy(
     remoting_port: int,
     tls: tuple[Path, Path] | None,
     ready_file: Path | None,
+    metrics: tuple[str, str, int] = (MetricsExporterType.DISABLE.value, "", 0),
 ) -> None:
     """Serve both sides until `stop` is set; write the ready file once both listen.
 
-    `tls`: the gRPC port's certificate chain and key (PEM files).
+    `tls`: the gRPC port's certificate chain and key (PEM files). `metrics`: exporter type,
+    host (empty: `host`) and port of the Prometheus endpoint (`proxy/metrics.py`).
     """
     proxy = InProcessProxy(
         namesrv, host=host, grpc_port=grpc_port, remoting_port=remoting_port, tls=tls
@@ -87,17 +94,32 @@ async def run_proxy(
     try:
         await proxy.start()
         where = proxy.info()
-        write_ready(
-            ready_file,
-            {
-                "addr": where["proxy"] or where["proxy_remoting"],
-                "grpc": where["proxy"],
-                "remoting": where["proxy_remoting"],
-            },
-        )
-        await stop.wait()
+        endpoint = proxy.endpoint
+        collectors = [] if endpoint is None else [lambda: proxy_metrics(endpoint)]
+        exporter, metrics_host, metrics_port = metrics
+        async with metrics_endpoint(
+            exporter, metrics_host or host, metrics_port, collectors
+        ) as served:
+            write_ready(
+                ready_file,
+                {
+                    "addr": where["proxy"] or where["proxy_remoting"],
+                    "grpc": where["proxy"],
+                    "remoting": where["proxy_remoting"],
+                    "metrics": served.address if served else None,
+                },
+            )
+            await stop.wait()
     finally:
         await proxy.close()
+
+
+def proxy_metrics(endpoint: Any) -> Iterable[Metric]:
+    """The gRPC endpoint's metrics now (none before it serves)."""
+    from ferrymq.proxy.metrics import collect
+
+    service = endpoint.service
+    return [] if service is None else collect(service.stats)
 
 
 @click.command("proxy")
@@ -115,6 +137,7 @@ async def run_proxy(
 @click.option("--grpc-tls-key", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--log-level", default="INFO", show_default=True)
 @tls_server_options
+@metrics_options
 @click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -129,6 +152,9 @@ def proxy_command(
     grpc_tls_key: Path | None,
     log_level: str,
     ready_file: Path | None,
+    metrics_exporter_type: str,
+    metrics_prom_exporter_host: str,
+    metrics_prom_exporter_port: int,
     **flags: Any,
 ) -> None:
     """Run the RocketMQ 5 endpoint: gRPC for 5.x clients, remoting for 4.x clients.
@@ -156,6 +182,11 @@ def proxy_command(
             remoting_port=remoting_port,
             tls=tls,
             ready_file=ready_file,
+            metrics=(
+                metrics_exporter_type,
+                metrics_prom_exporter_host,
+                metrics_prom_exporter_port,
+            ),
         )
 
     try:

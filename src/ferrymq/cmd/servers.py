@@ -32,11 +32,12 @@ from ferrymq.cmd.controller import (
 )
 from ferrymq.cmd.metrics import metrics_endpoint, metrics_options
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
-from ferrymq.cmd.proxy import InProcessProxy
+from ferrymq.cmd.proxy import InProcessProxy, proxy_metrics
 from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.controller import metrics as controller_metrics
 from ferrymq.errors import FerryError, StoreLockedError
+from ferrymq.metrics.exporter import FuncCollector
 from ferrymq.model import format_address, parse_address
 from ferrymq.namesrv import metrics as namesrv_metrics
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
@@ -326,6 +327,9 @@ def broker_command(
                     return
             await broker.register()
             proxy = await _start_proxy(config) if config.enable_proxy else None
+            if proxy is not None and proxy.endpoint is not None and broker.metrics is not None:
+                endpoint = proxy.endpoint  # the broker's scrape shows the endpoint's calls too
+                broker.metrics.registry.register(FuncCollector(lambda: proxy_metrics(endpoint)))
             write_ready(
                 ready_file,
                 {

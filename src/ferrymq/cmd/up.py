@@ -136,6 +136,8 @@ class ReadyInfo(TypedDict):
     """The RocketMQ 5 endpoint's gRPC address, `host:port` (`ferry proxy`; None: not run)."""
     proxy_remoting: str | None
     """The same endpoint's remoting address, for 4.x clients (None: not run)."""
+    proxy_metrics: str | None
+    """The endpoint's Prometheus endpoint, `host:port` (None: not run)."""
 
 
 @dataclass(frozen=True)
@@ -309,7 +311,7 @@ class ProcessCluster:
         args = ["proxy", "--namesrv", self.namesrv_addr, "--host", config.host]
         self.proxy = await spawn(
             "proxy",
-            [*args, "--grpc-port", "0", "--remoting-port", "0", *self._tls_flags],
+            [*args, "--grpc-port", "0", "--remoting-port", "0", *METRICS_FLAGS, *self._tls_flags],
             config.data_dir,
             env=self._tls_env,
         )
@@ -493,6 +495,7 @@ class ProcessCluster:
             tls_ca=None if self.tls_ca is None else str(self.tls_ca),
             proxy=None if self.proxy is None else str(self.proxy.info["grpc"]),
             proxy_remoting=None if self.proxy is None else str(self.proxy.info["remoting"]),
+            proxy_metrics=None if self.proxy is None else _metrics(self.proxy),
         )
 
     async def stop(self) -> None:

@@ -36,6 +36,7 @@ from ferrymq.proxy.convert import (
     message_properties,
     timestamp_ms,
 )
+from ferrymq.proxy.metrics import ProxyStats
 from ferrymq.proxy.stubs import SERVICE, V2
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire import properties as props
@@ -106,6 +107,9 @@ class MessagingService:
         self.consumers: dict[str, SimpleConsumer] = {}
         self.pullers: dict[str, PullConsumer] = {}
         self._relay_lock = asyncio.Lock()
+        self.stats = ProxyStats()
+        codes = v2.pool.FindEnumTypeByName("apache.rocketmq.v2.Code")
+        self._code_names: dict[int, str] = {v.number: v.name for v in codes.values}
 
     async def close(self) -> None:
         """Stop the transaction relays and close every connection to the cluster."""
@@ -137,11 +141,15 @@ class MessagingService:
             response_class = getattr(v2, method.output_type.name)
 
             async def handler(request: Any, context: Context) -> Any:
+                started = time.monotonic()
                 if isinstance(request, _Malformed):
                     response = response_class()
                     self._status(response, "BAD_REQUEST", request.reason)
-                    return response
-                return await fn(request, context)
+                else:
+                    response = await fn(request, context)
+                code = self._code_names.get(response.status.code, str(response.status.code))
+                self.stats.observe(name, code, time.monotonic() - started)
+                return response
 
             return grpc.unary_unary_rpc_method_handler(
                 handler,
@@ -155,13 +163,21 @@ class MessagingService:
             response_class = getattr(v2, method.output_type.name)
 
             async def handler(request: Any, context: Context) -> AsyncIterator[Any]:
+                started = time.monotonic()
                 if isinstance(request, _Malformed):
                     response = response_class()
                     self._status(response, "BAD_REQUEST", request.reason)
+                    self.stats.observe(name, "BAD_REQUEST", time.monotonic() - started)
                     yield response
                     return
+                code = "OK"
                 async for response in fn(request, context):
+                    if response.HasField("message"):
+                        self.stats.messages_received += 1
+                    elif response.HasField("status") and response.status.code:
+                        code = self._code_names.get(response.status.code, code)
                     yield response
+                self.stats.observe(name, code, time.monotonic() - started)
 
             return grpc.unary_stream_rpc_method_handler(
                 handler,
@@ -364,6 +380,7 @@ class MessagingService:
                 entry.message_id = message.system_properties.message_id
             else:
                 entry.status.code = self.v2.code("OK")
+                self.stats.messages_sent += 1
         if failed is None:
             self._status(response, "OK")
         elif len(request.messages) == 1:
