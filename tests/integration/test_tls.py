@@ -274,3 +274,34 @@ async def test_connect_rest_api_serves_https_to_our_ca_only(pki: Pki, tmp_path: 
             assert "CERTIFICATE_VERIFY_FAILED" in untrusting.output, untrusting.output
     finally:
         restore(token)
+
+
+async def test_the_console_serves_https_and_reads_a_tls_cluster(pki: Pki, tmp_path: Path) -> None:
+    import httpx
+
+    from ferrymq.console.server import Console
+
+    values = {
+        "tlsEnable": "true",
+        "tls.server.certPath": str(pki.server[0]),
+        "tls.server.keyPath": str(pki.server[1]),
+        "tls.client.trustCertPath": str(pki.ca.cert_path),
+    }
+    token = install(tls_settings(tls_config_from(values)))  # as `ferry console --tls` does
+    try:
+        async with (
+            LocalCluster(tmp_path, mapped_file_size_commit_log=1024 * 1024) as cluster,
+            Console(cluster.namesrv_addr, port=0, interval=5) as console,
+        ):
+            assert console.url.startswith("https://127.0.0.1:")
+            trusting = _client_tls(pki.ca.cert_path).context
+            assert trusting is not None
+            async with httpx.AsyncClient(verify=trusting, timeout=10) as http:
+                answer = await http.get(f"{console.url}/api/cluster")
+            assert answer.status_code == 200, answer.text
+            assert cluster.broker.address in answer.text  # read from the broker over TLS
+            async with httpx.AsyncClient(timeout=10) as http:
+                with pytest.raises(httpx.HTTPError):
+                    await http.get(console.url.replace("https://", "http://") + "/api/cluster")
+    finally:
+        restore(token)

@@ -2,16 +2,20 @@
 
 Prints the console's URL (the port read back, so `--port 0` works) once it serves, and writes it
 to `--ready-file` as `{"url", "addr", "pid"}`. Needs the `connect` extra (FastAPI, uvicorn).
+With `--tls` (the servers' `--tls*` flags) the console serves https with that certificate and
+reaches the cluster and Connect over TLS (else its client side may come from `FERRYMQ_TLS`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ferrymq.cmd.process import fail, run_until_signal, setup_logging, write_ready
+from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 
 __all__ = ["console_command"]
 
@@ -47,6 +51,7 @@ __all__ = ["console_command"]
     help="Seconds between the samples behind the live charts.",
 )
 @click.option("--log-level", default="WARNING", show_default=True)
+@tls_server_options
 @click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -61,9 +66,12 @@ def console_command(
     interval: float,
     log_level: str,
     ready_file: Path | None,
+    **flags: Any,
 ) -> None:
     """Serve the web console: cluster, topics, groups, controller, messages, connectors."""
     setup_logging(log_level)
+    if any(value for name, value in flags.items() if name.startswith("tls__")):
+        install_tls({}, flags)  # https here, TLS toward the cluster and Connect
     if connect_url is not None and not connect_url.startswith(("http://", "https://")):
         fail(f"--connect takes a URL (http://host:port), not {connect_url!r}")
     try:  # FastAPI and uvicorn come with the `connect` extra

@@ -211,8 +211,8 @@ class ProcessCluster:
         """The local CA's certificate (with `UpConfig.tls`), once `start` made it."""
         self._tls_flags: list[str] = []
         self._tls_env: dict[str, str] | None = None
-        """`FERRYMQ_TLS` for the console and the proxy: how they reach the cluster (the console's
-        own port stays plain; the proxy also takes the `--tls*` flags for its ports)."""
+        """`FERRYMQ_TLS` for the console and the proxy: how they reach the cluster (both also
+        take the `--tls*` flags for their own ports: the console serves https)."""
 
     def _make_tls(self) -> None:
         """The local CA and the servers' certificate (kept: a restart reuses them)."""
@@ -325,7 +325,9 @@ class ProcessCluster:
             args += ["--controller", ";".join(self._controller_api())]
         if self.workers:
             args += ["--connect", str(next(iter(self.workers.values())).info["url"])]
-        self.console = await spawn("console", args, config.data_dir, env=self._tls_env)
+        self.console = await spawn(
+            "console", [*args, *self._tls_flags], config.data_dir, env=self._tls_env
+        )
         return self.console
 
     async def restart_worker(

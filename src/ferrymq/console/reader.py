@@ -23,6 +23,7 @@ from ferrymq.client.message import Message
 from ferrymq.errors import FerryError, ProtocolError, RemoteError, RpcError
 from ferrymq.model import validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
+from ferrymq.security.tls import process_client_tls
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
@@ -128,7 +129,8 @@ class ConsoleReader:
             else None
         )
         self.connect_url = connect_url.rstrip("/") if connect_url else None
-        self._http = httpx.AsyncClient(timeout=timeout)
+        # Connect's REST over https when the process has TLS (the worker serves its certificate)
+        self._http = httpx.AsyncClient(timeout=timeout, verify=process_client_tls().context or True)
 
     async def close(self) -> None:
         """Close every connection."""

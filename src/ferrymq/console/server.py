@@ -19,6 +19,7 @@ import uvicorn
 from ferrymq.console.app import build_app
 from ferrymq.console.reader import ConsoleReader
 from ferrymq.console.sampler import Sampler
+from ferrymq.security.tls import process_server_tls
 
 __all__ = ["Console"]
 
@@ -58,8 +59,12 @@ class Console:
         sock.setblocking(False)
         self._socket = sock
         host, port = sock.getsockname()[:2]
+        tls = process_server_tls().context  # the process's TLS (ferry console --tls)
+        scheme = "https" if tls is not None else "http"
         self.url = (
-            f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
+            f"{scheme}://[{host}]:{port}"
+            if family == socket.AF_INET6
+            else f"{scheme}://{host}:{port}"
         )
         config = uvicorn.Config(
             build_app(self.reader, self.sampler),
@@ -69,6 +74,9 @@ class Console:
             loop="none",
             timeout_graceful_shutdown=int(_SHUTDOWN_S) - 1,
         )
+        if tls is not None:
+            config.load()  # then uvicorn serves with our context, built in one place
+            config.ssl = tls
         self._server = _Server(config)
         self._tasks = [
             asyncio.create_task(self._server.serve(sockets=[sock]), name="console-http"),
