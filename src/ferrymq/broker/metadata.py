@@ -239,6 +239,8 @@ class GroupConfig(msgspec.Struct, rename="camel", forbid_unknown_fields=False, k
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False
+    """A FIFO group (RocketMQ 5): the gRPC endpoint pops it orderly."""
 
 
 class GroupFile(msgspec.Struct, rename="camel", forbid_unknown_fields=False):

@@ -124,6 +124,9 @@ def _group_target(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--broker-id", type=click.IntRange(0), help="brokerId to consume from.")
 @click.option("--which-broker-when-slow", type=click.IntRange(0), help="When consuming slowly.")
 @click.option("--notify-ids-changed/--no-notify-ids-changed", default=None)
+@click.option(
+    "--fifo/--no-fifo", default=None, help="consumeMessageOrderly: 5.x clients consume in order."
+)
 @json_option
 @click.pass_context
 def group_update(
@@ -139,6 +142,7 @@ def group_update(
     broker_id: int | None,
     which_broker_when_slow: int | None,
     notify_ids_changed: bool | None,
+    fifo: bool | None,
     as_json: bool,
 ) -> None:
     """Create or change a subscription group (settings not given are kept)."""
@@ -154,6 +158,7 @@ def group_update(
                 broker_id,
                 which_broker_when_slow,
                 notify_ids_changed,
+                fifo,
             ),
             strict=True,
         )

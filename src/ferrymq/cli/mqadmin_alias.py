@@ -152,6 +152,7 @@ ALIASES: tuple[Alias, ...] = (
             Flag("-i", "--brokerId", "broker_id"),
             Flag("-w", "--whichBrokerWhenConsumeSlowly", "which_broker_when_slow"),
             Flag("-a", "--notifyConsumerIdsChanged", "notify_ids_changed", boolean=True),
+            Flag("-o", "--consumeMessageOrderly", "fifo", boolean=True),
         ),
     ),
     Alias(

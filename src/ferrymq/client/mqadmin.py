@@ -71,6 +71,7 @@ GROUP_SETTINGS: dict[str, type] = {
     "brokerId": int,
     "whichBrokerWhenConsumeSlowly": int,
     "notifyConsumerIdsChangedEnable": bool,
+    "consumeMessageOrderly": bool,
 }
 """`SubscriptionGroupConfig` fields a broker keeps for a group, and their types."""
 

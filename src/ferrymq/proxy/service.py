@@ -2,8 +2,10 @@
 
 Owns the per-RPC behaviour of the endpoint and the only state it keeps, which is soft: the
 Telemetry sessions of connected clients (to answer their settings and to relay transaction
-checks to a producer of the topic) and one transaction relay per topic (a `TransactionProducer`
-that heartbeats as that topic's producer group, so the brokers send it their checks). Routes come
+checks to a producer of the topic), one transaction relay per topic (a `TransactionProducer`
+that heartbeats as that topic's producer group, so the brokers send it their checks) and one
+consumer per group; those tables are bounded (`proxy/pool.py`: idle expiry and an LRU cap). A
+group whose subscription config says `consumeMessageOrderly` (FIFO) is popped orderly. Routes come
 from the NameServers and follow failovers as the SDK does; every route names this endpoint.
 """
 
@@ -37,11 +39,17 @@ from ferrymq.proxy.convert import (
     timestamp_ms,
 )
 from ferrymq.proxy.metrics import ProxyStats
+from ferrymq.proxy.pool import Pool
 from ferrymq.proxy.stubs import SERVICE, V2
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire import properties as props
-from ferrymq.wire.broker import ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader
+from ferrymq.wire.broker import (
+    ConsumerSendMsgBackRequestHeader,
+    EndTransactionRequestHeader,
+    GetSubscriptionGroupConfigRequestHeader,
+)
 from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.fastjson import loads
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
 from ferrymq.wire.msgid import decode_offset_msg_id
@@ -65,6 +73,25 @@ _ACKS_IN_FLIGHT: Final = 64
 """ACK_MESSAGE requests of one AckMessage in flight at once."""
 _SESSION_QUEUE: Final = 256
 """Commands waiting for one client's Telemetry stream; more are dropped (the broker asks again)."""
+_RELAY_CAP: Final = 256
+"""Transaction relays (topics) open at once; each heartbeats and holds its own connections."""
+_GROUP_CAP: Final = 1024
+"""Consumer groups (and, apart, pull consumer groups) with a client open at once."""
+_IDLE_S: Final = 600.0
+"""A relay or consumer no call used for this long is closed (a relay named by a connected
+producer's settings is kept)."""
+_FIFO_TTL_S: Final = 30.0
+"""How long a group's FIFO setting is trusted before it is read from the broker again."""
+
+
+@dataclass(slots=True)
+class GroupClients:
+    """One consumer group's POP clients (plain and orderly) and whether the group is FIFO."""
+
+    plain: SimpleConsumer
+    orderly: SimpleConsumer
+    fifo: bool = False
+    fifo_read_at: float = float("-inf")
 
 
 @dataclass(slots=True)
@@ -103,20 +130,30 @@ class MessagingService:
         self.rpc = RpcClient()
         self.producer = Producer(namesrv, "ferryproxy", rpc=self.rpc)
         self.sessions: dict[str, Session] = {}
-        self.relays: dict[str, TransactionProducer] = {}
-        self.consumers: dict[str, SimpleConsumer] = {}
-        self.pullers: dict[str, PullConsumer] = {}
-        self._relay_lock = asyncio.Lock()
+        self.relays: Pool[TransactionProducer] = Pool(
+            "transaction relay",
+            self._open_relay,
+            TransactionProducer.close,
+            cap=_RELAY_CAP,
+            idle_s=_IDLE_S,
+            pinned=self._producer_connected,
+        )
+        self.consumers: Pool[GroupClients] = Pool(
+            "consumer", self._open_consumer, _close_group, cap=_GROUP_CAP, idle_s=_IDLE_S
+        )
+        self.pullers: Pool[PullConsumer] = Pool(
+            "pull consumer", self._open_puller, PullConsumer.close, cap=_GROUP_CAP, idle_s=_IDLE_S
+        )
+        self.querier = PullConsumer(namesrv, "ferryproxy_query", rpc=self.rpc)
         self.stats = ProxyStats()
         codes = v2.pool.FindEnumTypeByName("apache.rocketmq.v2.Code")
         self._code_names: dict[int, str] = {v.number: v.name for v in codes.values}
 
     async def close(self) -> None:
         """Stop the transaction relays and close every connection to the cluster."""
-        for relay in list(self.relays.values()):
-            with contextlib.suppress(FerryError):
-                await relay.close()
-        self.relays.clear()
+        await self.relays.close()
+        await self.consumers.close()
+        await self.pullers.close()
         await self.producer.close()
         await self.rpc.close()
 
@@ -355,13 +392,20 @@ class MessagingService:
             session.topics = {e.topic.name for e in settings.subscription.subscriptions}
             reply.subscription.receive_batch_size = 32
             reply.subscription.long_polling_timeout.FromSeconds(20)
+            if session.group and session.topics:
+                with contextlib.suppress(FerryError, ValueError):
+                    group = validate_group(session.group)
+                    async with self.consumers.use(group) as clients:
+                        topic = validate_topic(min(session.topics))
+                        reply.subscription.fifo = await self._fifo(clients, topic)
         self._status(answer, "OK")
         with contextlib.suppress(asyncio.QueueFull):
             session.outbox.put_nowait(answer)
         if session.client_type == self.v2.enum("ClientType", "PRODUCER"):
-            for topic in sorted(session.topics):
+            for topic in sorted(session.topics)[:_RELAY_CAP]:
                 with contextlib.suppress(FerryError, ValueError):
-                    await self._relay(topic)
+                    async with self.relays.use(validate_topic(topic)):
+                        pass  # started now, so the brokers' checks find it
 
     # ------------------------------------------------------------------ sending
 
@@ -405,18 +449,18 @@ class MessagingService:
             properties[props.UNIQ_KEY] = self.producer.new_msg_id()
         entry.message_id = properties[props.UNIQ_KEY]
         if transactional:
-            relay = await self._relay(topic)
 
             async def execute(_: Message) -> TransactionState:
                 return TransactionState.UNKNOWN  # the client's EndTransaction decides
 
             tags = properties.pop(props.TAGS, None)
             keys = properties.pop(props.KEYS, None)
-            sent = (
-                await relay.send_in_transaction(
-                    topic, body, execute, tags=tags, keys=keys, properties=properties
-                )
-            ).send_result
+            async with self.relays.use(topic) as relay:
+                sent = (
+                    await relay.send_in_transaction(
+                        topic, body, execute, tags=tags, keys=keys, properties=properties
+                    )
+                ).send_result
             _, log_offset = decode_offset_msg_id(sent.offset_msg_id)
             handle = TxHandle(sent.queue.broker_name, log_offset, sent.queue_offset, sent.msg_id)
             entry.transaction_id = handle.encode()
@@ -446,26 +490,32 @@ class MessagingService:
 
     # ------------------------------------------------------------------ transactions
 
-    async def _relay(self, topic: str) -> TransactionProducer:
-        """The topic's transaction relay, started on first use."""
-        topic = validate_topic(topic)
-        relay = self.relays.get(topic)
-        if relay is not None:
-            return relay
-        async with self._relay_lock:
-            relay = self.relays.get(topic)
-            if relay is None:
-                relay = TransactionProducer(
-                    self.namesrv,
-                    (_TX_GROUP_PREFIX + topic)[:120],
-                    self._check,
-                )
-                await relay.start()
-                self.relays[topic] = relay
+    async def _open_relay(self, topic: str) -> TransactionProducer:
+        """A topic's transaction relay, started (it heartbeats until closed)."""
+        relay = TransactionProducer(self.namesrv, (_TX_GROUP_PREFIX + topic)[:120], self._check)
+        try:
+            await relay.start()
+        except BaseException:
+            await relay.close()
+            raise
         return relay
 
+    def _producer_connected(self, topic: str) -> bool:
+        """Whether a connected producer named the topic (its relay is kept however idle)."""
+        producer = self.v2.enum("ClientType", "PRODUCER")
+        return any(s.client_type == producer and topic in s.topics for s in self.sessions.values())
+
     async def _check(self, message: Message) -> TransactionState:
-        """A broker asks about a half message: relay it to a producer of its topic, if any."""
+        """A broker asks about a half message: relay it to a producer of its topic, if any.
+
+        The relay is held meanwhile (a relay closed under a check would cancel it).
+        """
+        if message.topic not in self.relays:
+            return await self._relay_check(message)
+        async with self.relays.use(message.topic):
+            return await self._relay_check(message)
+
+    async def _relay_check(self, message: Message) -> TransactionState:
         sessions = [
             s
             for s in self.sessions.values()
@@ -568,12 +618,45 @@ class MessagingService:
 
     # ------------------------------------------------------------------ consuming
 
-    def _consumer(self, group: str) -> SimpleConsumer:
-        consumer = self.consumers.get(group)
-        if consumer is None:
-            consumer = SimpleConsumer(self.namesrv, group, rpc=self.rpc)
-            self.consumers[group] = consumer
-        return consumer
+    async def _open_consumer(self, group: str) -> GroupClients:
+        return GroupClients(
+            SimpleConsumer(self.namesrv, group, rpc=self.rpc),
+            SimpleConsumer(self.namesrv, group, rpc=self.rpc, fifo=True),
+        )
+
+    async def _fifo(self, clients: GroupClients, topic: str) -> bool:
+        """Whether the group is FIFO (`consumeMessageOrderly`, read from a master of `topic`).
+
+        Read again after `_FIFO_TTL_S`; when the broker cannot say, the last answer stands.
+        """
+        now = time.monotonic()
+        if now - clients.fifo_read_at < _FIFO_TTL_S:
+            return clients.fifo
+        header = GetSubscriptionGroupConfigRequestHeader(group=clients.plain.group)
+        try:
+            route = await self.producer.routes.get(topic)
+            masters = [a for n in sorted(route.brokers) if (a := route.master(n)) is not None]
+            if not masters:
+                return clients.fifo
+            answer = await self.rpc.call(
+                masters[0],
+                RemotingCommand(
+                    code=RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, ext_fields=to_ext_fields(header)
+                ),
+                5.0,
+            )
+        except FerryError as exc:
+            log.info("FIFO setting of %s not read: %s", clients.plain.group, exc)
+            return clients.fifo
+        if answer.code == ResponseCode.SUCCESS:
+            config = loads(answer.body or b"{}")
+            clients.fifo = isinstance(config, dict) and config.get("consumeMessageOrderly") is True
+        elif answer.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+            clients.fifo = False
+        else:
+            return clients.fifo
+        clients.fifo_read_at = now
+        return clients.fifo
 
     def _v2_message(self, out: Any, received: ReceivedMessage) -> None:
         message = received.message
@@ -613,14 +696,16 @@ class MessagingService:
         if remaining is not None:  # answer before the client's deadline
             wait = min(wait, max(remaining - 2.0, 0.0))
         try:
-            validate_group(request.group.name)
-            received = await self._consumer(request.group.name).receive(
-                validate_topic(request.message_queue.topic.name),
-                max_messages=max(1, min(request.batch_size or 16, _MAX_BATCH)),
-                invisible_duration=invisible,
-                wait=min(wait, _MAX_POLL_S),
-                expression=expression.expression or "*",
-            )
+            topic = validate_topic(request.message_queue.topic.name)
+            async with self.consumers.use(validate_group(request.group.name)) as clients:
+                fifo = await self._fifo(clients, topic)
+                received = await (clients.orderly if fifo else clients.plain).receive(
+                    topic,
+                    max_messages=max(1, min(request.batch_size or 16, _MAX_BATCH)),
+                    invisible_duration=invisible,
+                    wait=min(wait, _MAX_POLL_S),
+                    expression=expression.expression or "*",
+                )
         except (FerryError, ValueError) as exc:
             yield self._failed(v2.ReceiveMessageResponse, exc)
             return
@@ -649,13 +734,13 @@ class MessagingService:
         response = self.v2.AckMessageResponse()
         failed: BaseException | None = None
         try:
-            consumer = self._consumer(validate_group(request.group.name))
+            group = validate_group(request.group.name)
             topic = validate_topic(request.topic.name)
         except (FerryError, ValueError) as exc:
             return self._failed(self.v2.AckMessageResponse, exc)
         window = asyncio.Semaphore(_ACKS_IN_FLIGHT)
 
-        async def ack(receipt_handle: str) -> BaseException | None:
+        async def ack(consumer: SimpleConsumer, receipt_handle: str) -> BaseException | None:
             async with window:
                 try:
                     await consumer.ack(self._handle(receipt_handle, topic))
@@ -663,7 +748,10 @@ class MessagingService:
                     return exc
                 return None
 
-        outcomes = await asyncio.gather(*(ack(e.receipt_handle) for e in request.entries))
+        async with self.consumers.use(group) as clients:
+            outcomes = await asyncio.gather(
+                *(ack(clients.plain, e.receipt_handle) for e in request.entries)
+            )
         for entry, outcome in zip(request.entries, outcomes, strict=True):
             result = response.entries.add()
             result.message_id = entry.message_id
@@ -686,10 +774,10 @@ class MessagingService:
         """New invisible time from now, and the new receipt handle."""
         response = self.v2.ChangeInvisibleDurationResponse()
         try:
-            consumer = self._consumer(validate_group(request.group.name))
             received = self._handle(request.receipt_handle, validate_topic(request.topic.name))
             duration = request.invisible_duration.ToMilliseconds() / 1000
-            await consumer.change_invisible_duration(received, duration)
+            async with self.consumers.use(validate_group(request.group.name)) as clients:
+                await clients.plain.change_invisible_duration(received, duration)
         except (FerryError, ValueError) as exc:
             self._status(response, _consume_error(exc), str(exc))
             return response
@@ -699,12 +787,8 @@ class MessagingService:
 
     # ------------------------------------------------------------------ pull consumers
 
-    def _puller(self, group: str) -> PullConsumer:
-        consumer = self.pullers.get(group)
-        if consumer is None:
-            consumer = PullConsumer(self.namesrv, validate_group(group), rpc=self.rpc)
-            self.pullers[group] = consumer
-        return consumer
+    async def _open_puller(self, group: str) -> PullConsumer:
+        return PullConsumer(self.namesrv, group, rpc=self.rpc)
 
     async def pull_message(self, request: Any, context: Context) -> AsyncIterator[Any]:
         """PULL_MESSAGE: a status, the messages, then the next offset."""
@@ -717,13 +801,14 @@ class MessagingService:
         wait = min(request.long_polling_timeout.ToMilliseconds() / 1000, _MAX_POLL_S)
         try:
             queue = _queue(request.message_queue)
-            result = await self._puller(request.group.name).pull(
-                queue,
-                request.offset,
-                max_messages=max(1, min(request.batch_size or 32, _MAX_BATCH)),
-                expression=request.filter_expression.expression or "*",
-                wait=wait,
-            )
+            async with self.pullers.use(validate_group(request.group.name)) as puller:
+                result = await puller.pull(
+                    queue,
+                    request.offset,
+                    max_messages=max(1, min(request.batch_size or 32, _MAX_BATCH)),
+                    expression=request.filter_expression.expression or "*",
+                    wait=wait,
+                )
         except (FerryError, ValueError) as exc:
             yield self._failed(v2.PullMessageResponse, exc)
             return
@@ -742,9 +827,8 @@ class MessagingService:
         """Commit the group's offset of a queue."""
         response = self.v2.UpdateOffsetResponse()
         try:
-            await self._puller(request.group.name).commit(
-                _queue(request.message_queue), request.offset
-            )
+            async with self.pullers.use(validate_group(request.group.name)) as puller:
+                await puller.commit(_queue(request.message_queue), request.offset)
         except (FerryError, ValueError) as exc:
             return self._failed(self.v2.UpdateOffsetResponse, exc)
         self._status(response, "OK")
@@ -754,7 +838,8 @@ class MessagingService:
         """The group's committed offset of a queue (OFFSET_NOT_FOUND: none yet)."""
         response = self.v2.GetOffsetResponse()
         try:
-            offset = await self._puller(request.group.name).committed(_queue(request.message_queue))
+            async with self.pullers.use(validate_group(request.group.name)) as puller:
+                offset = await puller.committed(_queue(request.message_queue))
         except (FerryError, ValueError) as exc:
             return self._failed(self.v2.GetOffsetResponse, exc)
         if offset is None:
@@ -769,7 +854,7 @@ class MessagingService:
         response = self.v2.QueryOffsetResponse()
         policy = int(request.query_offset_policy)
         try:
-            consumer = self._puller("ferryproxy_query")
+            consumer = self.querier
             queue = _queue(request.message_queue)
             if policy == self.v2.enum("QueryOffsetPolicy", "BEGINNING"):
                 response.offset = await consumer.min_offset(queue)
@@ -796,7 +881,8 @@ class MessagingService:
             handle = ReceiptHandle.parse(request.receipt_handle)
             stored = pop_retry_topic(group, topic) if handle.retry else topic
             queue = MessageQueue(stored, handle.broker_name, handle.queue_id)
-            found = await self._puller(group).pull(queue, handle.queue_offset, max_messages=1)
+            async with self.pullers.use(group) as puller:
+                found = await puller.pull(queue, handle.queue_offset, max_messages=1)
             message = next(
                 (m for m in found.messages if m.queue_offset == handle.queue_offset), None
             )
@@ -825,7 +911,8 @@ class MessagingService:
             )
             if answer.code != ResponseCode.SUCCESS:
                 raise RemoteError(answer.code, answer.remark)
-            await self._consumer(group).ack(self._handle(request.receipt_handle, topic))
+            async with self.consumers.use(group) as clients:
+                await clients.plain.ack(self._handle(request.receipt_handle, topic))
         except (FerryError, ValueError) as exc:
             self._status(response, _consume_error(exc), str(exc))
             return response
@@ -838,6 +925,11 @@ def _queue(message_queue: Any) -> MessageQueue:
     return MessageQueue(
         validate_topic(message_queue.topic.name), message_queue.broker.name, message_queue.id
     )
+
+
+async def _close_group(clients: GroupClients) -> None:
+    await clients.plain.close()
+    await clients.orderly.close()
 
 
 def _consume_error(exc: BaseException) -> str:
