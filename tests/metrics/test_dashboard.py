@@ -18,6 +18,7 @@ from ferrymq.controller.server import ControllerStateMachine
 from ferrymq.controller.state import ControllerState
 from ferrymq.namesrv import metrics as namesrv_metrics
 from ferrymq.namesrv.routes import RouteTable
+from ferrymq.proxy import metrics as proxy_metrics
 from ferrymq.raft.config import RaftConfig
 from ferrymq.raft.driver import RaftDriver
 from ferrymq.testing import LocalCluster
@@ -41,6 +42,7 @@ async def _exported(tmp_path: Path) -> dict[str, str]:
     async with LocalCluster(tmp_path / "broker") as cluster:
         names = _names(broker_metrics.collect(cluster.broker.state))
     names |= _names(namesrv_metrics.collect(RouteTable()))
+    names |= _names(proxy_metrics.collect(proxy_metrics.ProxyStats()))
     state_machine = ControllerStateMachine(ControllerState())
     raft = RaftDriver("n1", {"n1": "127.0.0.1:1"}, tmp_path / "raft", state_machine, RaftConfig())
     names |= _names(controller_metrics.collect(raft, state_machine.state))
@@ -80,6 +82,8 @@ async def test_every_dashboard_expression_names_an_exported_metric(tmp_path: Pat
         "rocketmq_replication_lag_bytes",
         "rocketmq_controller_raft_term",
         "ferrymq_connect_task_lag_messages",
+        "rocketmq_proxy_rpc_calls",
+        "rocketmq_proxy_messages_sent",
     }
 
 
