@@ -13,6 +13,7 @@ from typing import Any
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
+from ferrymq.client.mqadmin import MQAdmin
 from ferrymq.client.producer import Producer
 from ferrymq.proxy.server import GrpcEndpoint
 from ferrymq.testing import LocalCluster
@@ -118,3 +119,26 @@ async def test_official_push_consumer(
     events = await _run_worker(v5, "push", endpoint.address, topic, "proxy_push", "6")
     assert not [e for e in events if e["event"] == "error"], events
     assert sorted({e["body"] for e in events if e["event"] == "consumed"}) == bodies
+
+
+async def test_official_push_consumer_of_a_fifo_group(
+    cluster: LocalCluster, endpoint: GrpcEndpoint, v5: Path
+) -> None:
+    """A FIFO group (consumeMessageOrderly): one message group's messages in send order, each
+    consumed (held 300 ms) only after the previous one was done."""
+    topic, group, bodies = "ProxyPushFifo", "proxy_push_fifo", [f"f{i}" for i in range(4)]
+    async with MQAdmin(cluster.namesrv_addr) as admin:
+        await admin.create_topic(topic, queues=2)
+        await admin.update_group(group, {"consumeMessageOrderly": True})
+    async with Producer(cluster.namesrv_addr) as producer:
+        queue = (await producer.queues(topic))[0]
+        for body in bodies:
+            await producer.send(
+                topic, body.encode(), queue=queue, properties={props.SHARDING_KEY: "g"}
+            )
+    events = await _run_worker(v5, "push", endpoint.address, topic, group, "4", "300")
+    assert not [e for e in events if e["event"] == "error"], events
+    consumed = [e for e in events if e["event"] == "consumed"]
+    assert [e["body"] for e in consumed] == bodies, events
+    for before, after in zip(consumed, consumed[1:], strict=False):
+        assert after["start"] >= before["end"], events  # one at a time

@@ -106,15 +106,24 @@ def simple(endpoint: str, topic: str, group: str, count: str) -> None:
         consumer.shutdown()
 
 
-def push(endpoint: str, topic: str, group: str, count: str) -> None:
-    """A push consumer that consumes until it saw `count` distinct bodies (60 s at most)."""
+def push(endpoint: str, topic: str, group: str, count: str, hold_ms: str = "0") -> None:
+    """A push consumer that consumes until it saw `count` distinct bodies (60 s at most), each
+    for `hold_ms` (its start and end times are printed)."""
     seen: set[str] = set()
     done = threading.Event()
 
     class Listener(MessageListener):  # type: ignore[misc]
         def consume(self, message: Any) -> Any:
             body = message.body.decode()
-            emit(event="consumed", body=body, attempt=message.delivery_attempt)
+            start = time.monotonic()
+            time.sleep(int(hold_ms) / 1000)
+            emit(
+                event="consumed",
+                body=body,
+                attempt=message.delivery_attempt,
+                start=start,
+                end=time.monotonic(),
+            )
             seen.add(body)
             if len(seen) >= int(count):
                 done.set()
