@@ -6,6 +6,7 @@ test's loop on port 0, and ferrymq's own SDK reads back what the client stored.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from pathlib import Path
@@ -140,5 +141,5 @@ async def test_official_push_consumer_of_a_fifo_group(
     assert not [e for e in events if e["event"] == "error"], events
     consumed = [e for e in events if e["event"] == "consumed"]
     assert [e["body"] for e in consumed] == bodies, events
-    for before, after in zip(consumed, consumed[1:], strict=False):
+    for before, after in itertools.pairwise(consumed):
         assert after["start"] >= before["end"], events  # one at a time
