@@ -5,6 +5,7 @@ endpoint, raw gRPC channel.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -152,7 +153,32 @@ async def test_fifo_group_gets_a_message_group_in_order_one_at_a_time(
             assert got[0].system_properties.message_type == v2.enum("MessageType", "FIFO")
             bodies.append(got[0].body)
             # the next one is not handed out while this one is not acked
-            assert await _receive(v2, rpc, topic, group, 1) == []
+            assert await _receive(v2, rpc, topic, group, 0) == []
             answer = await _ack(v2, rpc, topic, group, got[0].system_properties.receipt_handle)
             assert answer.status.code == v2.code("OK"), answer.status
         assert bodies == [b"f0", b"f1", b"f2"]
+
+
+async def test_an_idle_pull_consumer_is_closed(
+    cluster: LocalCluster, endpoint: GrpcEndpoint
+) -> None:
+    v2 = load()
+    service = endpoint.service
+    assert service is not None
+    service.pullers.idle_s = 0.3  # before the first use: the sweeper runs every idle_s / 4
+    async with AdminClient(cluster.namesrv_addr) as admin:
+        await admin.create_topic("ProxyIdle", queues=1)
+    async with grpc.aio.insecure_channel(endpoint.address) as channel:
+        request = v2.GetOffsetRequest()
+        request.group.name = "proxy_idle"
+        request.message_queue.topic.name = "ProxyIdle"
+        request.message_queue.broker.name = "broker-a"
+        request.message_queue.id = 0
+        answer = await _rpcs(v2, channel)("GetOffset")(request, timeout=10)
+        assert answer.status.code == v2.code("OFFSET_NOT_FOUND"), answer.status
+    assert "proxy_idle" in service.pullers
+    deadline = asyncio.get_running_loop().time() + 10
+    while "proxy_idle" in service.pullers and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    assert "proxy_idle" not in service.pullers
+    assert service.pullers.closed_total == 1
