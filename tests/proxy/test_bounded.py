@@ -96,11 +96,21 @@ async def test_groups_and_relays_stay_at_the_cap(
             await admin.create_topic(topic, queues=1)
     async with grpc.aio.insecure_channel(endpoint.address) as channel:
         rpc = _rpcs(v2, channel)
+        # a receive long-polling meanwhile: its group is in use, so it is not closed under it
+        live = asyncio.ensure_future(_receive(v2, rpc, topics[1], "proxy_bound_live", 8))
+        deadline = asyncio.get_running_loop().time() + 10
+        while "proxy_bound_live" not in service.consumers:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.02)
         for i in range(200):  # a garbage handle: the group's consumer is opened, no broker call
             answer = await _ack(v2, rpc, topics[0], f"proxy_bound_{i}", "not-a-handle")
             assert answer.status.code == v2.code("INVALID_RECEIPT_HANDLE"), answer.status
         assert len(service.consumers) == 50
-        assert service.consumers.closed_total == 150
+        assert service.consumers.closed_total == 151
+        assert "proxy_bound_live" in service.consumers
+        sent = await rpc("SendMessage")(_send(v2, topics[1], ["live"]), timeout=10)
+        assert sent.status.code == v2.code("OK"), sent.status
+        assert [m.body for m in await live] == [b"live"]
         assert "proxy_bound_0" not in service.consumers
         # an evicted group used again works
         sent = await rpc("SendMessage")(_send(v2, topics[0], ["again"]), timeout=10)
