@@ -472,6 +472,8 @@ class _Bench:
     topics: _Topics
     jdbc: bool
     runs: int = 0
+    read_mode: str | None = None
+    """PostgresSink's `ferrymq.read.mode` (None: the plugin's default)."""
 
     def context(self, name: str) -> TaskContext:
         self.runs += 1
@@ -513,6 +515,7 @@ class _Bench:
             "connection.password": _PG_PASSWORD,
             "table.name.format": table,
             "fields": _FIELDS,
+            **({"ferrymq.read.mode": self.read_mode} if self.read_mode else {}),
         }
 
         def stored() -> int:
@@ -560,6 +563,7 @@ class _Bench:
             "connection.password": _PG_PASSWORD,
             "table.name.format": table,
             "fields": _FIELDS,
+            **({"ferrymq.read.mode": self.read_mode} if self.read_mode else {}),
         }
         total = len(warm) + len(bodies)
 

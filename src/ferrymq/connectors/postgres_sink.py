@@ -49,6 +49,14 @@ Exactly once, whatever Spark replays or whoever owns the task (rules):
    the fence and the offsets are the same either way (tests/connectors/test_sink_bulk.py
    stores the same messages both ways and compares the tables).
 
+8. Ranges (`ferrymq.read.mode=ranges`, the default): the query's source is the same
+   `readStream.format("ferrymq")` planning the same queue ranges from the same offsets (the
+   checkpoint, initialOffsets, maxOffsetsPerTrigger, route changes, queue moves), with
+   `rowsAs=ranges`: a Spark task gets one row naming its range, and the writer pulls the range's
+   messages itself with the reader's code (`source.read_partition`: failover waits,
+   failOnDataLoss) and hands them to rules 1-7 as message rows. A replayed batch names the same
+   ranges, so rule 1 skips what it wrote. `rows` reads the message rows through Spark instead.
+
 Task split: `tasks.max` tasks; with one, the query subscribes to the topics (queues that appear
 later join). With more, a task reads the queues whose `(crc32(topic) + stable partition) %
 tasks` is its index (docs/spark.md "The stable partition number"), listed when it starts and
@@ -108,7 +116,14 @@ from ferrymq.connectors.postgres import (
 from ferrymq.connectors.postgres_columns import Column, bulk_reader, parse_fields, row_reader
 from ferrymq.connectors.selection import list_value, topic_selection_errors
 from ferrymq.model import validate_topic
-from ferrymq.spark.plan import QueueKey, group_code, partition_queue, stable_partition
+from ferrymq.spark.plan import (
+    QueueKey,
+    QueueRange,
+    group_code,
+    partition_queue,
+    stable_partition,
+)
+from ferrymq.spark.rows import range_of
 
 __all__ = [
     "CHANGES_TABLE",
@@ -157,6 +172,9 @@ CREATE TABLE IF NOT EXISTS {CHANGES_TABLE} (
 )
 """
 _DDL_LOCK: Final = 0x4645525259  # "FERRY": serialises CREATE TABLE IF NOT EXISTS across tasks
+_PASSED_READ_OPTIONS: Final = ("failOnDataLoss",)
+"""Sink config keys that are ferrymq read options (of the reader, or of a ranges writer)."""
+READ_MODES: Final = ("ranges", "rows")
 _KEY: Final = "connector = %s AND incarnation = %s AND topic = %s AND broker = %s AND queue = %s"
 
 
@@ -177,6 +195,8 @@ class SinkSpec(msgspec.Struct, frozen=True):
     tolerate_errors: bool
     batch_size: int
     servers: str
+    read_options: dict[str, str] = msgspec.field(default_factory=dict)
+    """The ferrymq read options a writer pulls its ranges with (`ferrymq.read.mode=ranges`)."""
     groups: dict[str, dict[int, str]] = msgspec.field(default_factory=dict)
     """Per topic, the broker group of each group code (the stable partition numbers' upper
     bits) routed when the task started; a writer looks a code missing here up in the route."""
@@ -275,6 +295,7 @@ def sink_spec(config: Mapping[str, str], context: TaskContext) -> SinkSpec:
         tolerate_errors=(config.get("errors.tolerance") or "none") == "all",
         batch_size=int(config.get("batch.size") or "3000"),
         servers=context.namesrv_addr,
+        read_options={k: config[k] for k in _PASSED_READ_OPTIONS if config.get(k)},
     )
 
 
@@ -845,10 +866,37 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
+_MESSAGE_COLUMNS: Final = ("topic", "partition", "offset", "key", "value")
+
+
+def _read_range(spec: SinkSpec, queue_range: QueueRange) -> Iterator[Any]:
+    """A range's messages as Arrow batches of `_MESSAGE_COLUMNS`, pulled by this process.
+
+    The reader's own code (`source.read_partition`): the same retries, failover waits and
+    failOnDataLoss rules as a message-rows read of the range.
+    """
+    from pyspark.sql.types import StructType
+
+    from ferrymq.spark.options import parse_read_options
+    from ferrymq.spark.rows import read_schema
+    from ferrymq.spark.source import read_partition
+
+    options = parse_read_options(
+        {"servers": spec.servers, "subscribe": queue_range.topic, **spec.read_options},
+        streaming=True,
+    )
+    every = read_schema(include_headers=False, include_ferry_columns=False)
+    schema = StructType([every[name] for name in _MESSAGE_COLUMNS])
+    return read_partition(options, queue_range, schema)
+
+
 def write_task(
     spec: SinkSpec, password: str, batches: Iterator[Any], *, bulk_rows: int = BULK_ROWS
 ) -> SinkCommit:
     """One writer task's transaction (rule 1): the Arrow batches of its queue ranges.
+
+    A batch is messages (`_MESSAGE_COLUMNS`), or ranges (`rows.RANGE_SCHEMA`, rule 8) whose
+    messages this task pulls from the brokers.
 
     `bulk_rows`: the shortest queue run tried on the bulk path (rule 7); 0 maps every body alone.
 
@@ -863,7 +911,12 @@ def write_task(
         with conn.transaction():
             work = _TaskWrite(spec, conn, bulk_rows)
             for batch in batches:
-                work.add(batch)
+                if "endOffset" in batch.schema.names:  # rowsAs=ranges: read each range here
+                    for queue_range in map(range_of, batch.to_pylist()):
+                        for messages in _read_range(spec, queue_range):
+                            work.add(messages)
+                else:
+                    work.add(batch)
             work.finish()
         return work.result
     except psycopg.Error as exc:
@@ -1074,6 +1127,23 @@ class PostgresSink(ConnectorPlugin):
             group="Spark",
         ),
         ConfigKey(
+            "failOnDataLoss",
+            ConfigType.BOOLEAN,
+            "true: offsets retention deleted before they were written fail the task; false: "
+            "they are skipped (logged).",
+            default="true",
+            group="Spark",
+        ),
+        ConfigKey(
+            "ferrymq.read.mode",
+            ConfigType.STRING,
+            "ranges: each Spark task pulls its queue range's messages in the writer itself "
+            "(no message crosses Spark's JVM); rows: the ferrymq source's message rows.",
+            default=READ_MODES[0],
+            choices=READ_MODES,
+            group="Spark",
+        ),
+        ConfigKey(
             "trigger.interval.ms",
             ConfigType.LONG,
             "Micro-batch interval.",
@@ -1168,7 +1238,12 @@ class PostgresSink(ConnectorPlugin):
             reader = reader.option("subscribe", ",".join(list_value(config, "topics")))
         if config.get("maxOffsetsPerTrigger"):
             reader = reader.option("maxOffsetsPerTrigger", config["maxOffsetsPerTrigger"])
-        rows = reader.load().select("topic", "partition", "offset", "key", "value")
+        if (config.get("ferrymq.read.mode") or READ_MODES[0]) == "ranges":
+            rows = reader.option("rowsAs", "ranges").load()  # rule 8
+        else:
+            for name, value in spec.read_options.items():
+                reader = reader.option(name, value)
+            rows = reader.load().select(*_MESSAGE_COLUMNS)
         interval = int(config.get("trigger.interval.ms") or "1000")
         log.info(
             "PostgresSink %s task %d (generation %d): %d queues into %s",

@@ -139,6 +139,7 @@ _READ_ONLY: Final = {
         "fetchMaxBytes",
         "legacyOffsets",
         "initialOffsets",
+        "rowsAs",
     )
 }
 _WRITE_ONLY: Final = {name.lower(): name for name in ("topic", "sinkId", "generation")}
@@ -314,6 +315,8 @@ class ReadOptions:
     """A micro-batch waits for at least this many new messages ..."""
     max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
     """... for at most this long since the last batch (`maxTriggerDelay`)."""
+    rows_as_ranges: bool = False
+    """`rowsAs=ranges` (streams): one row per planned queue range instead of its messages."""
 
     def topic_filter(self, topic: str) -> bool:
         """Whether `subscribePattern` takes this topic (system topics never)."""
@@ -617,6 +620,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
     ):
         if streaming is False and name.lower() in options:
             raise OptionError(name, "only a streaming read (spark.readStream) takes it")
+    ranges = _rows_as(options, streaming)
     max_rows = _positive(options, "maxOffsetsPerTrigger")
     min_rows = _positive(options, "minOffsetsPerTrigger")
     if min_rows is not None and max_rows is not None and min_rows > max_rows:
@@ -652,7 +656,26 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
         starting_time_latest=_strategy(options),
         min_offsets_per_trigger=min_rows,
         max_trigger_delay_s=_trigger_delay(options),
+        rows_as_ranges=ranges,
     )
+
+
+def _rows_as(options: Mapping[str, str], streaming: bool | None) -> bool:
+    """Whether `rowsAs` asks for one row per queue range (streams only)."""
+    value = (options.get("rowsas") or "messages").strip().lower()
+    if value not in ("messages", "ranges"):
+        raise OptionError("rowsAs", f"{value!r}: give messages or ranges")
+    if value == "ranges":
+        if streaming is False:
+            raise OptionError(
+                "rowsAs",
+                "ranges is for streams whose writer reads each range itself; a batch read "
+                "returns messages",
+            )
+        for name in ("includeHeaders", "includeFerryColumns"):
+            if _bool(options, name, False):
+                raise OptionError(name, "rows of rowsAs=ranges hold no message columns")
+    return value == "ranges"
 
 
 def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:

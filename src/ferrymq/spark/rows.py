@@ -44,7 +44,15 @@ from ferrymq.spark.plan import QueueRange
 from ferrymq.wire import properties as props
 from ferrymq.wire.records import RecordBuffers
 
-__all__ = ["arrow_schema", "property_map", "read_schema", "to_batch"]
+__all__ = [
+    "RANGE_SCHEMA",
+    "arrow_schema",
+    "property_map",
+    "range_batch",
+    "range_of",
+    "read_schema",
+    "to_batch",
+]
 
 _HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 
@@ -72,6 +80,47 @@ def read_schema(*, include_headers: bool, include_ferry_columns: bool) -> Struct
             StructField("queueId", IntegerType()),
         ]
     return StructType(fields)
+
+
+RANGE_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("brokerName", StringType(), False),
+        StructField("queueId", IntegerType(), False),
+        StructField("startOffset", LongType(), False),
+        StructField("endOffset", LongType(), False),
+    ]
+)
+"""The rows of `rowsAs=ranges`: one per planned queue range (`startOffset` -2: the queue's min
+offset when the range is read)."""
+
+
+def range_batch(queue: QueueRange) -> Any:
+    """One queue range as a one-row Arrow batch of `RANGE_SCHEMA`."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([queue.topic], pa.string()),
+            pa.array([queue.partition], pa.int32()),
+            pa.array([queue.broker_name], pa.string()),
+            pa.array([queue.queue_id], pa.int32()),
+            pa.array([queue.start], pa.int64()),
+            pa.array([queue.end], pa.int64()),
+        ],
+        schema=arrow_schema(RANGE_SCHEMA),
+    )
+
+
+def range_of(row: dict[str, Any]) -> QueueRange:
+    """The queue range a `RANGE_SCHEMA` row names."""
+    return QueueRange(
+        row["topic"],
+        row["partition"],
+        row["brokerName"],
+        row["queueId"],
+        row["startOffset"],
+        row["endOffset"],
+    )
 
 
 def arrow_schema(schema: StructType) -> Any:
@@ -116,9 +165,12 @@ def _chunk(records: RecordBuffers, queue: QueueRange, schema: Any) -> list[Any]:
         "topic": pa.repeat(pa.scalar(queue.topic, pa.string()), count),
         "partition": pa.repeat(pa.scalar(queue.partition, pa.int32()), count),
         "offset": _over(pa.int64(), count, None, records.queue_offsets),
-        "timestamp": _timestamps(records.born_timestamps_ms, count, schema.field("timestamp").type),
         "timestampType": pa.repeat(pa.scalar(0, pa.int32()), count),
     }
+    if "timestamp" in names:
+        columns["timestamp"] = _timestamps(
+            records.born_timestamps_ms, count, schema.field("timestamp").type
+        )
     if "headers" in names or "msgId" in names:
         properties = _over(pa.string(), count, None, records.property_ends, records.properties)
         maps = [property_map(text) for text in properties.to_pylist()]

@@ -93,7 +93,7 @@ from ferrymq.spark.plan import (
     split_ranges,
 )
 from ferrymq.spark.retry import with_failover
-from ferrymq.spark.rows import arrow_schema, read_schema, to_batch
+from ferrymq.spark.rows import RANGE_SCHEMA, arrow_schema, range_batch, read_schema, to_batch
 from ferrymq.wire.records import RecordBuffers
 
 __all__ = ["FerryDataSource", "FerryQueues", "QueueSource", "RangePartition"]
@@ -127,6 +127,8 @@ class FerryDataSource(DataSource):
     def schema(self) -> StructType:
         """The read columns (Kafka's, plus headers and ferrymq columns when asked)."""
         options = parse_read_options(dict(self.options), streaming=None)
+        if options.rows_as_ranges:
+            return RANGE_SCHEMA
         return read_schema(
             include_headers=options.include_headers,
             include_ferry_columns=options.include_ferry_columns,
@@ -479,8 +481,14 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(r) for r in split_ranges(ranges, self._options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """The range's messages as Arrow batches (nothing for a stand-in partition)."""
+        """The range's messages as Arrow batches (nothing for a stand-in partition).
+
+        With `rowsAs=ranges`, one row naming the range instead: its writer reads the messages.
+        """
         if isinstance(partition, RangePartition):
+            if self._options.rows_as_ranges:
+                yield range_batch(partition.range)
+                return
             yield from self._queues.read(self._options, partition.range, self._schema)
 
     def commit(self, end: dict[str, Any]) -> None:
