@@ -65,7 +65,11 @@ async def test_a_rocketmq_broker_conf_configures_every_key(tmp_path: Path) -> No
     port = free_port()
     conf = tmp_path / "broker.conf"
     conf.write_text(_conf(tmp_path, namesrv, port))
-    broker = start(["broker", "--config", str(conf)], tmp_path, "broker")
+    try:
+        broker = start(["broker", "--config", str(conf)], tmp_path, "broker")
+    except BaseException:
+        namesrv.stop()  # a broker that never starts leaves no NameServer running
+        raise
     client = RpcClient()
     try:
         assert broker.addr == f"127.0.0.1:{port}"
