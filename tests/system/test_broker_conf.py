@@ -23,7 +23,7 @@ pytestmark = pytest.mark.system
 SEGMENT = 1024 * 1024
 
 
-def _conf(tmp_path: Path, namesrv: Server, port: int) -> str:
+def _conf(tmp_path: Path, namesrv: Server, port: int, ha_port: int) -> str:
     return f"""\
 # a broker.conf as RocketMQ ships it, plus keys ferrymq does not use
 brokerClusterName = ConfCluster
@@ -33,7 +33,7 @@ brokerRole=SYNC_MASTER
 flushDiskType=SYNC_FLUSH
 namesrvAddr={namesrv.addr}
 listenPort={port}
-haListenPort=0
+haListenPort={ha_port}
 brokerIP1=127.0.0.1
 storePathRootDir={tmp_path / "root"}
 storePathCommitLog={tmp_path / "elsewhere" / "commitlog"}
@@ -64,7 +64,8 @@ async def test_a_rocketmq_broker_conf_configures_every_key(tmp_path: Path) -> No
     namesrv = start(["namesrv", "--listen", "127.0.0.1:0"], tmp_path, "namesrv")
     port = free_port()
     conf = tmp_path / "broker.conf"
-    conf.write_text(_conf(tmp_path, namesrv, port))
+    # a free HA port too: 0 would mean listenPort + 1, which another process may hold
+    conf.write_text(_conf(tmp_path, namesrv, port, free_port()))
     try:
         broker = start(["broker", "--config", str(conf)], tmp_path, "broker")
     except BaseException:
