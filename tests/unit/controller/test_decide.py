@@ -180,7 +180,7 @@ def test_register_needs_a_known_group() -> None:
 
 def test_register_answers_the_live_master_and_records_a_new_address() -> None:
     state = group_state(master=1, sync_state_set=(1, 2))
-    decision = _decide(_register(2, "10.9.9.9:10911"), view(state, _live(1, 2)))
+    decision = _decide(_register(2, "127.9.9.9:10911"), view(state, _live(1, 2)))
     assert decision.code == ResponseCode.SUCCESS
     assert decision.header == RegisterBrokerToControllerResponseHeader(
         cluster_name=CLUSTER,
@@ -195,7 +195,7 @@ def test_register_answers_the_live_master_and_records_a_new_address() -> None:
     )
     assert decision.events == (
         UpdateBrokerAddressEvent(
-            cluster_name=CLUSTER, broker_name=NAME, broker_id=2, broker_address="10.9.9.9:10911"
+            cluster_name=CLUSTER, broker_name=NAME, broker_id=2, broker_address="127.9.9.9:10911"
         ),
     )
     same_address = _decide(_register(2), view(state, _live(1, 2)))

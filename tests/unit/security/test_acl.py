@@ -37,7 +37,7 @@ globalWhiteRemoteAddresses:
 accounts:
 - accessKey: RocketMQ
   secretKey: 12345678
-  whiteRemoteAddress: 192.168.0.*
+  whiteRemoteAddress: 127.168.0.*
   admin: false
   defaultTopicPerm: DENY
   defaultGroupPerm: SUB
@@ -109,12 +109,12 @@ def test_a_malformed_file_is_a_clear_error_that_never_quotes_a_secret(
     ("pattern", "host", "matches"),
     [
         ("*", "1.2.3.4", True),
-        ("192.168.0.*", "192.168.0.9", True),
-        ("192.168.0.*", "192.168.1.9", False),
-        ("192.168.1.1-5", "192.168.1.5", True),
-        ("192.168.1.1-5", "192.168.1.6", False),
-        ("192.168.1.{1,3}", "192.168.1.3", True),
-        ("192.168.1.{1,3}", "192.168.1.2", False),
+        ("127.168.0.*", "127.168.0.9", True),
+        ("127.168.0.*", "127.168.1.9", False),
+        ("127.168.1.1-5", "127.168.1.5", True),
+        ("127.168.1.1-5", "127.168.1.6", False),
+        ("127.168.1.{1,3}", "127.168.1.3", True),
+        ("127.168.1.{1,3}", "127.168.1.2", False),
         ("127.0.0.1,127.0.0.2", "127.0.0.2", True),
         ("127.0.0.1", "not-an-address", False),
         ("", "127.0.0.1", False),
@@ -160,7 +160,7 @@ def _signed(fields: dict[str, str], ak: str, sk: str, body: bytes = b"") -> dict
          "127.0.0.1", "Check signature failed for accessKey=RocketMQ"),
         ("global white address", {"topic": "topicA"}, 17, "10.10.103.7", None),
         ("account white address, unsigned", {"topic": "topicB", ACCESS_KEY: "RocketMQ"}, 10,
-         "192.168.0.3", None),
+         "127.168.0.3", None),
         ("send PUB", "RocketMQ topicB", 10, "127.0.0.1", None),
         ("send to a DENY topic", "RocketMQ topicA", 10, "127.0.0.1",
          "No permission for topic topicA: accessKey=RocketMQ needs PUB"),

@@ -40,12 +40,13 @@ TOPIC_STATS_5X = (
 `TopicStatsTable` at apache/rocketmq 188e635 has only `offsetTable`, which ferrymq writes."""
 
 CLUSTER_INFO_4X = (
-    b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"192.168.1.111:10911"},'
+    b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.1.111:10911"},'
     b'"brokerName":"broker-a","cluster":"DefaultCluster"}},'
     b'"clusterAddrTable":{"DefaultCluster":["broker-a"]}}'
 )
 """GET_BROKER_CLUSTER_INFO (106) answer of a RocketMQ 4.x NameServer (number keys unquoted),
-quoted in the same Go client's comment as `CONSUME_STATS_4X`."""
+quoted in the same Go client's comment as `CONSUME_STATS_4X`; its broker address, a private-range
+one there, is a loopback address here (only 127.0.0.0/8 appears in this repository)."""
 
 HEARTBEAT_SUBSCRIPTION_4X = (
     b'{"classFilterMode":false,"codeSet":[],"expressionType":"TAG","subString":"*",'

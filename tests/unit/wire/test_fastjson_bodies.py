@@ -73,7 +73,7 @@ def test_rocketmq_4_bodies_decode() -> None:
         ("topicB", "RaftNode00", q, 0) for q in range(4)
     ]
     cluster = fastjson.loads(CLUSTER_INFO_4X)
-    assert cluster["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": "192.168.1.111:10911"}
+    assert cluster["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": "127.0.1.111:10911"}
 
 
 def test_the_list_form_ferrymq_wrote_before_still_decodes() -> None:
