@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Final, Generic, Protocol, TypeVar
 
 from ferrymq.config import ConfigError
 from ferrymq.errors import ProtocolError
@@ -35,7 +34,7 @@ from ferrymq.security.acl2 import (
     authorize,
 )
 from ferrymq.security.aclcodes import Kind, kind_of, resources
-from ferrymq.wire.codes import ResponseCode
+from ferrymq.security.aclguard import C, R, RefusingGuard, peer_host
 from ferrymq.wire.frame import RemotingCommand
 
 __all__ = [
@@ -48,8 +47,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_LOGGED_DENIALS: Final = 20
 
 
 class AuthStore:
@@ -104,19 +101,6 @@ def parse_inner_credentials(text: str) -> Credentials:
         ) from None
 
 
-class _Conn(Protocol):
-    peer: str
-
-
-C = TypeVar("C", bound=_Conn)
-R = TypeVar("R")
-
-
-def _host(peer: str) -> str:
-    host = peer.rpartition(":")[0] if ":" in peer else peer
-    return host.strip("[]")
-
-
 def _wanted(resource: str, perm: Perm) -> tuple[Resource, frozenset[Action]]:
     if resource.startswith(RETRY_PREFIX):
         wanted = Resource(ResourceType.GROUP, resource[len(RETRY_PREFIX) :])
@@ -140,7 +124,7 @@ def parse_whitelist(text: str, key: str) -> frozenset[int]:
         raise ConfigError(key, "a comma-separated list of request codes") from None
 
 
-class Acl2Guard(Generic[C, R]):
+class Acl2Guard(RefusingGuard[C, R]):
     """A request handler that lets through only what the users and ACLs allow."""
 
     def __init__(
@@ -153,13 +137,11 @@ class Acl2Guard(Generic[C, R]):
         authorization_whitelist: frozenset[int] = frozenset(),
         server_name: str = "server",
     ) -> None:
-        self._inner = inner
+        super().__init__(inner, server_name)
         self.store = store
         self.authorization = authorization
         self.authentication_whitelist = authentication_whitelist
         self.authorization_whitelist = authorization_whitelist
-        self.server_name = server_name
-        self.denied = 0
 
     def check(self, conn: C, request: RemotingCommand) -> str | None:
         """None if `request` may run, else why not (the NO_PERMISSION remark)."""
@@ -186,30 +168,13 @@ class Acl2Guard(Generic[C, R]):
             needed = resources(request.code, request.ext_fields, request.body)
         except ProtocolError as exc:
             return f"request code={request.code}: {str(exc)[:200]}"
-        host = _host(conn.peer)
+        host = peer_host(conn.peer)
         for name, perm in needed:
             wanted, actions = _wanted(name, perm)
             remark = authorize(state, user, wanted, actions, host)
             if remark is not None:
                 return remark
         return None
-
-    async def __call__(self, conn: C, request: RemotingCommand) -> R | RemotingCommand:
-        """Answer NO_PERMISSION, or hand the request to the wrapped handler."""
-        remark = self.check(conn, request)
-        if remark is None:
-            return await self._inner(conn, request)
-        self.denied += 1
-        if self.denied <= _LOGGED_DENIALS or self.denied % 1000 == 0:
-            log.warning(
-                "%s: request code=%d from %s refused (%d so far): %s",
-                self.server_name,
-                request.code,
-                conn.peer,
-                self.denied,
-                remark,
-            )
-        return request.make_response(ResponseCode.NO_PERMISSION, remark=remark)
 
 
 def acl2_guard(

@@ -27,7 +27,7 @@ from ferrymq.security.aclcodes import Kind, kind_of, resources
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 
-__all__ = ["AclFile", "AclGuard", "acl_guard", "load_acl_file"]
+__all__ = ["AclFile", "AclGuard", "RefusingGuard", "acl_guard", "load_acl_file", "peer_host"]
 
 log = logging.getLogger(__name__)
 
@@ -112,42 +112,30 @@ C = TypeVar("C", bound=_Conn)
 R = TypeVar("R")
 
 
-def _host(peer: str) -> str:
+def peer_host(peer: str) -> str:
+    """The host of a connection's `host:port` (brackets of an IPv6 host removed)."""
     host = peer.rpartition(":")[0] if ":" in peer else peer
     return host.strip("[]")
 
 
-class AclGuard(Generic[C, R]):
-    """A request handler that lets through only what `plain_acl.yml` allows."""
+class RefusingGuard(Generic[C, R]):
+    """A request handler in front of `inner` that answers NO_PERMISSION when `check` says why.
+
+    ACL 1.0 (`AclGuard`) and ACL 2.0 (`acl2guard.Acl2Guard`) differ only in `check`; refusals
+    are counted and logged here (the first `_LOGGED_DENIALS`, then one in 1000).
+    """
 
     def __init__(
-        self,
-        inner: Callable[[C, RemotingCommand], Awaitable[R]],
-        acl: AclFile,
-        server_name: str = "server",
+        self, inner: Callable[[C, RemotingCommand], Awaitable[R]], server_name: str
     ) -> None:
         self._inner = inner
-        self.acl = acl
         self.server_name = server_name
         self.denied = 0
         """Requests refused since start."""
 
     def check(self, conn: C, request: RemotingCommand) -> str | None:
         """None if `request` may run, else why not (the NO_PERMISSION remark)."""
-        kind = kind_of(request.code)
-        try:
-            return decide(
-                self.acl.config,
-                code=request.code,
-                fields=request.ext_fields,
-                body=request.body,
-                version=request.version,
-                host=_host(conn.peer),
-                needs_admin=kind in (Kind.ADMIN, Kind.INTERNAL),
-                resources=lambda: resources(request.code, request.ext_fields, request.body),
-            )
-        except ProtocolError as exc:
-            return f"request code={request.code}: {str(exc)[:200]}"
+        raise NotImplementedError
 
     async def __call__(self, conn: C, request: RemotingCommand) -> R | RemotingCommand:
         """Answer NO_PERMISSION, or hand the request to the wrapped handler."""
@@ -165,6 +153,36 @@ class AclGuard(Generic[C, R]):
                 remark,
             )
         return request.make_response(ResponseCode.NO_PERMISSION, remark=remark)
+
+
+class AclGuard(RefusingGuard[C, R]):
+    """A request handler that lets through only what `plain_acl.yml` allows."""
+
+    def __init__(
+        self,
+        inner: Callable[[C, RemotingCommand], Awaitable[R]],
+        acl: AclFile,
+        server_name: str = "server",
+    ) -> None:
+        super().__init__(inner, server_name)
+        self.acl = acl
+
+    def check(self, conn: C, request: RemotingCommand) -> str | None:
+        """None if `request` may run, else why not (the NO_PERMISSION remark)."""
+        kind = kind_of(request.code)
+        try:
+            return decide(
+                self.acl.config,
+                code=request.code,
+                fields=request.ext_fields,
+                body=request.body,
+                version=request.version,
+                host=peer_host(conn.peer),
+                needs_admin=kind in (Kind.ADMIN, Kind.INTERNAL),
+                resources=lambda: resources(request.code, request.ext_fields, request.body),
+            )
+        except ProtocolError as exc:
+            return f"request code={request.code}: {str(exc)[:200]}"
 
 
 def acl_guard(
