@@ -14,8 +14,10 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.mqadmin import MQAdmin
 from ferrymq.proxy.pool import EntryState, to_close
 from ferrymq.proxy.server import GrpcEndpoint
-from ferrymq.proxy.stubs import SERVICE, V2, load
+from ferrymq.proxy.stubs import V2, load
 from ferrymq.testing import LocalCluster
+
+from . import raw
 
 
 def test_to_close_takes_idle_then_least_recent_never_busy() -> None:
@@ -37,13 +39,7 @@ def test_to_close_takes_idle_then_least_recent_never_busy() -> None:
 
 def _rpcs(v2: V2, channel: grpc.aio.Channel) -> Any:
     def rpc(name: str, stream: bool = False) -> Any:
-        method = v2.service.methods_by_name[name]
-        make = channel.unary_stream if stream else channel.unary_unary
-        return make(
-            f"/{SERVICE}/{name}",
-            request_serializer=getattr(v2, method.input_type.name).SerializeToString,
-            response_deserializer=getattr(v2, method.output_type.name).FromString,
-        )
+        return raw.rpc(channel, v2, name, stream=stream)
 
     return rpc
 

@@ -21,6 +21,7 @@ from ferrymq.proxy.stubs import SERVICE, load
 from ferrymq.testing import LocalCluster
 
 from ..metrics.scrape import scrape, value
+from . import raw
 
 
 async def test_the_endpoint_counts_calls_and_messages(
@@ -53,13 +54,7 @@ async def test_the_endpoint_counts_calls_and_messages(
         async with grpc.aio.insecure_channel(info["grpc"]) as channel:
 
             def rpc(name: str, stream: bool = False) -> Any:
-                method = v2.service.methods_by_name[name]
-                make = channel.unary_stream if stream else channel.unary_unary
-                return make(
-                    f"/{SERVICE}/{name}",
-                    request_serializer=getattr(v2, method.input_type.name).SerializeToString,
-                    response_deserializer=getattr(v2, method.output_type.name).FromString,
-                )
+                return raw.rpc(channel, v2, name, stream=stream)
 
             send = v2.SendMessageRequest()
             for i in range(3):

@@ -17,8 +17,10 @@ from ferrymq.client.producer import Producer
 from ferrymq.errors import FerryError
 from ferrymq.model import MessageQueue
 from ferrymq.proxy.server import GrpcEndpoint
-from ferrymq.proxy.stubs import SERVICE, load
+from ferrymq.proxy.stubs import load
 from ferrymq.testing import LocalCluster
+
+from . import raw
 
 
 async def test_pull_offsets_and_dead_letter(cluster: LocalCluster, endpoint: GrpcEndpoint) -> None:
@@ -33,13 +35,7 @@ async def test_pull_offsets_and_dead_letter(cluster: LocalCluster, endpoint: Grp
     async with grpc.aio.insecure_channel(endpoint.address) as channel:
 
         def rpc(name: str, stream: bool = False) -> Any:
-            method = v2.service.methods_by_name[name]
-            make = channel.unary_stream if stream else channel.unary_unary
-            return make(
-                f"/{SERVICE}/{name}",
-                request_serializer=getattr(v2, method.input_type.name).SerializeToString,
-                response_deserializer=getattr(v2, method.output_type.name).FromString,
-            )
+            return raw.rpc(channel, v2, name, stream=stream)
 
         queue = v2.MessageQueue()
         queue.topic.name = topic
