@@ -208,6 +208,8 @@ class RequestCode(IntEnum):
     # ferrymq's own: moving queues between broker groups (wire/queuemap.py, issue 20 section 4)
     CONTROLLER_REASSIGN_QUEUES = 9245
     SEAL_QUEUE = 9246
+    # ferrymq's own: ACL 2.0 users and ACLs kept by the controller (controller/auth.py)
+    CONTROLLER_GET_AUTH = 9247
     # ferrymq's own, test-only: move this process's clock (wire/testclock.py, rpc/testclock.py);
     # refused unless the server started with FERRYMQ_TEST_CLOCK=1
     TEST_CLOCK = 9900
