@@ -50,22 +50,41 @@ log = logging.getLogger(__name__)
 
 
 class AuthStore:
-    """The users and ACLs of this server; changed only through events."""
+    """The users and ACLs of this server; changed only through events.
+
+    In controller mode the controllers keep them (`controller/auth.py`): `keeper` sends a change
+    to them, `take` installs their whole state at their auth version, and from then on what the
+    metadata log replays (events, snapshots) is ignored, so an older record never undoes it.
+    """
 
     def __init__(self) -> None:
         self.state = AuthState()
         self.listener: Callable[[Event], None] | None = None
         """Hears every applied event (the master's metadata log)."""
+        self.keeper: Callable[[RemotingCommand], Awaitable[RemotingCommand]] | None = None
+        """Controller mode: sends an admin change to the controllers and answers theirs."""
+        self.controller_version = -1
+        """The controllers' auth version of the state taken (-1: not kept by controllers)."""
 
     def apply(self, event: Event) -> None:
-        """Apply `event` and tell the listener."""
+        """Apply `event` and tell the listener (ignored once the controllers keep the state)."""
+        if self.controller_version >= 0:
+            return
         self.state = apply(self.state, event)
         if self.listener is not None:
             self.listener(event)
 
     def replace_all(self, state: AuthState) -> None:
-        """Take a snapshot's state (no listener call)."""
-        self.state = state
+        """Take a snapshot's state (no listener call; ignored as `apply`)."""
+        if self.controller_version < 0:
+            self.state = state
+
+    def take(self, state: AuthState, version: int) -> bool:
+        """Install the controllers' state at `version`; False (nothing done) when not newer."""
+        if version <= self.controller_version:
+            return False
+        self.state, self.controller_version = state, version
+        return True
 
 
 def init_super_user(store: AuthStore, text: str) -> None:
