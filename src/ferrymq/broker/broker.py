@@ -251,6 +251,9 @@ class Broker:
         self._master_epoch = 0
         self._metalog: MetadataLog | None = None
         self._follower: MetadataFollower | None = None
+        self.metadata_replayed = 0
+        """Metadata records applied before this broker last became master (on a start: those
+        from the last snapshot on)."""
         self._role_tasks: list[asyncio.Task[None]] = []
         self._role_lock = asyncio.Lock()
         self.broker_id = config.broker_id
@@ -476,7 +479,7 @@ class Broker:
         slave.expected_epoch = self._master_epoch
         self.slave = slave
         state.serving_since = self._clock()
-        self._follower = MetadataFollower(state)
+        self._follower = MetadataFollower.from_last_snapshot(state)
         self._spawn_role(slave.run())
         self._spawn_role(self._follower.run())
 
@@ -516,13 +519,14 @@ class Broker:
         # consumerOffset.json otherwise, and would forget offset commits it acknowledged since
         # (commit-regression found by `ferry chaos`, schedule strand-slave seed 3).
         state.store.dispatch()
-        follower = follower or MetadataFollower(state)
+        follower = follower or MetadataFollower.from_last_snapshot(state)
         while follower.catch_up():
             pass
         # and the records above the watermark this broker knows: the old master may have
         # acknowledged an offset commit among them just before this replica heard of it
         # (commit-regression found by a one-hour `ferry chaos` soak, seed 1)
         follower.apply_held()
+        self.metadata_replayed = follower.replayed
         # the fences too: this log's records, held ones included, decide the next appends
         state.fences.become_master()
         await master.start(config.listen_host, config.ha_port)

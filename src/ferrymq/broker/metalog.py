@@ -12,14 +12,24 @@ whole.
 
 A topic deleted on the master (a TopicChange to None, or missing from a snapshot) also loses its
 consume queues on the slave, so a topic created again under the same name starts from queue
-offset 0 on every replica. Records are applied again at every start (from the oldest one kept):
-a queue is dropped only if none of its entries lies after the delete record in the log and it
-holds no record waiting above the confirm offset, so replaying an old delete never drops a later
+offset 0 on every replica. Records are applied again at every start, from the last snapshot
+(`MetadataFollower.from_last_snapshot`; the oldest record kept when the log holds none): a queue
+is dropped only if none of its entries lies after the delete record in the log and it holds no
+record waiting above the confirm offset, so replaying an old delete never drops a later
 incarnation of the topic. Offsets follow the master's own offset records. In controller mode
 the table's controller topic version (`TopicTable.controller_version`) travels too. POP
 consumption events (`pop.py`: pops, acks, changes of invisible time) travel as `PopChanges`, in
 the order the master applied them, and its whole state in every snapshot. ACL 2.0 users and
 ACLs travel as `AuthChange` events (`security/acl2.py`), and every user and ACL in snapshots.
+
+Snapshots bound what a start replays (issue 21: every POP ack is a record). Besides the one at
+master start and the periodic one, the master writes one once `SNAPSHOT_MIN_RECORDS` records and
+`SNAPSHOT_BYTES_FACTOR` times the last snapshot's size were appended since it: a start then
+applies at most about that many records after it, and snapshots cost at most 1 /
+`SNAPSHOT_BYTES_FACTOR` of the log's metadata bytes. A snapshot record carries the tag
+`SNAPSHOT_TAG`, so a start finds the last one from its consume-queue entries alone, walking
+back from the end; pending changes are written before a snapshot, so no event applied before
+it is applied again after it.
 """
 
 from __future__ import annotations
@@ -44,9 +54,16 @@ from ferrymq.security.acl2 import (
 )
 from ferrymq.store.store import GetStatus
 from ferrymq.wire.bodies import TopicConfig
-from ferrymq.wire.records import BatchItem, decode_record, pack_host
+from ferrymq.wire.properties import TAGS
+from ferrymq.wire.records import BatchItem, decode_record, pack_host, tags_hash
 
-__all__ = ["MetadataFollower", "MetadataLog"]
+__all__ = [
+    "SNAPSHOT_BYTES_FACTOR",
+    "SNAPSHOT_MIN_RECORDS",
+    "SNAPSHOT_TAG",
+    "MetadataFollower",
+    "MetadataLog",
+]
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +154,15 @@ Change = (
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Change).decode
 
+SNAPSHOT_TAG: Final = "snapshot"
+"""The tag of snapshot records (their consume-queue entries carry its hash code)."""
+SNAPSHOT_MIN_RECORDS: Final = 256
+"""A snapshot is due after at least this many records since the last one (module doc)..."""
+SNAPSHOT_BYTES_FACTOR: Final = 4
+"""... and at least this many times the last snapshot's bytes."""
+_SNAPSHOT_CODE: Final = tags_hash(SNAPSHOT_TAG)
+_SCAN_CHUNK: Final = 1024
+
 
 _RETRY_S = 1.0
 _EVENT_ENCODER: Final = msgspec.json.Encoder()
@@ -157,6 +183,13 @@ class MetadataLog:
         self._pop: list[PopEvent] = []
         self._flush_scheduled = False
         self._last_end = 0
+        self._snapshot_scheduled = False
+        self._detached = False
+        self._snapshot_bytes = 0
+        self._since_records = 0
+        self._since_bytes = 0
+        self.snapshots = 0
+        """Snapshots this writer appended."""
         state.topics.listener = self._topic_changed
         state.topics.version_listener = self._topic_version_changed
         state.groups.listener = self._group_changed
@@ -167,7 +200,18 @@ class MetadataLog:
         state.auth.listener = self._auth_changed
 
     def snapshot(self) -> None:
-        """Append every table whole."""
+        """Append every table whole, after the changes still pending.
+
+        Skipped while the disk refuses pending changes: they would come after it in the log, and
+        a POP pop applied twice counts a delivery twice (the periodic or next due one follows).
+        """
+        self._snapshot_scheduled = False
+        if self._detached:  # a due snapshot after this broker stopped being the master
+            return
+        if self._flush_scheduled:
+            self._flush()
+        if self._offsets or self._delays or self._timer is not None or self._pop:
+            return
         state = self._state
         self._append(
             Snapshot(
@@ -185,6 +229,7 @@ class MetadataLog:
     def detach(self) -> None:
         """Stop logging changes (this broker is no longer the master)."""
         state = self._state
+        self._detached = True
         state.topics.listener = None
         state.topics.version_listener = None
         state.groups.listener = None
@@ -280,11 +325,13 @@ class MetadataLog:
 
     def _append(self, change: Change) -> bool:
         state = self._state
+        is_snapshot = isinstance(change, Snapshot)
+        body = _encode(change)
         try:
             result = state.store.put(
                 METADATA_TOPIC,
                 0,
-                [BatchItem.of(_encode(change))],
+                [BatchItem.of(body, {TAGS: SNAPSHOT_TAG} if is_snapshot else None)],
                 born_host=_BORN,
                 born_timestamp_ms=state.wall_ms(),
             )
@@ -292,6 +339,20 @@ class MetadataLog:
             log.error("could not log a metadata change (%s): %s", type(change).__name__, exc)
             return False
         self._last_end = result.end_log_offset
+        if is_snapshot:
+            self.snapshots += 1
+            self._snapshot_bytes = len(body)
+            self._since_records = self._since_bytes = 0
+        else:
+            self._since_records += 1
+            self._since_bytes += len(body)
+            if (
+                not self._snapshot_scheduled
+                and self._since_records >= SNAPSHOT_MIN_RECORDS
+                and self._since_bytes >= SNAPSHOT_BYTES_FACTOR * self._snapshot_bytes
+            ):
+                self._snapshot_scheduled = True
+                asyncio.get_running_loop().call_soon(self.snapshot)
         if state.replication is not None:
             state.replication.appended()
         state.schedule_dispatch()
@@ -323,9 +384,37 @@ class MetadataLog:
 class MetadataFollower:
     """A slave's reader: applies the master's metadata records to this broker's tables."""
 
-    def __init__(self, state: BrokerState) -> None:
+    def __init__(self, state: BrokerState, applied_queue_offset: int = 0) -> None:
         self._state = state
-        self.applied_queue_offset = 0
+        self.applied_queue_offset = applied_queue_offset
+        self.replayed = 0
+        """Records applied (a start's replay cost: what follows the last snapshot)."""
+
+    @classmethod
+    def from_last_snapshot(cls, state: BrokerState) -> MetadataFollower:
+        """A reader that starts at the last snapshot record this log holds (module doc).
+
+        Every table is whole in a snapshot, so the records before it change nothing a start
+        needs. Without one (a log of before snapshot tags) it starts at the oldest record.
+        """
+        store = state.store
+        store.dispatch()
+        queue = store.queues.find(METADATA_TOPIC, 0)
+        if queue is None:
+            return cls(state)
+        end, low = queue.max_queue_offset, queue.min_queue_offset
+        while end > low:
+            start = max(low, end - _SCAN_CHUNK)
+            entries = queue.entries(start, end - start)
+            for entry in reversed(entries):
+                if (
+                    entry.tags_code == _SNAPSHOT_CODE
+                    and entry.is_message
+                    and _is_snapshot(store.get(METADATA_TOPIC, 0, entry.queue_offset, 1).records)
+                ):
+                    return cls(state, entry.queue_offset)
+            end = start
+        return cls(state, low)
 
     async def run(self) -> None:
         """Apply records as they become visible (committed), forever."""
@@ -342,6 +431,7 @@ class MetadataFollower:
             for raw in result.records:
                 record = decode_record(raw)
                 self._apply(record.body, record.log_offset)
+            self.replayed += len(result.records)
         self.applied_queue_offset = max(self.applied_queue_offset, result.next_queue_offset)
         return result.status is GetStatus.FOUND
 
@@ -354,6 +444,7 @@ class MetadataFollower:
         for raw in self._state.store.held_records(METADATA_TOPIC, 0):
             record = decode_record(raw)
             self._apply(record.body, record.log_offset)
+            self.replayed += 1
 
     def _apply(self, body: bytes, log_offset: int) -> None:
         state = self._state
@@ -432,3 +523,13 @@ class MetadataFollower:
         self._state.fences.forget(topic)
         store.delete_topic(topic, log_offset)
         log.info("topic %s: queues dropped (deleted on the master)", topic)
+
+
+def _is_snapshot(records: list[bytes]) -> bool:
+    """Whether `records` is one snapshot record (a tag code may collide with another tag's)."""
+    if len(records) != 1:
+        return False
+    try:
+        return isinstance(_decode(decode_record(records[0]).body), Snapshot)
+    except msgspec.DecodeError:
+        return False

@@ -1,0 +1,70 @@
+"""POP state kept small to restart (snapshots), moved by admin offset resets, and RocketMQ 5's
+remaining POP codes (PEEK_MESSAGE, POLLING_INFO, POP_ROLLBACK), against in-process brokers."""
+
+import asyncio
+
+from ferrymq import Producer
+from ferrymq.broker.metadata import METADATA_TOPIC
+from ferrymq.broker.metalog import SNAPSHOT_MIN_RECORDS
+from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
+from ferrymq.model import MessageQueue
+from ferrymq.rpc.client import RpcClient
+from ferrymq.testing import LocalCluster
+
+from .remoting import create_topic
+
+
+async def _receive(
+    consumer: SimpleConsumer, topic: str, count: int, *, invisible: float = 60.0
+) -> list[ReceivedMessage]:
+    """Receive until `count` messages came (fails after 20 s)."""
+    got: list[ReceivedMessage] = []
+    async with asyncio.timeout(20):
+        while len(got) < count:
+            got += await consumer.receive(
+                topic, max_messages=count - len(got), invisible_duration=invisible, wait=0.5
+            )
+    return got
+
+
+async def _send(cluster: LocalCluster, topic: str, count: int) -> None:
+    queue = MessageQueue(topic, "broker-a", 0)
+    async with Producer(cluster.namesrv_addr) as producer:
+        for first in range(0, count, 128):
+            bodies = [f"m{i}".encode() for i in range(first, min(first + 128, count))]
+            await producer.send_batch(topic, bodies, queue=queue)
+
+
+async def test_a_restart_replays_only_the_records_after_the_last_snapshot(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    """Every ack is a metadata record; a start applies the last snapshot and what follows it,
+    not every ack since the log began, and gets the same POP state and offsets back."""
+    count = 3 * SNAPSHOT_MIN_RECORDS
+    await create_topic(client, cluster.broker.address, "PopS", queues=1)
+    await _send(cluster, "PopS", count + 1)
+    async with SimpleConsumer(cluster.namesrv_addr, "GS") as consumer:
+        acked = 0
+        while acked < count:  # 32 in flight at a time: snapshots stay small
+            for received in await _receive(consumer, "PopS", min(32, count - acked)):
+                await consumer.ack(received)
+                acked += 1
+        [last] = await _receive(consumer, "PopS", 1)
+        state = cluster.broker.state
+        records = state.store.max_queue_offset(METADATA_TOPIC, 0)
+        assert records > count  # one record per ack at least
+        pop_before = {(g, t, q): p for g, t, q, p in state.pop.snapshot()}
+        offsets_before = state.offsets.of_group("GS")
+        assert pop_before[("GS", "PopS", 0)].inflight.keys() == {last.message.queue_offset}
+
+        broker = await cluster.restart_broker(0)
+
+        assert broker.metadata_replayed <= SNAPSHOT_MIN_RECORDS + 2, (
+            broker.metadata_replayed,
+            records,
+        )
+        assert {(g, t, q): p for g, t, q, p in broker.state.pop.snapshot()} == pop_before
+        assert broker.state.offsets.of_group("GS") == offsets_before
+        consumer.routes.invalidate("PopS")
+        await consumer.ack(last)  # its handle still names the delivery in flight
+        assert broker.state.pop.in_flight_count(("GS", "PopS", 0)) == 0
