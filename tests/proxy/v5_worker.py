@@ -197,6 +197,49 @@ def failover(endpoint: str, topic: str, group: str, seconds: str) -> None:
         producer.shutdown()
 
 
+def acl(endpoint: str, topic: str, denied: str, group: str) -> None:
+    """ACL through the endpoint, keys from V5_AK / V5_SK / V5_BAD_SK: a send and a receive+ack
+    with the right keys; a send with the wrong secret and one to the `denied` topic (each
+    printed as sent or as the error the client raised)."""
+    import os
+
+    def config(secret: str) -> Any:
+        keys = Credentials(os.environ["V5_AK"], secret)
+        return ClientConfiguration(endpoint, keys, request_timeout=10)
+
+    def try_send(case: str, secret: str, to: str) -> None:
+        producer = Producer(config(secret), (to,))
+        try:
+            producer.startup()
+            message = Message()
+            message.topic, message.body = to, case.encode()
+            producer.send(message)
+            emit(event="sent", case=case)
+        except Exception as exc:  # noqa: BLE001 -- the refusal is what is printed
+            emit(event="refused", case=case, error=str(exc)[:500])
+        finally:
+            producer.shutdown()
+
+    try_send("ok", os.environ["V5_SK"], topic)
+    try_send("wrong-secret", os.environ["V5_BAD_SK"], topic)
+    try_send("denied-topic", os.environ["V5_SK"], denied)
+    consumer = SimpleConsumer(
+        config(os.environ["V5_SK"]), group, {topic: FilterExpression()}, await_duration=2
+    )
+    consumer.startup()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            messages = consumer.receive(16, 10)
+            for message in messages:
+                consumer.ack(message)
+                emit(event="acked", body=message.body.decode())
+            if messages:
+                break
+    finally:
+        consumer.shutdown()
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     commands: dict[str, Callable[..., None]] = {
@@ -204,5 +247,6 @@ if __name__ == "__main__":
         "simple": simple,
         "push": push,
         "failover": failover,
+        "acl": acl,
     }
     commands[command](*args)

@@ -192,14 +192,13 @@ class BrokerConfig:
         ):
             if number <= 0:
                 raise ConfigError(key, f"must be positive, not {number}")
-        if self.enable_proxy and (self.acl_enable or self.authentication_enabled):
-            # the endpoint checks no client's credentials and forwards every request signed with
-            # this process's (the cluster's admin account): it would bypass the ACL
-            key = "aclEnable" if self.acl_enable else "authenticationEnabled"
+        if self.enable_proxy and self.authentication_enabled:
+            # the endpoint checks ACL 1.0 (aclEnable: the broker's aclFile) but not ACL 2.0
+            # users, and forwards every request signed with this process's credentials
             raise ConfigError(
                 "enableProxy",
-                "the RocketMQ 5 endpoint does not check clients' credentials yet: "
-                f"not with {key}=true (docs/security.md)",
+                "the RocketMQ 5 endpoint checks ACL 1.0 credentials, not ACL 2.0 users yet: "
+                "not with authenticationEnabled=true (docs/security.md)",
             )
         if self.busy_poll_micros < 0:
             raise ConfigError("busyPollMicros", f"must be >= 0, not {self.busy_poll_micros}")

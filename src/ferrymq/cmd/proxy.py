@@ -4,7 +4,9 @@ Composition root of `ferrymq.proxy`: a `GrpcEndpoint` (MessagingService v2) and 
 toward the cluster the NameServers name, until SIGINT/SIGTERM. Stateless, so any number may run.
 Ports follow RocketMQ's proxy (`grpcServerPort` 8081, `remotingListenPort` 8080); 0 picks a free
 one, -1 turns a side off. The ready file names both: {"addr" (gRPC), "grpc", "remoting", "pid"},
-and the Prometheus endpoint (`--metrics-exporter-type PROM`) as "metrics".
+and the Prometheus endpoint (`--metrics-exporter-type PROM`) as "metrics". With `--acl-enable true
+--acl-file plain_acl.yml` (the brokers' file) both ports check each client's ACL 1.0 credentials;
+the endpoint calls the cluster with this process's (`ferry --credentials-file`, FERRY_ACCESS_KEY).
 """
 
 from __future__ import annotations
@@ -37,17 +39,25 @@ class InProcessProxy:
         grpc_port: int = 8081,
         remoting_port: int = 8080,
         tls: tuple[Path, Path] | None = None,
+        acl_file: Path | None = None,
     ) -> None:
+        """`acl_file`: check each client against this `plain_acl.yml` (AclConfigError: unusable)."""
         # imported here: grpcio loads only in the processes that serve it
         from ferrymq.proxy.remoting import RemotingRelay
         from ferrymq.proxy.server import GrpcEndpoint, TlsFiles
+        from ferrymq.security.aclguard import AclFile
 
         files = TlsFiles(*tls) if tls is not None else None
+        acl = AclFile(acl_file) if acl_file is not None else None
         self.endpoint = (
-            GrpcEndpoint(namesrv, host=host, port=grpc_port, tls=files) if grpc_port >= 0 else None
+            GrpcEndpoint(namesrv, host=host, port=grpc_port, tls=files, acl=acl)
+            if grpc_port >= 0
+            else None
         )
         self.relay = (
-            RemotingRelay(namesrv, host=host, port=remoting_port) if remoting_port >= 0 else None
+            RemotingRelay(namesrv, host=host, port=remoting_port, acl=acl)
+            if remoting_port >= 0
+            else None
         )
 
     async def start(self) -> None:
@@ -82,14 +92,21 @@ async def run_proxy(
     tls: tuple[Path, Path] | None,
     ready_file: Path | None,
     metrics: tuple[str, str, int] = (MetricsExporterType.DISABLE.value, "", 0),
+    acl_file: Path | None = None,
 ) -> None:
     """Serve both sides until `stop` is set; write the ready file once both listen.
 
     `tls`: the gRPC port's certificate chain and key (PEM files). `metrics`: exporter type,
-    host (empty: `host`) and port of the Prometheus endpoint (`proxy/metrics.py`).
+    host (empty: `host`) and port of the Prometheus endpoint (`proxy/metrics.py`). `acl_file`:
+    ACL 1.0 on both ports.
     """
     proxy = InProcessProxy(
-        namesrv, host=host, grpc_port=grpc_port, remoting_port=remoting_port, tls=tls
+        namesrv,
+        host=host,
+        grpc_port=grpc_port,
+        remoting_port=remoting_port,
+        tls=tls,
+        acl_file=acl_file,
     )
     try:
         await proxy.start()
@@ -135,6 +152,17 @@ def proxy_metrics(endpoint: Any) -> Iterable[Metric]:
     help="PEM certificate chain: the gRPC port serves TLS (with --grpc-tls-key).",
 )
 @click.option("--grpc-tls-key", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--acl-enable",
+    type=click.BOOL,
+    default=False,
+    help="aclEnable: check each client's ACL 1.0 credentials on both ports (needs --acl-file).",
+)
+@click.option(
+    "--acl-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="aclFile: the brokers' plain_acl.yml (reloaded when it changes).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @tls_server_options
 @metrics_options
@@ -150,6 +178,8 @@ def proxy_command(
     remoting_port: int,
     grpc_tls_cert: Path | None,
     grpc_tls_key: Path | None,
+    acl_enable: bool,
+    acl_file: Path | None,
     log_level: str,
     ready_file: Path | None,
     metrics_exporter_type: str,
@@ -172,6 +202,10 @@ def proxy_command(
     if (grpc_tls_cert is None) != (grpc_tls_key is None):
         fail("--grpc-tls-cert and --grpc-tls-key go together")
     tls = (grpc_tls_cert, grpc_tls_key) if grpc_tls_cert and grpc_tls_key else None
+    if acl_enable and acl_file is None:
+        fail("--acl-enable true needs --acl-file (the brokers' plain_acl.yml)")
+    if acl_file is not None and not acl_enable:
+        fail("--acl-file is read only with --acl-enable true")
 
     async def main(stop: asyncio.Event) -> None:
         await run_proxy(
@@ -187,6 +221,7 @@ def proxy_command(
                 metrics_prom_exporter_host,
                 metrics_prom_exporter_port,
             ),
+            acl_file=acl_file,
         )
 
     try:

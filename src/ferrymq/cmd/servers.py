@@ -184,6 +184,7 @@ async def _start_proxy(config: BrokerConfig) -> InProcessProxy:
         host=config.listen_host,
         grpc_port=config.grpc_server_port,
         remoting_port=config.remoting_listen_port,
+        acl_file=config.acl_file if config.acl_enable else None,  # checks clients as the broker
     )
     await proxy.start()
     return proxy

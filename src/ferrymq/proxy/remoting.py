@@ -9,6 +9,10 @@ group and queue, to that group's master as the NameServers name it now. When a m
 and forwards to the new master, within the client's patience, so a failover costs a 4.x client
 about what it costs ferrymq's SDK instead of its own 30 s route refresh.
 
+With `acl` (the brokers' `plain_acl.yml`), every request is checked as a broker checks it
+(`security/aclguard.py`: the 4.x client's ACL 1.0 signature and its perms) before it is relayed
+under the endpoint's own credentials.
+
 Heartbeats go to every master through one upstream connection set per client connection, so
 what the brokers push back (transaction checks, consumer-id changes) is relayed to that client.
 """
@@ -29,6 +33,7 @@ from ferrymq.model import MessageQueue, format_address, validate_topic
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse
 from ferrymq.rpc.server import Router, RpcServer
+from ferrymq.security.aclguard import AclFile, AclGuard
 from ferrymq.wire.bodies import (
     BrokerData,
     LockBatchRequestBody,
@@ -98,7 +103,9 @@ _V2: Final = _Fields("b", "e")
 class RemotingRelay:
     """The remoting port of an endpoint; use `start`/`close`."""
 
-    def __init__(self, namesrv: str, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, namesrv: str, *, host: str = "127.0.0.1", port: int = 0, acl: AclFile | None = None
+    ) -> None:
         self.namesrv = namesrv
         self.rpc = RpcClient()
         self.routes = Routes(self.rpc, [a.strip() for a in namesrv.split(";") if a.strip()])
@@ -115,6 +122,8 @@ class RemotingRelay:
         router.add(RequestCode.LOCK_BATCH_MQ, self._lock_batch)
         router.add(RequestCode.UNLOCK_BATCH_MQ, self._lock_batch)
         self._router = router
+        self.guard = AclGuard(router, acl, "proxy") if acl is not None else None
+        self._handle = self.guard or router
         self.server = RpcServer(self._serve, host=host, port=port, on_close=self._closed)
         self.sessions: dict[Connection, RpcClient] = {}
         self._masters: tuple[float, list[str]] = (0.0, [])
@@ -143,7 +152,7 @@ class RemotingRelay:
         # into a task first: connections start handlers eagerly, outside any task, and the
         # relay's upstream calls need one (asyncio.timeout)
         await asyncio.sleep(0)
-        return await self._router(conn, request)
+        return await self._handle(conn, request)
 
     # ------------------------------------------------------------------ routes
 

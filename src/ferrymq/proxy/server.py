@@ -1,8 +1,9 @@
 """The gRPC server of the endpoint: grpcio's asyncio server on a port, TLS optional.
 
 Owns the listening side: the port (0 picks a free one; the bound port is read back), server
-limits (message size, metadata size, concurrent streams) and the TLS seam (a certificate chain
-and key in PEM; `ferrymq.security` helpers plug in here when present).
+limits (message size, metadata size, concurrent streams), the TLS seam (a certificate chain
+and key in PEM; `ferrymq.security` helpers plug in here when present) and ACL 1.0 (`acl`: every
+call checked against the client's credentials, `proxy/auth.py`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Final
 
 import grpc
 
+from ferrymq.proxy.auth import GrpcGuard
 from ferrymq.proxy.service import MessagingService
 from ferrymq.proxy.stubs import load
+from ferrymq.security.aclguard import AclFile
 
 __all__ = ["GrpcEndpoint", "TlsFiles"]
 
@@ -42,12 +45,14 @@ class GrpcEndpoint:
         port: int = 0,
         advertised_host: str | None = None,
         tls: TlsFiles | None = None,
+        acl: AclFile | None = None,
     ) -> None:
         self.namesrv = namesrv
         self.host = host
         self.port = port
         self.advertised_host = advertised_host or host
         self.tls = tls
+        self.guard = GrpcGuard(acl) if acl is not None else None
         self.service: MessagingService | None = None
         self._server: grpc.aio.Server | None = None
 
@@ -81,7 +86,7 @@ class GrpcEndpoint:
         # off the loop: a first start downloads the schema with pip (a broker's loop, with
         # enableProxy, goes on serving meanwhile)
         v2 = await asyncio.to_thread(load)
-        self.service = MessagingService(v2, self.namesrv, (self.advertised_host, port))
+        self.service = MessagingService(v2, self.namesrv, (self.advertised_host, port), self.guard)
         server.add_generic_rpc_handlers((self.service.generic_handler(),))
         await server.start()
         self._server = server

@@ -29,6 +29,7 @@ from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
 from ferrymq.client.transaction import TransactionProducer, TransactionState
 from ferrymq.errors import FerryError, InvalidMessageError, ProtocolError, RemoteError
 from ferrymq.model import MessageQueue, format_address, validate_group, validate_topic
+from ferrymq.proxy.auth import GrpcGuard, needs, settings_needs
 from ferrymq.proxy.convert import (
     MAX_BODY,
     TxHandle,
@@ -123,8 +124,16 @@ def _metadata(context: Context, key: str) -> str:
 class MessagingService:
     """The handlers, one per RPC, and the generic handler grpcio serves them through."""
 
-    def __init__(self, v2: V2, namesrv: str, advertised: tuple[str, int]) -> None:
+    def __init__(
+        self,
+        v2: V2,
+        namesrv: str,
+        advertised: tuple[str, int],
+        guard: GrpcGuard | None = None,
+    ) -> None:
         self.v2 = v2
+        self.guard = guard
+        """ACL 1.0: every call is checked against the client's credentials (None: open)."""
         self.namesrv = namesrv
         self.advertised = advertised
         self.rpc = RpcClient()
@@ -182,6 +191,9 @@ class MessagingService:
                 if isinstance(request, _Malformed):
                     response = response_class()
                     self._status(response, "BAD_REQUEST", request.reason)
+                elif (refused := self._refused(name, request, context)) is not None:
+                    response = response_class()
+                    self._status(response, *refused)
                 else:
                     response = await fn(request, context)
                 code = self._code_names.get(response.status.code, str(response.status.code))
@@ -205,6 +217,13 @@ class MessagingService:
                     response = response_class()
                     self._status(response, "BAD_REQUEST", request.reason)
                     self.stats.observe(name, "BAD_REQUEST", time.monotonic() - started)
+                    yield response
+                    return
+                refused = self._refused(name, request, context)
+                if refused is not None:
+                    response = response_class()
+                    self._status(response, *refused)
+                    self.stats.observe(name, refused[0], time.monotonic() - started)
                     yield response
                     return
                 code = "OK"
@@ -252,6 +271,16 @@ class MessagingService:
         for name in ("RecallMessage", "SyncLiteSubscription"):
             handlers[name] = unary(name, self._not_implemented(name))
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    def _refused(
+        self, name: str, request: Any, context: Context, settings: Any = None
+    ) -> tuple[str, str] | None:
+        """(v2 status, message) when ACL refuses the call (or a Telemetry settings command)."""
+        if self.guard is None:
+            return None
+        wanted = needs(name, request) if settings is None else settings_needs(settings)
+        refusal = self.guard.check(name, context.invocation_metadata(), context.peer(), wanted)
+        return None if refusal is None else (refusal.status, refusal.message)
 
     def _status(self, out: Any, code: str, message: str = "") -> None:
         out.status.code = self.v2.code(code)
@@ -344,6 +373,12 @@ class MessagingService:
 
     async def telemetry(self, requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
         """The settings exchange, then commands (transaction checks) pushed to the client."""
+        refused = self._refused("Telemetry", None, context)  # who it is, before any session
+        if refused is not None:
+            answer = self.v2.TelemetryCommand()
+            self._status(answer, *refused)
+            yield answer
+            return
         client_id = _metadata(context, "x-mq-client-id")
         session = Session(client_id)
         if client_id:
@@ -354,6 +389,13 @@ class MessagingService:
             try:
                 async for command in requests:
                     if not isinstance(command, _Malformed) and command.HasField("settings"):
+                        refused = self._refused("Telemetry", command, context, command.settings)
+                        if refused is not None:  # answered, then the stream ends
+                            answer = self.v2.TelemetryCommand()
+                            self._status(answer, *refused)
+                            with contextlib.suppress(asyncio.QueueFull):
+                                session.outbox.put_nowait(answer)
+                            return
                         await self._settings(session, command.settings)
             except (asyncio.CancelledError, grpc.RpcError):
                 pass

@@ -41,11 +41,14 @@ def test_a_bad_boolean_names_the_key(key: str) -> None:
         build_config(BrokerConfig, {key: "sometimes"})
 
 
-def test_acl_with_the_in_process_endpoint_is_refused() -> None:
+def test_acl2_with_the_in_process_endpoint_is_refused() -> None:
     """The endpoint signs what it forwards with the broker's own (admin) credentials and checks
-    none of its clients': with aclEnable it would let anyone through (fail closed instead)."""
-    with pytest.raises(ConfigError, match="enableProxy"):
-        build_config(BrokerConfig, {"aclEnable": "true", "enableProxy": "true"})
+    its clients' ACL 1.0 credentials (the broker's aclFile), not ACL 2.0 users: with
+    authenticationEnabled it would let anyone through (fail closed instead)."""
+    config, _ = build_config(
+        BrokerConfig, {"aclEnable": "true", "aclFile": "/x", "enableProxy": "true"}
+    )
+    assert config.enable_proxy
     with pytest.raises(ConfigError, match="authenticationEnabled=true"):
         build_config(BrokerConfig, {"authenticationEnabled": "true", "enableProxy": "true"})
     config, _ = build_config(BrokerConfig, {"aclEnable": "true", "aclFile": "/x"})
