@@ -3,15 +3,20 @@ remaining POP codes (PEEK_MESSAGE, POLLING_INFO, POP_ROLLBACK), against in-proce
 
 import asyncio
 
+import pytest
+
 from ferrymq import Producer
 from ferrymq.broker.metadata import METADATA_TOPIC
 from ferrymq.broker.metalog import SNAPSHOT_MIN_RECORDS
 from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
+from ferrymq.errors import RemoteError
 from ferrymq.model import MessageQueue
 from ferrymq.rpc.client import RpcClient
 from ferrymq.testing import LocalCluster
+from ferrymq.wire.codes import ResponseCode
 
 from .remoting import create_topic
+from .test_admin_cli import Ferry
 
 
 async def _receive(
@@ -68,3 +73,31 @@ async def test_a_restart_replays_only_the_records_after_the_last_snapshot(
         consumer.routes.invalidate("PopS")
         await consumer.ack(last)  # its handle still names the delivery in flight
         assert broker.state.pop.in_flight_count(("GS", "PopS", 0)) == 0
+
+
+async def test_an_online_offset_reset_moves_the_pop_position_and_drops_what_is_in_flight(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    """`ferry admin offset reset-by-time` on a POP group (no heartbeat, so never 'online' to the
+    old check): served by the broker, the pop starts again at the reset offset, backwards
+    too, and the handles of messages in flight before it are stale."""
+    await create_topic(client, cluster.broker.address, "PopRS", queues=1)
+    await _send(cluster, "PopRS", 6)
+    async with SimpleConsumer(cluster.namesrv_addr, "GRS") as consumer:
+        got = await _receive(consumer, "PopRS", 4)
+        await consumer.ack(got[0])
+        await consumer.ack(got[1])
+        args = ["offset", "reset-by-time", "--group", "GRS", "--topic", "PopRS"]
+        reset = await Ferry(cluster.namesrv_addr)(*args, "--timestamp", "0", "--json")
+        assert reset == {
+            "online": True,
+            "offsets": [{"brokerName": "broker-a", "queueId": 0, "offset": 0}],
+        }
+        assert cluster.broker.state.pop.in_flight_count(("GRS", "PopRS", 0)) == 0
+        with pytest.raises(RemoteError) as stale:
+            await consumer.ack(got[2])
+        assert stale.value.code == ResponseCode.NO_MESSAGE
+        again = await _receive(consumer, "PopRS", 6)
+        assert [(m.message.body, m.delivery_attempt) for m in again] == [
+            (f"m{i}".encode(), 1) for i in range(6)
+        ]

@@ -9,7 +9,7 @@ and rocketmq-exporter read); VIEW_BROKER_STATS_DATA (statsAll's and the exporter
 GET_CONSUMER_RUNNING_INFO (relayed to the client); GET_TOPIC_CONFIG and
 GET_SUBSCRIPTIONGROUP_CONFIG (one topic's or group's config: 5.x mqadmin and the Dashboard);
 INVOKE_BROKER_TO_RESET_OFFSET (online offset reset: commits the new
-offsets and pushes them to the group's running clients). Broker:
+offsets and pushes them to the group's running clients; POP follows). Broker:
 GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG, UPDATE_BROKER_CONFIG (hot keys only; see
 `HOT_KEYS`), DELETE_EXPIRED_COMMITLOG.
 
@@ -36,6 +36,7 @@ from ferrymq.broker import retention
 from ferrymq.broker.consumer import push_to_group
 from ferrymq.broker.fence import FENCED_ATTRIBUTE
 from ferrymq.broker.metadata import GroupConfig, GroupFile
+from ferrymq.broker.popservice import reset_pop_offsets
 from ferrymq.broker.state import BrokerState
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.errors import FerryError, InvalidNameError, RequestError
@@ -571,7 +572,9 @@ async def reset_offset(
     moves back. The group's running clients get the offsets (RESET_CONSUMER_CLIENT_OFFSET,
     oneway) and start there; the broker commits them too, so they hold whatever the clients
     do. A group with no client online is CONSUMER_NOT_ONLINE and nothing moves (the admin tool
-    then resets offline). Answers the `ResetOffsetBody`.
+    then resets offline), unless it popped the topic here (POP clients send no heartbeat): its
+    pop positions move and what it has in flight is dropped (RocketMQ 5's server-side reset,
+    `popservice.reset_pop_offsets`). Answers the `ResetOffsetBody`.
     """
     header = from_ext_fields(ResetOffsetRequestHeader, request.ext_fields)
     config = state.topics.get(header.topic)
@@ -581,7 +584,8 @@ async def reset_offset(
             f"[reset-offset] reset offset failed, no topic in this broker. topic={header.topic}",
         )
     group = state.clients.consumers.get(header.group)
-    if group is None or not group.channels:
+    popping = state.pop.has_topic(header.group, header.topic)  # POP clients send no heartbeat
+    if (group is None or not group.channels) and not popping:
         raise RequestError(
             ResponseCode.CONSUMER_NOT_ONLINE,
             f"Consumer not online, so can not reset offset, Group: {header.group} "
@@ -600,6 +604,10 @@ async def reset_offset(
             target = current
         offsets[header.topic, state.config.broker_name, queue_id] = target
         state.offsets.commit(header.topic, header.group, queue_id, target)
+    if popping:
+        reset_pop_offsets(
+            state, header.group, header.topic, {q: o for (_, _, q), o in offsets.items()}
+        )
     if state.metadata_committed is not None and not await state.metadata_committed():
         raise RequestError(
             ResponseCode.SYSTEM_ERROR, "the reset offsets were not replicated in time; reset again"
@@ -617,7 +625,7 @@ async def reset_offset(
         header.group,
         header.topic,
         {queue_id: offset for (_, _, queue_id), offset in sorted(offsets.items())},
-        len(group.channels),
+        0 if group is None else len(group.channels),
         conn.peer,
     )
     return _ok(request, body)

@@ -21,6 +21,9 @@ Rules:
 5. The group's committed consumer offset is the lowest in-flight offset, or the pop position
    when nothing is in flight (`committed_offset`): a pull consumer of the same group continues
    from there (RocketMQ shares one offset table between pull and pop).
+6. An admin offset reset (`Reset`) moves the pop position to the reset offset, backwards too,
+   and drops what is in flight in that queue (RocketMQ's `resetPopOffset` clears the queue's
+   order block and buffered checkpoints): its handles are stale from then on.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "Popped",
     "QueueKey",
     "QueuePop",
+    "Reset",
 ]
 
 QueueKey = tuple[str, str, int]
@@ -94,7 +98,16 @@ class Changed(msgspec.Struct, tag="changed"):
     invisible_until_ms: int
 
 
-PopEvent = Popped | Acked | Changed
+class Reset(msgspec.Struct, tag="reset"):
+    """An admin reset the group's offset in a queue: pop from `next_offset`, nothing in flight."""
+
+    group: str
+    topic: str
+    queue_id: int
+    next_offset: int
+
+
+PopEvent = Popped | Acked | Changed | Reset
 
 SnapshotEntry = tuple[str, str, int, QueuePop]
 
@@ -175,6 +188,10 @@ class PopState:
             default=None,
         )
 
+    def has_topic(self, group: str, topic: str) -> bool:
+        """Whether the group popped any queue of the topic here."""
+        return any(g == group and t == topic for g, t, _ in self.queues)
+
     def in_flight_count(self, key: QueueKey) -> int:
         """Messages of a queue in flight."""
         queue = self.queues.get(key)
@@ -239,6 +256,11 @@ class PopState:
             if queue is not None:
                 for queue_offset in event.offsets:
                     queue.inflight.pop(queue_offset, None)
+        elif isinstance(event, Reset):
+            queue = self.queues.get(key)
+            if queue is not None:
+                queue.inflight.clear()
+                queue.next_offset = event.next_offset
         else:
             queue = self.queues.get(key)
             found = queue.inflight.get(event.queue_offset) if queue else None

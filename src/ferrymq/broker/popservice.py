@@ -17,6 +17,9 @@ metadata log writes it into the replicated commit log) and answer. Only a master
   change is replicated (as an offset commit's does), so a failover never loses an ack.
 - Pull and POP share the group's consumer offset (RocketMQ does too): every POP change commits
   the lowest unacknowledged offset, so a group switched from one to the other continues there.
+- An admin offset reset (INVOKE_BROKER_TO_RESET_OFFSET, `admin.reset_offset`) moves the pop
+  position of each queue the group popped to the reset offset and drops its in-flight messages
+  (`reset_pop_offsets`; `pop.py` rule 6).
 - `PopReviver` copies each unordered message whose invisible time ran out to the POP retry topic
   with reconsume times + 1 (the delivery attempt the client sees is that + 1), or to
   `%DLQ%<group>` past the group's `retryMaxTimes` (default `maxReconsumeTimes`, 16), then takes
@@ -36,7 +39,7 @@ from typing import Final
 import msgspec
 
 from ferrymq.broker.metadata import dlq_topic
-from ferrymq.broker.pop import Acked, InFlight, PopEvent, Popped, QueueKey
+from ferrymq.broker.pop import Acked, InFlight, PopEvent, Popped, QueueKey, Reset
 from ferrymq.broker.pull import tag_codes
 from ferrymq.broker.send import put_messages, topic_for_send
 from ferrymq.broker.state import BrokerState
@@ -76,6 +79,7 @@ __all__ = [
     "change_invisible_time",
     "notification",
     "pop_message",
+    "reset_pop_offsets",
 ]
 
 log = logging.getLogger(__name__)
@@ -446,6 +450,21 @@ def _has_message(state: BrokerState, group: str, topic: str, queue_id: int) -> b
     if position is None:
         position = state.offsets.query(topic, group, queue_id) or 0
     return position < state.store.max_queue_offset(topic, queue_id)
+
+
+def reset_pop_offsets(state: BrokerState, group: str, topic: str, offsets: dict[int, int]) -> int:
+    """An admin reset the group's offsets in `topic` (queue id -> offset): POP follows.
+
+    Only queues the group popped here change (a queue never popped starts at the committed
+    offset anyway). Returns how many in-flight messages were dropped.
+    """
+    dropped = 0
+    for queue_id, queue_offset in sorted(offsets.items()):
+        key = (group, topic, queue_id)
+        if key in state.pop.queues:
+            dropped += state.pop.in_flight_count(key)
+            _apply(state, Reset(group, topic, queue_id, queue_offset))
+    return dropped
 
 
 class PopReviver:
