@@ -24,6 +24,8 @@ Where ferrymq differs from RocketMQ:
 - Topics are controller state (issue 20 section 3): the topic requests are decided in
   `controller.topics` and answered here with the controller's topic version; so are moves of
   queues between groups (issue 20 section 4), and the leader's own FinishMove.
+- ACL 2.0 users and ACLs are controller state too (issue 23): their admin requests are decided
+  in `controller.auth` and answered here with the controller's auth version.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 
 from ferrymq import testbugs
 from ferrymq.config import ConfigError
+from ferrymq.controller.auth import AuthCommand, GetAuth, auth_body, plan_auth
 from ferrymq.controller.config import ControllerConfig, validate_overrides
 from ferrymq.controller.election import elect
 from ferrymq.controller.liveness import BrokerLiveInfo, Liveness
@@ -60,6 +63,7 @@ from ferrymq.wire.controller import (
     AlterSyncStateSetResponseHeader,
     ApplyBrokerIdRequestHeader,
     ApplyBrokerIdResponseHeader,
+    AuthVersionResponseHeader,
     BrokerMemberGroup,
     BrokerReplicasInfo,
     CleanControllerBrokerDataRequestHeader,
@@ -173,6 +177,8 @@ ControllerRequest = (
     | GetTopics
     | ReassignQueues
     | FinishMove
+    | AuthCommand
+    | GetAuth
 )
 """Every request the leader decides."""
 
@@ -221,6 +227,20 @@ def decide(request: ControllerRequest, view: View, now: float) -> Decision:
             return _topic_decision(plan_reassign(view.state, request.header))
         case FinishMove():
             return _topic_decision(plan_finish(view.state, request))
+        case AuthCommand():
+            auth = plan_auth(view.state, request)
+            if auth.code != ResponseCode.SUCCESS:
+                return _fail(auth.code, auth.remark or "refused")
+            return Decision(
+                header=AuthVersionResponseHeader(auth_version=auth.auth_version),
+                body=auth.body,
+                events=auth.events,
+            )
+        case GetAuth():
+            return Decision(
+                header=AuthVersionResponseHeader(auth_version=view.state.auth_version),
+                body=auth_body(view.state),
+            )
 
 
 def _topic_decision(outcome: TopicOutcome) -> Decision:

@@ -42,6 +42,11 @@ Rules:
    then FinishMove (compare-and-set on the move's start version). Retried every
    `_MOVE_RETRY_S` while the source has no master or answers not yet.
 
+9. ACL 2.0 users and ACLs are controller state (issue 23, `controller.auth`): the admin codes
+   3001-3010 are decided like topic requests; heartbeat answers carry the auth version, and a
+   broker behind it reads the whole state (CONTROLLER_GET_AUTH). A node that starts serving
+   creates its `initAuthenticationUser` (a Super user) when the state has no user of its name.
+
 Crash points for tests (`FERRYMQ_TEST_CRASH_AT=<point>`, honoured only with
 `FERRYMQ_TEST_HOOKS=1`; see `MOVE_CRASH_POINTS`): `move_started_before_reply` (a reassign's
 start is applied, the admin not answered), `move_started_before_seal` (the leader is about to
@@ -54,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import os
 from collections.abc import Callable, Coroutine, Mapping
@@ -62,6 +68,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from ferrymq import clock as process_clock
 from ferrymq.config import ConfigError, parse_properties
+from ferrymq.controller.auth import AuthCommand, GetAuth
 from ferrymq.controller.config import (
     INT32_MAX,
     ControllerConfig,
@@ -94,6 +101,8 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.deadline import wait_future
 from ferrymq.rpc.server import Router
+from ferrymq.security.acl2 import User, user_info
+from ferrymq.security.acl2admin import ADMIN_CODES, CHANGE_CODES
 from ferrymq.wire.bodies import decode_body, encode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.controller import (
@@ -114,6 +123,7 @@ from ferrymq.wire.controller import (
     decode_sync_state_set,
 )
 from ferrymq.wire.controller_log import (
+    AuthChangeEvent,
     CancelQueueMoveEvent,
     CleanBrokerDataEvent,
     DeleteTopicEvent,
@@ -267,6 +277,8 @@ class ControllerNodeConfig:
     """Decisions queued on the leader before new requests answer SYSTEM_BUSY."""
     notify_timeout: float = 3.0
     """Seconds one NOTIFY_BROKER_ROLE_CHANGED may take to send."""
+    init_user: User | None = None
+    """`initAuthenticationUser` (ACL 2.0): created by a serving leader when missing (rule 9)."""
 
 
 @dataclass(slots=True)
@@ -338,6 +350,9 @@ class ControllerNode:
         add(RequestCode.CONTROLLER_GET_GROUP_TOPICS, self._get_group_topics)
         add(RequestCode.CONTROLLER_GET_TOPICS, self._get_topics)
         add(RequestCode.CONTROLLER_REASSIGN_QUEUES, self._reassign_queues)
+        for code in sorted(ADMIN_CODES):
+            add(code, self._auth_admin)
+        add(RequestCode.CONTROLLER_GET_AUTH, self._get_auth)
         if heartbeat:
             add(RequestCode.BROKER_HEARTBEAT, self.broker_heartbeat)
 
@@ -447,6 +462,21 @@ class ControllerNode:
         if self.policy.notify_broker_role_changed:
             for name in sorted(self.state.groups):
                 self._notify_role_change(name, live_only=False)
+        init = self.config.init_user
+        if init is not None and init.username not in self.state.auth.users:
+            self._spawn(self._create_init_user(init), leader=True)
+
+    async def _create_init_user(self, user: User) -> None:
+        """Rule 9: the init user joins the replicated users (an existing one is kept)."""
+        body = json.dumps(user_info(user, with_password=True)).encode()
+        command = AuthCommand(RequestCode.AUTH_CREATE_USER, {}, body)
+        try:
+            decision = await self._submit(command)
+        except RequestError as exc:
+            log.warning("initAuthenticationUser %s not created: %s", user.username, exc.remark)
+            return
+        if decision.code == ResponseCode.SUCCESS:
+            log.info("initAuthenticationUser: Super user %s created", user.username)
 
     def _stop_serving(self) -> None:
         if self._serving:
@@ -563,6 +593,12 @@ class ControllerNode:
         for event, applied in zip(events, outcomes, strict=True):
             if not applied:
                 continue
+            if isinstance(event, AuthChangeEvent):
+                log.info(
+                    "users and ACLs: %s (auth version %d)",
+                    next(iter(event.change), "?"),
+                    self.state.auth_version,
+                )
             if isinstance(event, _MOVE_EVENTS):
                 topics_changed = True
                 log.info(
@@ -929,6 +965,16 @@ class ControllerNode:
         header = self._header(GetControllerTopicsRequestHeader, request)
         return await self._serve(request, GetTopics(header.topic or None), is_read=True)
 
+    async def _auth_admin(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """AUTH_CREATE_USER .. AUTH_LIST_ACL (3001-3010): users and ACLs kept here (rule 9)."""
+        item = AuthCommand(request.code, dict(request.ext_fields), request.body)
+        is_read = request.code not in CHANGE_CODES
+        return await self._serve(request, item, is_read=is_read)
+
+    async def _get_auth(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """CONTROLLER_GET_AUTH (9247, ferrymq's own): every user and ACL, for a broker."""
+        return await self._serve(request, GetAuth(), is_read=True)
+
     async def _get_controller_config(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
@@ -997,6 +1043,7 @@ class ControllerNode:
             master_epoch=group.master_epoch if group else None,
             master_broker_id=group.master_broker_id if group else None,
             topic_version=self.state.topic_version,
+            auth_version=self.state.auth_version,
         )
         return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(answer))
 

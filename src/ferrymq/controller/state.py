@@ -26,6 +26,9 @@ Rules:
    (`FinishQueueMoveEvent`: the open segment closes there, the target opens from it) or is given
    up (`CancelQueueMoveEvent`); closed segments of a leaving group can be forgotten
    (`ForgetSegmentsEvent`). Each bumps the topic version; a PutTopicEvent keeps `queues`.
+6. ACL 2.0 users and ACLs (`auth`, an immutable `security.acl2.AuthState`): an
+   `AuthChangeEvent` applies one acl2 event at the expected `auth_version` and bumps it; one
+   that does not decode changes nothing (`controller/auth.py` decides them).
 
 Where ferrymq differs from RocketMQ (each keeps an invariant above):
 - `next_broker_id` becomes `max(next, id + 1)`, not `next + 1`, so an id applied out of order is
@@ -42,9 +45,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ferrymq.errors import ProtocolError
+from ferrymq.security.acl2 import (
+    Acl2Error,
+    AuthState,
+    auth_events,
+    event_from_json,
+    event_to_json,
+    replay,
+)
+from ferrymq.security.acl2 import apply as apply_auth
 from ferrymq.wire.controller_log import (
     AlterSyncStateSetEvent,
     ApplyBrokerIdEvent,
+    AuthChangeEvent,
     CancelQueueMoveEvent,
     CleanBrokerDataEvent,
     DeleteTopicEvent,
@@ -204,6 +217,10 @@ class ControllerState:
     """Tombstones: topic -> the version that deleted it (rule 4)."""
     topic_version: int = 0
     """The version of the last applied topic event (0: none yet)."""
+    auth: AuthState = field(default_factory=AuthState)
+    """ACL 2.0 users and ACLs (rule 6)."""
+    auth_version: int = 0
+    """The number of auth events applied (0: none yet)."""
     _copied: set[str] | None = field(default=None, repr=False, compare=False)
     """Names of groups an overlay has copied (None: this is not an overlay)."""
 
@@ -221,6 +238,8 @@ class ControllerState:
             topics=dict(self.topics),
             deleted_topics=dict(self.deleted_topics),
             topic_version=self.topic_version,
+            auth=self.auth,
+            auth_version=self.auth_version,
         )
         overlay._copied = set()
         return overlay
@@ -277,6 +296,8 @@ class ControllerState:
                 topics=[topic.record() for _, topic in sorted(self.topics.items())],
                 deleted_topics=dict(sorted(self.deleted_topics.items())),
                 topic_version=self.topic_version,
+                auth=[event_to_json(e) for e in auth_events(_sorted(self.auth))],
+                auth_version=self.auth_version,
             )
         )
 
@@ -313,6 +334,11 @@ class ControllerState:
         self.topics = {t.topic: TopicState.of(t, t.version) for t in record.topics}
         self.deleted_topics = dict(record.deleted_topics)
         self.topic_version = record.topic_version
+        try:
+            self.auth = replay(event_from_json(e) for e in record.auth)
+        except Acl2Error as exc:
+            raise ProtocolError(f"controller snapshot: users and ACLs: {exc}") from None
+        self.auth_version = record.auth_version
 
     def topic_version_of(self, topic: str) -> int:
         """The version of a topic, live or deleted; 0 when it was never created nor deleted."""
@@ -333,7 +359,8 @@ class ControllerState:
             | StartQueueMoveEvent
             | FinishQueueMoveEvent
             | CancelQueueMoveEvent
-            | ForgetSegmentsEvent,
+            | ForgetSegmentsEvent
+            | AuthChangeEvent,
         ):
             name = event.broker_name
             group = self.groups.get(name)
@@ -366,6 +393,20 @@ class ControllerState:
                 return self._cancel_queue_move(event)
             case ForgetSegmentsEvent():
                 return self._forget_segments(event)
+            case AuthChangeEvent():
+                return self._change_auth(event)
+
+    def _change_auth(self, event: AuthChangeEvent) -> bool:
+        if event.expected_version != self.auth_version:
+            return False
+        try:
+            change = event_from_json(event.change)
+        except Acl2Error as exc:
+            log.error("auth change skipped: %s", exc)
+            return False
+        self.auth = apply_auth(self.auth, change)
+        self.auth_version += 1
+        return True
 
     def _put_topic(self, event: PutTopicEvent) -> bool:
         if self.topic_version_of(event.topic) != event.expected_version or not event.placement:
@@ -573,6 +614,14 @@ class ControllerState:
     def _retire(self, group: BrokerGroup) -> None:
         del self.groups[group.broker_name]
         self.retired_epochs[group.broker_name] = (group.master_epoch, group.sync_state_set_epoch)
+
+
+def _sorted(state: AuthState) -> AuthState:
+    """`state` with users and ACLs in name order (snapshots are deterministic)."""
+    return AuthState(
+        {name: state.users[name] for name in sorted(state.users)},
+        {subject: state.acls[subject] for subject in sorted(state.acls)},
+    )
 
 
 def leading_kept(queue: LogicalQueue, broker_name: str) -> tuple[QueueSegment, ...]:

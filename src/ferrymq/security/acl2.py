@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import hmac
 import ipaddress
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeVar
@@ -62,8 +63,10 @@ __all__ = [
     "authorize",
     "create_acl",
     "create_user",
+    "decode_state",
     "delete_acl",
     "delete_user",
+    "encode_state",
     "event_from_json",
     "event_to_json",
     "replay",
@@ -613,6 +616,26 @@ def auth_events(state: AuthState) -> list[Event]:
     """Put events that rebuild `state` from nothing (users first: an ACL needs its user)."""
     users: list[Event] = [UserPut(u) for u in state.users.values()]
     return users + [AclPut(a) for a in state.acls.values()]
+
+
+def encode_state(state: AuthState, version: int) -> bytes:
+    """Every user and ACL at `version`, as a server hands them to another (passwords in)."""
+    events = [event_to_json(e) for e in auth_events(state)]
+    return json.dumps({"authVersion": version, "auth": events}).encode()
+
+
+def decode_state(data: bytes) -> tuple[AuthState, int]:
+    """The state and version `encode_state` gave. Raises Acl2Error: not that."""
+    try:
+        info = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise Acl2Error("the users and ACLs are not JSON") from None
+    if not isinstance(info, dict) or not isinstance(info.get("authVersion"), int):
+        raise Acl2Error("the users and ACLs have no authVersion")
+    events = info.get("auth")
+    if not isinstance(events, list):
+        raise Acl2Error("the users and ACLs are not a list of events")
+    return replay(event_from_json(e) for e in events), info["authVersion"]
 
 
 def replay(events: Iterable[Event]) -> AuthState:

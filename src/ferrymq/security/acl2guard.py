@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Protocol
 
-from ferrymq.config import ConfigError
+from ferrymq.config import ConfigError, build_config, config_keys
 from ferrymq.errors import ProtocolError
 from ferrymq.security.acl import RETRY_PREFIX, Credentials, Perm
 from ferrymq.security.acl2 import (
@@ -38,15 +40,96 @@ from ferrymq.security.aclguard import C, R, RefusingGuard, peer_host
 from ferrymq.wire.frame import RemotingCommand
 
 __all__ = [
+    "ACL2_KEYS",
+    "Acl2Config",
     "Acl2Guard",
+    "AuthSource",
     "AuthStore",
+    "WithInitUser",
     "acl2_guard",
     "init_super_user",
+    "parse_init_user",
     "parse_inner_credentials",
     "parse_whitelist",
+    "split_acl2_keys",
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Acl2Config:
+    """ACL 2.0's keys on a NameServer or a controller (a broker has them in `BrokerConfig`)."""
+
+    authentication_enabled: bool = False
+    """Every request is signed by a user."""
+    authorization_enabled: bool = False
+    """A Normal user may do only what its ACL allows (no admin or internal code)."""
+    init_authentication_user: str = field(default="", repr=False)
+    """JSON `{"username": ..., "password": ...}`: a Super user this server knows (module doc)."""
+    authentication_whitelist: str = ""
+    """Request codes (comma-separated) that skip authentication."""
+    authorization_whitelist: str = ""
+    """Request codes (comma-separated) that skip authorization."""
+    inner_client_authentication_credentials: str = field(default="", repr=False)
+    """JSON `{"accessKey": ..., "secretKey": ...}`: what the process signs its own calls with."""
+
+    @classmethod
+    def of(cls, values: Mapping[str, str]) -> Acl2Config:
+        """From RocketMQ-keyed values (`split_acl2_keys`). Raises ConfigError: a bad value."""
+        config, _ = build_config(cls, dict(values))
+        if config.init_authentication_user:
+            parse_init_user(config.init_authentication_user)
+        if config.inner_client_authentication_credentials:
+            parse_inner_credentials(config.inner_client_authentication_credentials)
+        return config
+
+
+ACL2_KEYS: Final = frozenset(config_keys(Acl2Config))
+"""The RocketMQ keys of `Acl2Config`."""
+
+
+def split_acl2_keys(values: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the `Acl2Config` keys, every other key) of a properties file's values."""
+    mine = {k: v for k, v in values.items() if k in ACL2_KEYS}
+    return mine, {k: v for k, v in values.items() if k not in ACL2_KEYS}
+
+
+class AuthSource(Protocol):
+    """Where a guard reads the users and ACLs in force."""
+
+    @property
+    def state(self) -> AuthState:
+        """The users and ACLs now."""
+        ...
+
+
+class WithInitUser:
+    """A kept state (the controllers') plus this server's `initAuthenticationUser`.
+
+    The init user counts only while the kept state has no user of its name: a fresh controller
+    node (nothing replicated yet) still hears its peers and brokers signing as it, and once the
+    state holds that user (the leader creates it, `controller/auth.py`) the state's password and
+    status decide.
+    """
+
+    def __init__(self, read: Callable[[], AuthState], init_user: User | None) -> None:
+        self._read = read
+        self._init = init_user
+        self._base: AuthState | None = None
+        self._merged = AuthState()
+
+    @property
+    def state(self) -> AuthState:
+        """The kept state, with the init user when it lacks one of that name."""
+        base = self._read()
+        init = self._init
+        if init is None or init.username in base.users:
+            return base
+        if base is not self._base:
+            self._base = base
+            self._merged = AuthState({**base.users, init.username: init}, base.acls)
+        return self._merged
 
 
 class AuthStore:
@@ -87,19 +170,28 @@ class AuthStore:
         return True
 
 
-def init_super_user(store: AuthStore, text: str) -> None:
-    """`initAuthenticationUser`: create that Super user unless a user of its name exists.
+def parse_init_user(text: str) -> User:
+    """The Super user of `initAuthenticationUser`.
 
     Raises:
         ConfigError: not `{"username": ..., "password": ...}` JSON.
     """
     try:
         info = json.loads(text)
-        user = User(str(info["username"]), str(info["password"]), UserType.SUPER)
+        return User(str(info["username"]), str(info["password"]), UserType.SUPER)
     except (ValueError, TypeError, KeyError, Acl2Error):
         raise ConfigError(
             "initAuthenticationUser", 'JSON {"username": ..., "password": ...}'
         ) from None
+
+
+def init_super_user(store: AuthStore, text: str) -> None:
+    """`initAuthenticationUser`: create that Super user unless a user of its name exists.
+
+    Raises:
+        ConfigError: not `{"username": ..., "password": ...}` JSON.
+    """
+    user = parse_init_user(text)
     if user.username not in store.state.users:
         store.apply(UserPut(user))
         log.info("initAuthenticationUser: Super user %s created", user.username)
@@ -149,7 +241,7 @@ class Acl2Guard(RefusingGuard[C, R]):
     def __init__(
         self,
         inner: Callable[[C, RemotingCommand], Awaitable[R]],
-        store: AuthStore,
+        store: AuthSource,
         *,
         authorization: bool = True,
         authentication_whitelist: frozenset[int] = frozenset(),
@@ -198,7 +290,7 @@ class Acl2Guard(RefusingGuard[C, R]):
 
 def acl2_guard(
     inner: Callable[[C, RemotingCommand], Awaitable[R]],
-    store: AuthStore,
+    store: AuthSource,
     *,
     authentication: bool,
     authorization: bool,

@@ -32,6 +32,7 @@ __all__ = [
     "AlterSyncStateSetResponseHeader",
     "ApplyBrokerIdRequestHeader",
     "ApplyBrokerIdResponseHeader",
+    "AuthVersionResponseHeader",
     "BrokerHeartbeatRequestHeader",
     "BrokerHeartbeatResponseHeader",
     "BrokerMemberGroup",
@@ -210,6 +211,14 @@ class BrokerHeartbeatResponseHeader(CommandHeader):
     master_epoch: I32 | None = None
     master_broker_id: I64 | None = None
     topic_version: I64 | None = None
+    auth_version: I64 | None = None
+    """The version of the users and ACLs the controllers keep (ACL 2.0, `controller/auth.py`)."""
+
+
+class AuthVersionResponseHeader(CommandHeader):
+    """ferrymq: the controllers' auth version after an ACL 2.0 request (`controller/auth.py`)."""
+
+    auth_version: I64 | None = None
 
 
 # ---------------------------------------------------------------------- controller metadata

@@ -7,7 +7,7 @@ writes `int16 type | FastJSON`; ferrymq chooses its own encoding, as the spec al
 entry    = b"\\x01" + JSON list of events, each {"type": "<EventName>", ...fields}
            b"" (an empty entry) is a barrier that changes nothing
 snapshot = b"\\x01" + JSON {"appliedIndex", "groups": [...], "config": {...}, "topics": [...],
-                          "deletedTopics": {...}, "topicVersion"}
+                          "deletedTopics": {...}, "topicVersion", "auth": [...], "authVersion"}
 ```
 
 ferrymq additions to RocketMQ's events, which make `apply` a compare-and-set: AlterSyncStateSet
@@ -20,6 +20,9 @@ and applying one bumps the state's topic version, which becomes the topic's vers
 StartQueueMoveEvent, FinishQueueMoveEvent, CancelQueueMoveEvent and ForgetSegmentsEvent move
 queues between groups (issue 20 section 4, `wire.queuemap`), compare-and-set on the topic's
 version too; a PutTopicEvent keeps the topic's logical queues as they are.
+AuthChangeEvent keeps ACL 2.0's users and ACLs as controller state (`controller/auth.py`): its
+`change` is one `security.acl2` event in that module's JSON form, applied only at the state's
+`expected_version` (each applied one bumps the auth version).
 
 Rules: encoding is deterministic (sets are written sorted); decoding is strict (unknown event
 types, unknown fields, wrong types and a wrong version byte raise `ProtocolError`).
@@ -28,7 +31,7 @@ types, unknown fields, wrong types and a wrong version byte raise `ProtocolError
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -40,6 +43,7 @@ __all__ = [
     "SNAPSHOT_VERSION",
     "AlterSyncStateSetEvent",
     "ApplyBrokerIdEvent",
+    "AuthChangeEvent",
     "CancelQueueMoveEvent",
     "CleanBrokerDataEvent",
     "DeleteTopicEvent",
@@ -216,6 +220,16 @@ class ForgetSegmentsEvent(_Event, tag="ForgetSegmentsEvent", frozen=True, kw_onl
     expected_version: int
 
 
+class AuthChangeEvent(_Event, tag="AuthChangeEvent", frozen=True, kw_only=True):
+    """An ACL 2.0 user or ACL put or deleted (`security.acl2.event_to_json`'s form).
+
+    Applies only while the state's auth version is `expected_version`.
+    """
+
+    change: dict[str, Any]
+    expected_version: int
+
+
 Event = (
     ApplyBrokerIdEvent
     | UpdateBrokerAddressEvent
@@ -229,6 +243,7 @@ Event = (
     | FinishQueueMoveEvent
     | CancelQueueMoveEvent
     | ForgetSegmentsEvent
+    | AuthChangeEvent
 )
 """Every replicated controller event."""
 
@@ -284,6 +299,10 @@ class SnapshotRecord(msgspec.Struct, kw_only=True, rename="camel", forbid_unknow
     """Tombstones: topic -> the version that deleted it."""
     topic_version: int = 0
     """The last topic version applied (absent from older snapshots: 0, no topics)."""
+    auth: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    """ACL 2.0 users, then ACLs, as put events (`security.acl2.event_to_json`)."""
+    auth_version: int = 0
+    """The last auth version applied (absent from older snapshots: 0, no users)."""
 
 
 _encoder: Final = msgspec.json.Encoder(order="deterministic")
