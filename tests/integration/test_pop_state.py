@@ -8,14 +8,18 @@ import pytest
 from ferrymq import Producer
 from ferrymq.broker.metadata import METADATA_TOPIC
 from ferrymq.broker.metalog import SNAPSHOT_MIN_RECORDS
+from ferrymq.client.consumer import decode_messages
 from ferrymq.client.simple import ReceivedMessage, SimpleConsumer
 from ferrymq.errors import RemoteError
 from ferrymq.model import MessageQueue
 from ferrymq.rpc.client import RpcClient
+from ferrymq.security.aclcodes import Kind, kind_of
 from ferrymq.testing import LocalCluster
-from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.pop import PeekMessageRequestHeader, PollingInfoRequestHeader
 
-from .remoting import create_topic
+from .remoting import command, create_topic
 from .test_admin_cli import Ferry
 
 
@@ -101,3 +105,53 @@ async def test_an_online_offset_reset_moves_the_pop_position_and_drops_what_is_i
         assert [(m.message.body, m.delivery_attempt) for m in again] == [
             (f"m{i}".encode(), 1) for i in range(6)
         ]
+
+
+async def test_peek_polling_info_and_pop_rollback(cluster: LocalCluster, client: RpcClient) -> None:
+    """PEEK_MESSAGE shows what a pop would read next and moves nothing; POLLING_INFO counts the
+    pops waiting; POP_ROLLBACK (exportPopRecord) answers SUCCESS; bad input is refused with
+    RocketMQ's codes."""
+    addr = cluster.broker.address
+    await create_topic(client, addr, "PopP", queues=1)
+    await _send(cluster, "PopP", 3)
+
+    async def peek(group: str = "GP", queue_id: int = -1) -> RemotingCommand:
+        header = PeekMessageRequestHeader(
+            consumer_group=group, topic="PopP", queue_id=queue_id, max_msg_nums=8
+        )
+        return await client.call(addr, command(RequestCode.PEEK_MESSAGE, header), 5)
+
+    async def polling() -> int:
+        header = PollingInfoRequestHeader(consumer_group="GP", topic="PopP", queue_id=-1)
+        answer = await client.call(addr, command(RequestCode.POLLING_INFO, header), 5)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        return int(answer.ext_fields["pollingNum"])
+
+    async with SimpleConsumer(cluster.namesrv_addr, "GP") as consumer:
+        [first] = await _receive(consumer, "PopP", 1)
+        for _ in range(2):  # the same twice: a peek moves nothing
+            answer = await peek()
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            assert [m.body for m in decode_messages(answer.body, "broker-a")] == [b"m1", b"m2"]
+            assert answer.ext_fields["restNum"] == "2"
+        got = await _receive(consumer, "PopP", 2)
+        assert [m.message.body for m in got] == [b"m1", b"m2"]
+        assert (await peek()).code == ResponseCode.PULL_NOT_FOUND
+        assert await polling() == 0
+        waiting = asyncio.ensure_future(consumer.receive("PopP", invisible_duration=60, wait=15))
+        try:
+            async with asyncio.timeout(10):
+                while await polling() != 1:
+                    await asyncio.sleep(0.02)
+            await _send(cluster, "PopP", 1)
+            async with asyncio.timeout(10):
+                assert [m.message.body for m in await waiting] == [b"m0"]
+        finally:
+            waiting.cancel()
+        assert await polling() == 0
+        assert (await peek(group="Nobody")).code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+        assert (await peek(queue_id=1)).code == ResponseCode.INVALID_PARAMETER
+        rollback = await client.call(addr, command(RequestCode.POP_ROLLBACK), 5)
+        assert rollback.code == ResponseCode.SUCCESS, rollback.remark
+        assert kind_of(RequestCode.POP_ROLLBACK) is Kind.ADMIN  # an admin command in RocketMQ
+        await consumer.ack(first)  # the state is as it was

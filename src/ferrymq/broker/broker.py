@@ -62,7 +62,10 @@ from ferrymq.broker.popservice import (
     batch_ack_message,
     change_invisible_time,
     notification,
+    peek_message,
+    polling_info,
     pop_message,
+    pop_rollback,
 )
 from ferrymq.broker.replicas import ReplicasManager
 from ferrymq.broker.schedule import ScheduleService
@@ -157,6 +160,9 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.BATCH_ACK_MESSAGE: batch_ack_message,
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: change_invisible_time,
     RequestCode.NOTIFICATION: notification,
+    RequestCode.PEEK_MESSAGE: peek_message,
+    RequestCode.POLLING_INFO: polling_info,
+    RequestCode.POP_ROLLBACK: pop_rollback,
 }
 """Every request code the broker serves, in one table."""
 

@@ -123,6 +123,9 @@ class PopState:
         """(key, offset) whose revive copy is being stored (a master's, not replicated): no ack,
         change or orderly redelivery takes them meanwhile, or the copy would deliver again what
         was just acknowledged (the reviver takes them out of flight once the copy is stored)."""
+        self.polling: dict[tuple[str, str, int], int] = {}
+        """(topic, group, queue id asked for) -> pops waiting for messages now (a master's, not
+        replicated): what POLLING_INFO answers."""
 
     # ------------------------------------------------------------------ reads
 

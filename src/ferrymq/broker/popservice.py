@@ -1,7 +1,7 @@
 """POP consumption requests, and the revive of messages not acknowledged in time.
 
-RocketMQ 5's `PopMessageProcessor`, `AckMessageProcessor`, `ChangeInvisibleTimeProcessor` and
-`NotificationProcessor`.
+RocketMQ 5's `PopMessageProcessor`, `AckMessageProcessor`, `ChangeInvisibleTimeProcessor`,
+`NotificationProcessor`, `PeekMessageProcessor` and `PollingInfoProcessor`.
 
 The state is `pop.PopState` (pure); these handlers decide with it, apply the event (a master's
 metadata log writes it into the replicated commit log) and answer. Only a master serves POP.
@@ -17,6 +17,12 @@ metadata log writes it into the replicated commit log) and answer. Only a master
   change is replicated (as an offset commit's does), so a failover never loses an ack.
 - Pull and POP share the group's consumer offset (RocketMQ does too): every POP change commits
   the lowest unacknowledged offset, so a group switched from one to the other continues there.
+- PEEK_MESSAGE reads what a pop would hand out next (from the pop position, or the group's
+  committed offset) and changes nothing. POLLING_INFO answers how many pops wait for messages
+  of a queue (or of any queue, -1) for a group now. POP_ROLLBACK is RocketMQ 5.3's
+  `mqadmin exportPopRecord`: it moves POP records from RocketMQ's RocksDB store to its commit
+  log; ferrymq's are always in the commit log (the metadata log), so it writes what is pending,
+  waits until it is replicated and answers SUCCESS.
 - An admin offset reset (INVOKE_BROKER_TO_RESET_OFFSET, `admin.reset_offset`) moves the pop
   position of each queue the group popped to the reset offset and drops its in-flight messages
   (`reset_pop_offsets`; `pop.py` rule 6).
@@ -61,6 +67,9 @@ from ferrymq.wire.pop import (
     ChangeInvisibleTimeResponseHeader,
     NotificationRequestHeader,
     NotificationResponseHeader,
+    PeekMessageRequestHeader,
+    PollingInfoRequestHeader,
+    PollingInfoResponseHeader,
     PopMessageRequestHeader,
     PopMessageResponseHeader,
     ReceiptHandle,
@@ -78,7 +87,10 @@ __all__ = [
     "batch_ack_message",
     "change_invisible_time",
     "notification",
+    "peek_message",
+    "polling_info",
     "pop_message",
+    "pop_rollback",
     "reset_pop_offsets",
 ]
 
@@ -276,7 +288,17 @@ async def pop_message(
             t for t, _ in waits
         }:
             waits.append((retry_topic, 0))  # created by the first revive: wake on it too
-        if not await _wait_any(state, waits, left) and not orderly:
+        polling = state.pop.polling
+        polling_key = (header.topic, header.consumer_group, header.queue_id)
+        polling[polling_key] = polling.get(polling_key, 0) + 1
+        try:
+            grew = await _wait_any(state, waits, left)
+        finally:
+            if (left_waiting := polling[polling_key] - 1) > 0:
+                polling[polling_key] = left_waiting
+            else:
+                del polling[polling_key]
+        if not grew and not orderly:
             break
     response = PopMessageResponseHeader(
         pop_time=now_ms,
@@ -439,6 +461,92 @@ async def notification(
             break
     response = NotificationResponseHeader(has_msg=has)
     return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(response))
+
+
+def _check_consumable(state: BrokerState, group: str, topic: str, queue_id: int) -> int:
+    """RocketMQ's checks of a peek or polling-info request; returns the topic's read queues."""
+    state.check_readable()
+    config = state.topics.get(topic)
+    if config is None:
+        raise RequestError(
+            ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+        )
+    if queue_id >= config.read_queue_nums:
+        raise RequestError(
+            ResponseCode.INVALID_PARAMETER,
+            f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+            f"topicConfig.readQueueNums:[{config.read_queue_nums}]",
+        )
+    found = state.groups.get(group)
+    if found is None:
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            f"subscription group [{group}] does not exist",
+        )
+    if not found.consume_enable:
+        raise RequestError(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+    return config.read_queue_nums
+
+
+async def peek_message(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """PEEK_MESSAGE (200052): up to `maxMsgNums` messages a pop would read next; none moves.
+
+    RocketMQ `PeekMessageProcessor`: the group's POP retry topic and the topic's queues (one, or
+    all for -1), each from the later of the group's committed offset and its pop position.
+    """
+    header = from_ext_fields(PeekMessageRequestHeader, request.ext_fields)
+    group = header.consumer_group
+    queues = _check_consumable(state, group, header.topic, header.queue_id)
+    wanted = min(max(header.max_msg_nums, 0), _MAX_POP)
+    retry = pop_retry_topic(group, header.topic)
+    retry_config = state.topics.get(retry)
+    sources = [(retry, q) for q in range(retry_config.read_queue_nums if retry_config else 0)]
+    own = [header.queue_id] if header.queue_id >= 0 else range(queues)
+    sources += [(header.topic, q) for q in own]
+    store = state.store
+    records: list[bytes] = []
+    rest = 0
+    for topic, queue_id in sources:
+        committed = state.offsets.query(topic, group, queue_id)
+        position = store.min_queue_offset(topic, queue_id) if committed is None else committed
+        popped = state.pop.position((group, topic, queue_id))
+        position = max(position, popped or 0, store.min_queue_offset(topic, queue_id))
+        rest += max(store.max_queue_offset(topic, queue_id) - position, 0)
+        if len(records) < wanted:
+            got = store.get(topic, queue_id, position, wanted - len(records))
+            records += got.records
+    response = PopMessageResponseHeader(pop_time=0, invisible_time=0, revive_qid=0, rest_num=rest)
+    code = ResponseCode.SUCCESS if records else ResponseCode.PULL_NOT_FOUND
+    return request.make_response(code, ext_fields=to_ext_fields(response), body=b"".join(records))
+
+
+async def polling_info(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """POLLING_INFO (200055): how many pops of the group wait for the queue's messages now.
+
+    RocketMQ `PollingInfoProcessor`; the queue id is the one the pops asked for (-1: any).
+    """
+    header = from_ext_fields(PollingInfoRequestHeader, request.ext_fields)
+    _check_consumable(state, header.consumer_group, header.topic, header.queue_id)
+    count = state.pop.polling.get((header.topic, header.consumer_group, header.queue_id), 0)
+    response = PollingInfoResponseHeader(polling_num=count)
+    return request.make_response(ResponseCode.SUCCESS, ext_fields=to_ext_fields(response))
+
+
+async def pop_rollback(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """POP_ROLLBACK (200056), RocketMQ 5.3's `exportPopRecord` (module doc).
+
+    RocketMQ sends it to every broker of a cluster and answers SUCCESS where POP has no
+    RocksDB store; a slave here holds only what its master's log gave it.
+    """
+    if state.is_master:
+        await _replicated(state, "POP state")
+    return request.make_response(ResponseCode.SUCCESS)
 
 
 def _has_message(state: BrokerState, group: str, topic: str, queue_id: int) -> bool:

@@ -2,7 +2,8 @@
 
 Field names are RocketMQ's (`PopMessageRequestHeader`, `PopMessageResponseHeader`,
 `AckMessageRequestHeader`, `ChangeInvisibleTimeRequestHeader` and its response,
-`BatchAckMessageRequestBody` / `BatchAck`, `NotificationRequestHeader`). A receipt handle is
+`BatchAckMessageRequestBody` / `BatchAck`, `NotificationRequestHeader`,
+`PeekMessageRequestHeader`, `PollingInfoRequestHeader` and its response). A receipt handle is
 RocketMQ's `extraInfo` string (`ExtraInfoUtil.buildExtraInfo`), space separated:
 
     ckQueueOffset popTime invisibleTime reviveQid topicFlag brokerName queueId queueOffset
@@ -38,6 +39,9 @@ __all__ = [
     "ChangeInvisibleTimeResponseHeader",
     "NotificationRequestHeader",
     "NotificationResponseHeader",
+    "PeekMessageRequestHeader",
+    "PollingInfoRequestHeader",
+    "PollingInfoResponseHeader",
     "PopMessageRequestHeader",
     "PopMessageResponseHeader",
     "ReceiptHandle",
@@ -119,6 +123,29 @@ class ChangeInvisibleTimeResponseHeader(CommandHeader):
     pop_time: I64
     invisible_time: I64
     revive_qid: I32
+
+
+class PeekMessageRequestHeader(CommandHeader):
+    """PEEK_MESSAGE (200052): what a pop would hand out, left where it is. `queueId` -1: any."""
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+    max_msg_nums: I32
+
+
+class PollingInfoRequestHeader(CommandHeader):
+    """POLLING_INFO (200055): how many pops wait for messages of a topic's queue for a group."""
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+
+
+class PollingInfoResponseHeader(CommandHeader):
+    """Answer to POLLING_INFO."""
+
+    polling_num: I32
 
 
 class NotificationRequestHeader(CommandHeader):
