@@ -9,6 +9,7 @@ answers CONTROLLER_NOT_LEADER (2007) naming the leader when it knows it (ferrymq
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from ferrymq.errors import FerryError, RemoteError
 from ferrymq.rpc.client import RpcClient
@@ -34,9 +35,16 @@ class ControllerLink:
         self.leader: str | None = None
 
     async def call(
-        self, code: int, header: CommandHeader | None = None, body: bytes = b""
+        self,
+        code: int,
+        header: CommandHeader | None = None,
+        body: bytes = b"",
+        *,
+        fields: Mapping[str, str] | None = None,
     ) -> RemotingCommand:
         """Send a request to the leader and return its answer (any code but NOT_LEADER).
+
+        `fields`: the ext fields as they are, instead of a header's.
 
         Raises:
             FerryError: no controller answered, or none of them leads.
@@ -49,9 +57,10 @@ class ControllerLink:
         while candidates and len(tried) < 2 * len(self.addresses) + 1:
             address = candidates.pop(0)
             tried.append(address)
-            request = RemotingCommand(
-                code=code, ext_fields=to_ext_fields(header) if header else {}, body=body
-            )
+            ext_fields = dict(fields) if fields is not None else {}
+            if header is not None:
+                ext_fields = to_ext_fields(header)
+            request = RemotingCommand(code=code, ext_fields=ext_fields, body=body)
             try:
                 response = await self._rpc.call(address, request, self.timeout)
             except FerryError as exc:

@@ -33,6 +33,7 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
+from ferrymq.broker.authsync import AuthSync
 from ferrymq.broker.controller_link import ControllerLink
 from ferrymq.broker.identity import IdentityFiles, RegisterState
 from ferrymq.broker.state import MasterLease
@@ -102,6 +103,7 @@ class ReplicasManager:
         self._heartbeat_now = asyncio.Event()
         self._alter_in_flight = False
         self.topics = TopicSync(broker, self.link)
+        self.auth = AuthSync(broker, self.link)
         broker.on_sync_state_change = self._propose_sync_state_set
         broker.on_role_change = self._role_changed
         broker.on_master = self.topics.reconcile_now
@@ -122,6 +124,7 @@ class ReplicasManager:
             group.create_task(self._heartbeat_loop())
             group.create_task(self._sync_loop())
             group.create_task(self.topics.run())
+            group.create_task(self.auth.run())
 
     async def _try_register(self) -> bool:
         try:
@@ -198,6 +201,7 @@ class ReplicasManager:
         # what the group should hold, before any role (topicsync rule 2); raises to retry
         if await self.topics.fetch() is not None:
             self.broker.state.topic_authority = self.topics
+        await self.auth.fetch()  # the users and ACLs too (authsync.py)
         await self.apply(
             header.master_broker_id, header.master_address, header.master_epoch, members
         )
@@ -418,6 +422,7 @@ class ReplicasManager:
             return
         answer = from_ext_fields(BrokerHeartbeatResponseHeader, response.ext_fields)
         self.topics.heard(answer.topic_version)
+        self.auth.heard(answer.auth_version)
         if answer.master_lease_mills is None:
             return
         self.lease_ms = answer.master_lease_mills

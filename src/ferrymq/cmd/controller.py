@@ -9,7 +9,10 @@ handlers: the controller's answer is returned, the NameServer's refresh is best 
 
 Flags: `--id n1 --peers n1=HOST:PORT,n2=HOST:PORT,n3=HOST:PORT --data-dir DIR --listen HOST:PORT`;
 `--config FILE` is a properties file with the controller policy keys (`controller.config`), and
-each key also has a `--kebab-case` flag (e.g. `--enable-elect-unclean-master true`).
+each key also has a `--kebab-case` flag (e.g. `--enable-elect-unclean-master true`). The file may
+also set ACL 2.0's keys (`security.acl2guard.Acl2Config`: `authenticationEnabled`, ...): the node
+then checks every request against the users the controllers keep, plus its own
+`initAuthenticationUser` while they have no user of that name (docs/security.md).
 """
 
 from __future__ import annotations
@@ -40,6 +43,16 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
+from ferrymq.security.acl2guard import (
+    Acl2Config,
+    Acl2Guard,
+    WithInitUser,
+    acl2_guard,
+    parse_init_user,
+    parse_inner_credentials,
+    split_acl2_keys,
+)
+from ferrymq.security.aclcredentials import install_credentials
 from ferrymq.security.aclguard import AclGuard, acl_guard
 from ferrymq.security.tls import split_tls_keys
 from ferrymq.wire.codes import RequestCode
@@ -85,7 +98,9 @@ class ControllerParts:
         data_dir: Path,
         policy: ControllerConfig,
         raft_config: RaftConfig | None = None,
+        auth: Acl2Config | None = None,
     ) -> None:
+        """`auth`: ACL 2.0's keys (`auth_guard` checks with them; the init user is created)."""
         if controller_id not in peers:
             raise ValueError(
                 f"controller id {controller_id} is not among the peers {sorted(peers)}"
@@ -102,8 +117,13 @@ class ControllerParts:
             raft_config or RaftConfig(),
             self.client,
         )
+        self.auth = auth or Acl2Config()
+        init = self.auth.init_authentication_user
+        self.init_user = parse_init_user(init) if init else None
         self.node = ControllerNode(
-            ControllerNodeConfig(controller_id=controller_id, peers=dict(peers)),
+            ControllerNodeConfig(
+                controller_id=controller_id, peers=dict(peers), init_user=self.init_user
+            ),
             policy,
             self.state_machine,
             self.raft,
@@ -114,6 +134,19 @@ class ControllerParts:
         """Route Raft messages and controller requests on `router`."""
         self.raft.register(router)
         self.node.register(router, heartbeat=heartbeat)
+
+    def auth_guard(self, router: Router, name: str) -> Acl2Guard[Connection, Any] | None:
+        """ACL 2.0 in front of `router` with the kept users (None: authenticationEnabled off)."""
+        state = self.state_machine.state
+        return acl2_guard(
+            router,
+            WithInitUser(lambda: state.auth, self.init_user),
+            authentication=self.auth.authentication_enabled,
+            authorization=self.auth.authorization_enabled,
+            authentication_whitelist=self.auth.authentication_whitelist,
+            authorization_whitelist=self.auth.authorization_whitelist,
+            server_name=name,
+        )
 
     def compose_heartbeat(self, router: Router) -> None:
         """Answer BROKER_HEARTBEAT with the controller, also refreshing the existing handler."""
@@ -158,18 +191,30 @@ class ControllerServer:
         listen: str | None = None,
         raft_config: RaftConfig | None = None,
         acl_file: Path | None = None,
+        auth: Acl2Config | None = None,
     ) -> None:
-        """`acl_file`: ACL 1.0 on this port (`plain_acl.yml`); brokers and peers sign."""
+        """`acl_file`: ACL 1.0 on this port (`plain_acl.yml`); `auth`: ACL 2.0 (not both).
+
+        Raises:
+            ConfigError: both, or a bad ACL 2.0 value.
+        """
         host, port = parse_address(listen or peers[controller_id])
-        self.parts = ControllerParts(controller_id, peers, data_dir, policy, raft_config)
+        self.parts = ControllerParts(controller_id, peers, data_dir, policy, raft_config, auth)
         self.router = Router(f"controller {controller_id}")
         self.parts.register(self.router)
         serve_test_clock(self.router)
+        name = f"controller {controller_id}"
         self.acl: AclGuard[Connection, Any] | None = acl_guard(
-            self.router, acl_file is not None, acl_file, f"controller {controller_id}"
+            self.router, acl_file is not None, acl_file, name
         )
+        self.auth_guard = self.parts.auth_guard(self.router, name)
+        if self.acl is not None and self.auth_guard is not None:
+            raise ConfigError("authenticationEnabled", "ACL 1.0 (--acl-file) or 2.0, not both")
         self.server = RpcServer(
-            self.acl or self.router, host=host, port=port, on_close=self.parts.connection_closed
+            self.acl or self.auth_guard or self.router,
+            host=host,
+            port=port,
+            on_close=self.parts.connection_closed,
         )
 
     @property
@@ -219,8 +264,13 @@ def controller_policy_options(command: Callable[..., Any]) -> Callable[..., Any]
     return command
 
 
-def policy_from(config_file: Path | None, keys: Mapping[str, str | None]) -> ControllerConfig:
+def policy_from(
+    config_file: Path | None, keys: Mapping[str, str | None], *, auth_keys: bool = False
+) -> ControllerConfig:
     """The policy from a properties file and `policy__KEY` flags (flags win).
+
+    `auth_keys`: the caller reads ACL 2.0's keys itself (`auth_from`); otherwise a file that
+    turns them on is refused (they fail closed).
 
     Raises:
         ConfigError: a bad value, or a file that cannot be read.
@@ -234,11 +284,28 @@ def policy_from(config_file: Path | None, keys: Mapping[str, str | None]) -> Con
         except UnicodeDecodeError:
             raise ConfigError(str(config_file), "not UTF-8") from None
     values = split_tls_keys(values)[1]  # the process's TLS: `install_tls`
+    if auth_keys:
+        values = split_acl2_keys(values)[1]  # `auth_from`
     values.update({k.removeprefix("policy__"): v for k, v in keys.items() if v is not None})
     policy, ignored = build_config(ControllerConfig, values)
     for key in ignored:
         log.warning("config key %s is not a controller key; ignored", key)
     return policy
+
+
+def auth_from(values: Mapping[str, str]) -> Acl2Config:
+    """ACL 2.0's keys of a controller's properties; installs its inner credentials.
+
+    `innerClientAuthenticationCredentials` become the process's: this node's Raft messages,
+    pushes and seals sign with them (default: FERRY_ACCESS_KEY / FERRY_SECRET_KEY).
+
+    Raises:
+        ConfigError: a bad value.
+    """
+    auth = Acl2Config.of(split_acl2_keys(values)[0])
+    if auth.inner_client_authentication_credentials:
+        install_credentials(parse_inner_credentials(auth.inner_client_authentication_credentials))
+    return auth
 
 
 @click.command("controller", context_settings={"max_content_width": 100})
@@ -310,7 +377,10 @@ def controller_command(
         fail(f"--config {config_file}: {exc}")
     install_tls(file_values, keys)
     try:
-        policy = policy_from(config_file, keys)
+        policy = policy_from(config_file, keys, auth_keys=True)
+        auth = auth_from(file_values)
+        if auth.authentication_enabled and acl_file is not None:
+            raise ConfigError("authenticationEnabled", "ACL 1.0 (--acl-file) or 2.0, not both")
     except ConfigError as exc:
         fail(str(exc))
 
@@ -323,6 +393,7 @@ def controller_command(
             listen=listen,
             raft_config=RaftConfig(snapshot_interval=snapshot_interval),
             acl_file=acl_file,
+            auth=auth,
         )
         parts = server.parts
         async with (
