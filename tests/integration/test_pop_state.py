@@ -84,7 +84,7 @@ async def test_an_online_offset_reset_moves_the_pop_position_and_drops_what_is_i
 ) -> None:
     """`ferry admin offset reset-by-time` on a POP group (no heartbeat, so never 'online' to the
     old check): served by the broker, the pop starts again at the reset offset, backwards
-    too, and the handles of messages in flight before it are stale."""
+    too (after a restart as well), and the handles of messages in flight before it are stale."""
     await create_topic(client, cluster.broker.address, "PopRS", queues=1)
     await _send(cluster, "PopRS", 6)
     async with SimpleConsumer(cluster.namesrv_addr, "GRS") as consumer:
@@ -98,6 +98,10 @@ async def test_an_online_offset_reset_moves_the_pop_position_and_drops_what_is_i
             "offsets": [{"brokerName": "broker-a", "queueId": 0, "offset": 0}],
         }
         assert cluster.broker.state.pop.in_flight_count(("GRS", "PopRS", 0)) == 0
+        broker = await cluster.restart_broker(0)  # the reset is in the metadata log
+        consumer.routes.invalidate("PopRS")
+        assert broker.state.pop.position(("GRS", "PopRS", 0)) == 0
+        assert broker.state.pop.in_flight_count(("GRS", "PopRS", 0)) == 0
         with pytest.raises(RemoteError) as stale:
             await consumer.ack(got[2])
         assert stale.value.code == ResponseCode.NO_MESSAGE
