@@ -21,7 +21,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from ferrymq.broker.pop import Acked, PopEvent, Popped, PopState, QueueKey
+from ferrymq.broker.pop import Acked, PopEvent, Popped, PopState, QueueKey, Reset
 
 GROUP = "G"
 TOPIC = "T"
@@ -245,3 +245,25 @@ def test_an_orderly_message_is_not_delivered_again_within_the_millisecond_of_its
     assert (change.pop_time_ms, change.invisible_until_ms) == (15, 15)
     assert state.redeliveries(key, 15) == []
     assert state.redeliveries(key, 16) == [0]
+
+
+def test_a_reset_moves_the_position_back_and_makes_in_flight_handles_stale() -> None:
+    """Rule 6: an admin reset; replaying the log after a snapshot gives the same state."""
+    state = PopState()
+    log: list[PopEvent] = []
+    state.listener = log.append
+    key = (GROUP, TOPIC, 0)
+    state.apply(Popped(GROUP, TOPIC, 0, [0, 1, 2], 10, 100, 3))
+    state.apply(Acked(GROUP, TOPIC, 0, [0]))
+    snapshot, length = state.snapshot(), len(log)
+    state.apply(Reset(GROUP, TOPIC, 0, 1))
+    assert (state.position(key), state.in_flight_count(key)) == (1, 0)
+    assert state.committed_offset(key) == 1
+    assert state.decide_ack(key, [(1, 10)]) is None  # popped before the reset: stale
+    state.apply(Popped(GROUP, TOPIC, 0, [1], 20, 120, 2))
+    assert state.attempt(key, 1) == 1  # a delivery anew
+    fresh = PopState()
+    fresh.replace_all(snapshot)
+    for event in log[length:]:
+        fresh.apply(event)
+    assert fresh.snapshot() == state.snapshot()
