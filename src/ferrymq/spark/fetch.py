@@ -33,6 +33,7 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import ColumnPull, PullConsumer, PullStatus
 from ferrymq.errors import ConnectError, FerryError, RemoteError, TopicNotFoundError
 from ferrymq.model import MessageQueue
+from ferrymq.spark.clienttls import made_with
 from ferrymq.spark.options import (
     EARLIEST,
     LATEST,
@@ -96,7 +97,9 @@ async def list_queues(
     elif options.subscribe:
         topics = sorted(options.subscribe)
     else:
-        async with AdminClient(options.servers, credentials=options.credentials) as admin:
+        async with made_with(
+            options.tls, lambda: AdminClient(options.servers, credentials=options.credentials)
+        ) as admin:
             topics = sorted(t for t in await admin.topics() if options.topic_filter(t))
     result: dict[str, list[MessageQueue]] = {}
     for topic in topics:

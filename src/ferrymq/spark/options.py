@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -79,6 +80,7 @@ __all__ = [
     "QueueRef",
     "ReadOptions",
     "TimeSpec",
+    "TlsOption",
     "WriteOptions",
     "parse_read_options",
     "parse_write_options",
@@ -112,6 +114,8 @@ _BOTH: Final = frozenset(
         "failovertimeoutms",
         "accesskey",
         "secretkey",
+        "tls",
+        "tlstrustcertpath",
     }
 )
 _READ_ONLY: Final = {
@@ -300,6 +304,8 @@ class ReadOptions:
     """How long a request is retried across a failover."""
     credentials: Credentials | None = None
     """`accessKey`/`secretKey`: every request is signed (ACL 1.0); the repr hides the secret."""
+    tls: TlsOption | None = None
+    """`tls` / `tlsTrustCertPath` (None: the process's TLS, `FERRYMQ_TLS`)."""
     legacy_offsets: LegacyOffsets = LegacyOffsets.AUTO
     """How checkpoint offsets of the old positional layout are read."""
     initial: Offsets | None = None
@@ -339,6 +345,39 @@ class WriteOptions:
     """How long a prepare or commit is retried across a failover."""
     credentials: Credentials | None = None
     """`accessKey`/`secretKey`: every request is signed (ACL 1.0); the repr hides the secret."""
+    tls: TlsOption | None = None
+    """`tls` / `tlsTrustCertPath` (None: the process's TLS, `FERRYMQ_TLS`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsOption:
+    """`tls` (true/false) and `tlsTrustCertPath`: the clients' TLS.
+
+    As the SDK's `tls.enable` and `tls.client.trustCertPath` (the CA's PEM file; without it, the
+    system's CAs).
+    """
+
+    enable: bool
+    trust_cert_path: str | None = None
+
+
+def _tls(options: Mapping[str, str]) -> TlsOption | None:
+    """`tls` and `tlsTrustCertPath`; None when neither is given (the process's TLS applies)."""
+    if "tls" not in options and "tlstrustcertpath" not in options:
+        return None
+    enable = _bool(options, "tls", False)
+    trust = options.get("tlstrustcertpath")
+    if trust is None:
+        return TlsOption(enable)
+    if not enable:
+        raise OptionError("tlsTrustCertPath", "is read only with tls=true")
+    try:
+        ssl.create_default_context(cafile=trust)
+    except (OSError, ssl.SSLError) as exc:
+        raise OptionError(
+            "tlsTrustCertPath", f"{trust!r} is not a readable PEM CA file: {exc}"
+        ) from None
+    return TlsOption(enable, trust)
 
 
 def _credentials(options: Mapping[str, str]) -> Credentials | None:
@@ -649,6 +688,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool | None) -> Rea
         fetch_max_bytes=_positive(options, "fetchMaxBytes") or 4 * 1024 * 1024,
         failover_timeout_s=_failover_timeout(options),
         credentials=_credentials(options),
+        tls=_tls(options),
         legacy_offsets=_legacy(options),
         initial=_initial(options.get("initialoffsets")),
         starting_time=_time_spec(options, "startingTimestamp", "startingOffsetsByTimestamp"),
@@ -699,4 +739,5 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
         generation=_generation(options),
         failover_timeout_s=_failover_timeout(options),
         credentials=_credentials(options),
+        tls=_tls(options),
     )

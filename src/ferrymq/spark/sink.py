@@ -76,6 +76,7 @@ from pyspark.sql.types import StructType
 from ferrymq.client.sink import SinkClient, SinkFencedError
 from ferrymq.errors import FerryError, RemoteError
 from ferrymq.model import MessageQueue, validate_topic
+from ferrymq.spark.clienttls import made_with
 from ferrymq.spark.options import OptionError, WriteOptions
 from ferrymq.spark.plan import (
     check_group_codes,
@@ -219,11 +220,15 @@ class _Stager:
 
     def run(self, batches: Iterator[Any]) -> FerryCommit:
         with asyncio.Runner() as runner, retryable("preparing a task's rows"):
-            client = SinkClient(
-                self.options.servers,
-                group=self.options.group,
-                retry_for=self.options.failover_timeout_s,
-                credentials=self.options.credentials,
+            options = self.options
+            client = made_with(
+                options.tls,
+                lambda: SinkClient(
+                    options.servers,
+                    group=options.group,
+                    retry_for=options.failover_timeout_s,
+                    credentials=options.credentials,
+                ),
             )
             try:
                 for batch in batches:
@@ -383,11 +388,14 @@ async def _commit(
     fence_id: str | None,
     positions: Positions,
 ) -> int:
-    async with SinkClient(
-        options.servers,
-        group=options.group,
-        retry_for=options.failover_timeout_s,
-        credentials=options.credentials,
+    async with made_with(
+        options.tls,
+        lambda: SinkClient(
+            options.servers,
+            group=options.group,
+            retry_for=options.failover_timeout_s,
+            credentials=options.credentials,
+        ),
     ) as client:
         coordinator = await client.coordinator(options.topic)
         winner = await client.decide(
@@ -449,11 +457,14 @@ async def start_sink(
     if sink_id is None or generation is None:
         raise OptionError("sinkId", "a sink owner needs both sinkId and generation")
     with retryable(f"starting sink {sink_id}"):
-        async with SinkClient(
-            options.servers,
-            group=options.group,
-            retry_for=options.failover_timeout_s,
-            credentials=options.credentials,
+        async with made_with(
+            options.tls,
+            lambda: SinkClient(
+                options.servers,
+                group=options.group,
+                retry_for=options.failover_timeout_s,
+                credentials=options.credentials,
+            ),
         ) as client:
             coordinator = await client.coordinator(options.topic)
             try:

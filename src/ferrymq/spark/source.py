@@ -60,6 +60,7 @@ from pyspark.sql.types import StructType
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.errors import TopicNotFoundError
 from ferrymq.rpc.loop import new_event_loop
+from ferrymq.spark.clienttls import made_with
 from ferrymq.spark.fetch import (
     QueueTimes,
     apply_times,
@@ -196,7 +197,10 @@ def read_partition(
     # a bare loop, not asyncio.Runner: Runner.run installs a SIGINT handler on every call, and
     # getting the old one back reprs the running task (milliseconds, measured per call)
     loop = new_event_loop()
-    consumer = PullConsumer(options.servers, options.group, credentials=options.credentials)
+    consumer = made_with(
+        options.tls,
+        lambda: PullConsumer(options.servers, options.group, credentials=options.credentials),
+    )
     chunks = read_range(
         consumer,
         queue_range,
@@ -251,8 +255,11 @@ class FerryQueues:
         """The covered queues' (min, max) offsets now (retried across a failover)."""
 
         async def attempt() -> Bounds:
-            async with PullConsumer(
-                options.servers, options.group, credentials=options.credentials
+            async with made_with(
+                options.tls,
+                lambda: PullConsumer(
+                    options.servers, options.group, credentials=options.credentials
+                ),
             ) as consumer:
                 listing = await list_queues(consumer, options, start=start)
                 return await queue_bounds(consumer, listing)
@@ -268,8 +275,11 @@ class FerryQueues:
 
         async def attempt() -> dict[str, list[QueueKey]]:
             found: dict[str, list[QueueKey]] = {}
-            async with PullConsumer(
-                options.servers, options.group, credentials=options.credentials
+            async with made_with(
+                options.tls,
+                lambda: PullConsumer(
+                    options.servers, options.group, credentials=options.credentials
+                ),
             ) as consumer:
                 for topic in topics:
                     try:
@@ -293,8 +303,11 @@ class FerryQueues:
         """Each queue's first offset stored at or after its time (retried across a failover)."""
 
         async def attempt() -> QueueTimes:
-            async with PullConsumer(
-                options.servers, options.group, credentials=options.credentials
+            async with made_with(
+                options.tls,
+                lambda: PullConsumer(
+                    options.servers, options.group, credentials=options.credentials
+                ),
             ) as consumer:
                 return await offsets_for_times(consumer, times)
 
