@@ -28,6 +28,8 @@ from ferrymq.security.acl2guard import Acl2Config, Acl2Guard
 from ferrymq.security.aclcredentials import install_credentials
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import to_ext_fields
+from ferrymq.wire.namesrv import GetRouteInfoRequestHeader
 
 from .remoting import create_topic, send
 
@@ -130,6 +132,11 @@ async def _admin(rpc: RpcClient, addr: str, code: int, body: object, **fields: s
     assert response.code == ResponseCode.SUCCESS, response.remark
 
 
+def _route(topic: str) -> RemotingCommand:
+    header = to_ext_fields(GetRouteInfoRequestHeader(topic=topic))
+    return RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields=header)
+
+
 def _leader(nodes: dict[str, _Node]) -> _Node | None:
     serving = [n for n in nodes.values() if n.parts is not None and n.parts.node.is_serving]
     return serving[0] if len(serving) == 1 else None
@@ -147,7 +154,16 @@ async def test_users_made_through_one_group_are_enforced_by_another_and_outlive_
                 stack.push_async_callback(node.stop)
                 await node.start(peers)
             await _until(lambda: _leader(nodes) is not None, "a controller leader")
-            namesrv = NameServer(NamesrvConfig(listen_port=0, scan_interval=0.2))
+            namesrv = NameServer(
+                NamesrvConfig(
+                    listen_port=0,
+                    scan_interval=0.2,
+                    authentication_enabled=True,
+                    authorization_enabled=True,
+                    init_authentication_user=AUTH.init_authentication_user,
+                    controller_addr=";".join(peers.values()),
+                )
+            )
             await namesrv.start()
             stack.push_async_callback(namesrv.close)
             brokers = {}
@@ -187,6 +203,10 @@ async def test_users_made_through_one_group_are_enforced_by_another_and_outlive_
                 assert (await send(alice, b, "open", b"hi")).code == ResponseCode.SUCCESS
                 refused = await send(alice, b, "secret", b"hi")
                 assert refused.code == ResponseCode.NO_PERMISSION, refused.remark
+                pulled = namesrv.auth
+                await _until(lambda: "alice" in pulled.state.users, "the NameServer pulled alice")
+                route = await alice.call(namesrv.address, _route("open"), 5)
+                assert route.code == ResponseCode.SUCCESS, route.remark
 
                 old = _leader(nodes)
                 assert old is not None
@@ -217,5 +237,8 @@ async def test_users_made_through_one_group_are_enforced_by_another_and_outlive_
                     metadata = RemotingCommand(code=RequestCode.CONTROLLER_GET_METADATA_INFO)
                     answer = await unsigned.call(address, metadata, 5)
                     assert answer.code == ResponseCode.NO_PERMISSION, answer.remark
+                answer = await unsigned.call(namesrv.address, _route("open"), 5)
+                assert answer.code == ResponseCode.NO_PERMISSION, answer.remark
+            assert namesrv.routes.route_of("open") is not None  # brokers registered, as root
     finally:
         install_credentials(None)

@@ -45,11 +45,16 @@ class _Configured(Protocol):
 
 
 def properties_text(config: object) -> str:
-    """Every key of a config dataclass as sorted `key=value` lines (`MixAll.properties2String`)."""
+    """Every key of a config dataclass as sorted `key=value` lines (`MixAll.properties2String`).
+
+    A field declared `repr=False` is a secret: its value shows as `******`.
+    """
     lines = []
     for key, found in sorted(config_keys(type(config)).items()):
         value = getattr(config, found.name)
         text = "" if value is None else getattr(value, "value", value)
+        if not found.repr and text:  # a secret (initAuthenticationUser): never shown
+            text = "******"
         if isinstance(text, bool):
             text = "true" if text else "false"
         lines.append(f"{key}={text}")

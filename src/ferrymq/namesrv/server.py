@@ -8,6 +8,9 @@ wiped group stays read-only in routes until added back or this NameServer restar
 in memory, as RocketMQ's). A broker whose connection drops leaves the routes at
 once; one that stops registering leaves them after its timeout (`broker_timeout`, 30 s by
 default against RocketMQ's 120 s).
+
+ACL 1.0 (`aclEnable`) or ACL 2.0 (`authenticationEnabled`, `namesrv/auth.py`: the controllers'
+users and this NameServer's init user) guards every request.
 """
 
 from __future__ import annotations
@@ -16,18 +19,27 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 from ferrymq import clock as process_clock
+from ferrymq.config import ConfigError
 from ferrymq.errors import RequestError
 from ferrymq.namesrv.admin import NamesrvAdmin
+from ferrymq.namesrv.auth import AuthPull
 from ferrymq.namesrv.routes import RouteTable
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.rpc.testclock import serve_test_clock
+from ferrymq.security.acl2guard import (
+    Acl2Guard,
+    AuthStore,
+    WithInitUser,
+    acl2_guard,
+    parse_init_user,
+)
 from ferrymq.security.aclguard import AclGuard, acl_guard
 from ferrymq.wire.bodies import DataVersion, TopicList, decode_register_body, encode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
@@ -69,6 +81,18 @@ class NamesrvConfig:
     """ACL 1.0 (issue 23): every request is checked against `aclFile` (docs/security.md)."""
     acl_file: Path | None = None
     """The `plain_acl.yml` of `aclEnable`; reloaded within a second of a change."""
+    authentication_enabled: bool = False
+    """ACL 2.0 (issue 23): every request is signed by a user (`namesrv/auth.py`: which)."""
+    authorization_enabled: bool = False
+    """ACL 2.0: a Normal user may do only what its ACL allows (no admin or internal code)."""
+    init_authentication_user: str = field(default="", repr=False)
+    """JSON `{"username": ..., "password": ...}`: a Super user this NameServer knows."""
+    authentication_whitelist: str = ""
+    """Request codes (comma-separated) that skip authentication."""
+    authorization_whitelist: str = ""
+    """Request codes (comma-separated) that skip authorization."""
+    controller_addr: str = ""
+    """ACL 2.0: controllers (`;`-separated) whose users and ACLs this NameServer checks."""
 
 
 def _ok(
@@ -95,8 +119,25 @@ class NameServer:
         self.acl: AclGuard[Connection, Any] | None = acl_guard(
             self.router, config.acl_enable, config.acl_file, "NameServer"
         )
+        self.auth = AuthStore()
+        """ACL 2.0: the controllers' users and ACLs (`namesrv/auth.py`)."""
+        init = config.init_authentication_user
+        self.auth_guard: Acl2Guard[Connection, Any] | None = acl2_guard(
+            self.router,
+            WithInitUser(lambda: self.auth.state, parse_init_user(init) if init else None),
+            authentication=config.authentication_enabled,
+            authorization=config.authorization_enabled,
+            authentication_whitelist=config.authentication_whitelist,
+            authorization_whitelist=config.authorization_whitelist,
+            server_name="NameServer",
+        )
+        if self.acl is not None and self.auth_guard is not None:
+            raise ConfigError("authenticationEnabled", "ACL 1.0 (aclEnable) or 2.0, not both")
+        controllers = [a.strip() for a in config.controller_addr.split(";") if a.strip()]
+        self.auth_pull = AuthPull(controllers, self.auth) if controllers else None
+        self._auth_task: asyncio.Task[None] | None = None
         self._server = RpcServer(
-            self.acl or self.router,
+            self.acl or self.auth_guard or self.router,
             host=config.listen_host,
             port=config.listen_port,
             on_close=self._connection_closed,
@@ -133,14 +174,17 @@ class NameServer:
         """Listen and start expiring silent brokers."""
         await self._server.start()
         self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        if self.auth_pull is not None and self.auth_guard is not None:
+            self._auth_task = asyncio.get_running_loop().create_task(self.auth_pull.run())
         log.info("NameServer listening on %s", self.address)
 
     async def close(self) -> None:
         """Stop serving."""
-        if self._expiry is not None:
-            self._expiry.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
+        for task in (self._expiry, self._auth_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self._server.close()
 
     async def __aenter__(self) -> Self:

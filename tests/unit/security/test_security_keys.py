@@ -11,8 +11,15 @@ from ferrymq.config import SECURITY_KEYS, ConfigError, build_config, config_keys
 from ferrymq.connect.config import WorkerConfig
 from ferrymq.controller.config import ControllerConfig
 from ferrymq.namesrv.server import NamesrvConfig
+from ferrymq.security.acl2guard import Acl2Config
 
-CONFIGS: list[type[Any]] = [BrokerConfig, NamesrvConfig, ControllerConfig, WorkerConfig]
+CONFIGS: list[type[Any]] = [
+    BrokerConfig,
+    NamesrvConfig,
+    ControllerConfig,
+    Acl2Config,  # a controller's ACL 2.0 keys (`ferry controller --config`)
+    WorkerConfig,
+]
 
 ON_VALUES = {
     "tls.server.mode": "enforcing",
