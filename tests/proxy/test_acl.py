@@ -26,6 +26,7 @@ import pytest
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.errors import FerryError, SendFailedError
+from ferrymq.proxy.metrics import collect
 from ferrymq.proxy.remoting import RemotingRelay
 from ferrymq.proxy.server import GrpcEndpoint
 from ferrymq.proxy.stubs import SERVICE, V2, load
@@ -128,6 +129,19 @@ async def test_both_ports_refuse_unsigned_wrong_and_denied_calls_and_serve_the_r
             )
             call = telemetry(iter(()), timeout=10)  # unsigned: refused before any settings
             assert [c.status.code async for c in call] == [40100]
+            assert endpoint.service is not None
+            samples = "".join(  # what /metrics shows: refusals by status, no key or secret
+                f"{m.name} {s.labels} {s.value}\n"
+                for m in collect(endpoint.service.stats)
+                for s in m.samples
+            )
+            calls = endpoint.service.stats.calls
+            assert calls[("SendMessage", "UNAUTHORIZED")] == 2
+            assert (
+                calls[("SendMessage", "FORBIDDEN")] == calls[("ReceiveMessage", "FORBIDDEN")] == 1
+            )
+            assert "client-v5" not in samples
+            assert "secret" not in samples
 
             # remoting: the 4.x client's ACL 1.0 signature, checked as a broker checks it
             client = Credentials("client-v5", "client-secret")
