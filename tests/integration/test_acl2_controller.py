@@ -182,12 +182,13 @@ async def test_users_made_through_one_group_are_enforced_by_another_and_outlive_
             for topic in ("open", "secret"):
                 for address in (a, b):  # each asks the controller to place it on its group
                     await create_topic(root_rpc, address, topic)
-            await _admin(
-                root_rpc,
-                a,
-                RequestCode.AUTH_CREATE_USER,
-                {"username": "alice", "password": "alice-pw"},
-            )
+            for address in (a, b):  # as the CLI does: once per group; b's is already so
+                await _admin(
+                    root_rpc,
+                    address,
+                    RequestCode.AUTH_CREATE_USER,
+                    {"username": "alice", "password": "alice-pw"},
+                )
             await _admin(
                 root_rpc,
                 a,

@@ -37,9 +37,17 @@ def test_changes_replicate_as_versioned_events_and_survive_a_snapshot() -> None:
     acl = _decide(state, RequestCode.AUTH_CREATE_ACL, ACL)
     assert state.apply_events(3, list(acl.events)) == (True,)
     assert state.auth_version == 2
-    again = _decide(state, RequestCode.AUTH_CREATE_USER, ALICE)
-    assert again.code == ResponseCode.INVALID_PARAMETER
-    assert not again.events
+    for code, body, fields in (  # already so: the CLI sends a change once per group (rule 4)
+        (RequestCode.AUTH_CREATE_USER, ALICE, {}),
+        (RequestCode.AUTH_CREATE_ACL, ACL, {}),
+        (RequestCode.AUTH_DELETE_USER, b"", {"username": "bob"}),
+        (RequestCode.AUTH_DELETE_ACL, b"", {"subject": "User:bob"}),
+    ):
+        same = _decide(state, code, body, **fields)
+        assert (same.code, same.events) == (ResponseCode.SUCCESS, ()), code
+    other = _decide(state, RequestCode.AUTH_CREATE_USER, b'{"username":"alice","password":"x"}')
+    assert other.code == ResponseCode.INVALID_PARAMETER
+    assert not other.events
     restored = ControllerState()
     restored.restore(state.snapshot())
     assert (restored.auth, restored.auth_version) == (state.auth, 2)
