@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from ferrymq.testing import LocalCluster
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 
+from ..system.procs import start
 from . import raw
 
 ACL = """
@@ -227,3 +229,38 @@ async def test_official_5x_client_with_credentials_through_ferry_proxy(
     assert re.search(r"refused FORBIDDEN \(\d+ so far\): No permission for topic Secret", text)
     assert "client-secret" not in text  # ... and no secret
     assert "bad-secret" not in text
+
+
+async def test_a_broker_with_enable_proxy_and_acl_checks_its_endpoints_clients(
+    tmp_path: Path,
+) -> None:
+    """enableProxy with aclEnable (refused before): the in-broker endpoint takes the broker's
+    aclFile, so it is no open door (a `ferry broker` process, its NameServer in this loop)."""
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(ACL)
+    v2 = load()
+    async with LocalCluster(tmp_path / "c", brokers=0) as cluster:
+        args = ["broker", "--listen", "127.0.0.1:0", "--namesrv", cluster.namesrv_addr]
+        args += ["--store-dir", str(tmp_path / "store"), "--enable-proxy", "true"]
+        args += ["--grpc-server-port", "0", "--remoting-listen-port", "0"]
+        args += ["--acl-enable", "true", "--acl-file", str(acl_file)]
+        env = {"FERRY_ACCESS_KEY": "proxy-admin", "FERRY_SECRET_KEY": "admin-secret"}
+        broker = await asyncio.to_thread(start, args, tmp_path, "broker", 60.0, env)
+        try:
+            async with AdminClient(cluster.namesrv_addr, credentials=ADMIN) as admin:
+                await admin.create_topic("AclTopic", queues=1)
+            address = str(broker.info["proxy"])
+            async with asyncio.timeout(60), grpc.aio.insecure_channel(address) as channel:
+                send = raw.rpc(channel, v2, "SendMessage")
+                unsigned = await send(_send(v2, "AclTopic"), timeout=10)
+                assert unsigned.status.code == 40100, unsigned.status
+                right = _signed("client-v5", "client-secret")
+                deadline = time.monotonic() + 30
+                while True:  # the topic reaches the NameServer with the next registration
+                    ok = await send(_send(v2, "AclTopic"), metadata=right, timeout=10)
+                    if ok.status.code == v2.code("OK") or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.2)
+                assert ok.status.code == v2.code("OK"), ok.status
+        finally:
+            await asyncio.to_thread(broker.stop)
