@@ -59,7 +59,8 @@ SECURITY_KEYS: Final[Mapping[str, typing.Callable[[str], bool]]] = types.Mapping
         # ACL 2.0 (auth/config/AuthConfig.java), on broker, NameServer, controller and proxy;
         # honoured on brokers (BrokerConfig fields): authenticationEnabled,
         # authorizationEnabled, initAuthenticationUser, the two whitelists and
-        # innerClientAuthenticationCredentials
+        # innerClientAuthenticationCredentials; NameServers (NamesrvConfig) all but the
+        # last; standalone controllers all six (security.acl2guard.Acl2Config)
         "authenticationEnabled": _is_true,
         "authorizationEnabled": _is_true,
         "migrateAuthFromV1Enabled": _is_true,
