@@ -2,6 +2,7 @@ import json
 
 from ferrymq.security.acl2 import AuthState, User, UserPut, UserType, apply
 from ferrymq.security.acl2admin import decide_admin
+from ferrymq.security.acl2guard import AuthStore, WithInitUser
 from ferrymq.wire.codes import RequestCode as R
 from ferrymq.wire.codes import ResponseCode
 
@@ -46,3 +47,22 @@ def test_reads_answer_without_a_password() -> None:
     assert b"alice-pw" not in decide_admin(state, R.AUTH_GET_USER, {"username": "alice"}, b"").body
     missing = decide_admin(state, R.AUTH_GET_ACL, {"subject": "User:alice"}, b"")
     assert missing.code == ResponseCode.INVALID_PARAMETER
+
+
+def test_an_init_user_counts_only_until_the_kept_users_have_one_of_its_name() -> None:
+    kept = AuthState()
+    init = User("root", "init-pw", UserType.SUPER)
+    source = WithInitUser(lambda: kept, init)
+    assert source.state.users == {"root": init}  # a fresh controller: nothing replicated yet
+    kept = apply(kept, UserPut(User("root", "changed-pw", UserType.SUPER)))
+    assert source.state.users["root"].password == "changed-pw"  # the kept one decides
+
+
+def test_a_store_kept_by_controllers_ignores_what_the_metadata_log_replays() -> None:
+    store = AuthStore()
+    store.apply(UserPut(User("local", "pw")))  # classic mode: the metadata log's events
+    assert store.take(_state(), 3)
+    assert not store.take(AuthState(), 2)  # an older answer
+    store.apply(UserPut(User("late", "pw")))
+    store.replace_all(AuthState())
+    assert set(store.state.users) == {"alice"}
