@@ -2,7 +2,8 @@
 
 A user created on the controllers outlives a kill -9 of the leader: the restarted node (its
 Raft log on disk, then caught up) authenticates her; unsigned or wrongly signed requests are
-refused NO_PERMISSION by every node; the peers' Raft messages sign as the inner user.
+refused NO_PERMISSION by every node, as is a Normal user's read of every password (even with
+authorization off); the peers' Raft messages sign as the inner user.
 """
 
 import asyncio
@@ -92,6 +93,8 @@ async def test_users_outlive_a_leader_kill_and_strangers_are_refused(tmp_path: P
                 return answer.code == ResponseCode.SUCCESS
 
             await _until(knows_alice, "the restarted node authenticating alice")
+            secrets = await _code(alice, addrs[leader[0]], RequestCode.CONTROLLER_GET_AUTH)
+            assert secrets.code == ResponseCode.NO_PERMISSION, "every password, to a Normal user"
             listed = await _code(root, addrs[leader[0]], RequestCode.AUTH_LIST_USER)
             assert {u["username"] for u in json.loads(listed.body)} == {"alice", "root"}
         async with RpcClient() as unsigned, RpcClient(credentials=Credentials("alice", "x")) as bad:

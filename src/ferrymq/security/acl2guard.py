@@ -7,7 +7,8 @@ slaves apply the same events in the same order. `Acl2Guard` checks every request
 it may do: a Super user anything; others the Pub / Sub their policies allow on the topics and
 groups the request names (`aclcodes.resources`; a group as `Group:name`), and no admin or
 internal request code (ferrymq maps those to Super users only, where RocketMQ 5.3 maps each to
-CREATE/UPDATE/DELETE/GET/LIST on a resource). Codes in a whitelist skip that step.
+CREATE/UPDATE/DELETE/GET/LIST on a resource). Codes in a whitelist skip that step, except
+`CARRIES_PASSWORDS` (the controllers' users for a broker), which always needs a Super user.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ from ferrymq.security.acl2 import (
 )
 from ferrymq.security.aclcodes import Kind, kind_of, resources
 from ferrymq.security.aclguard import C, R, RefusingGuard, peer_host
+from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
 
 __all__ = [
     "ACL2_KEYS",
+    "CARRIES_PASSWORDS",
     "Acl2Config",
     "Acl2Guard",
     "AuthSource",
@@ -93,6 +96,11 @@ def split_acl2_keys(values: Mapping[str, str]) -> tuple[dict[str, str], dict[str
     """(the `Acl2Config` keys, every other key) of a properties file's values."""
     mine = {k: v for k, v in values.items() if k in ACL2_KEYS}
     return mine, {k: v for k, v in values.items() if k not in ACL2_KEYS}
+
+
+CARRIES_PASSWORDS: Final = frozenset({RequestCode.CONTROLLER_GET_AUTH})
+"""Codes whose answer holds every password: a Super user's only, whatever the whitelists and
+`authorizationEnabled` say."""
 
 
 class AuthSource(Protocol):
@@ -257,13 +265,16 @@ class Acl2Guard(RefusingGuard[C, R]):
     def check(self, conn: C, request: RemotingCommand) -> str | None:
         """None if `request` may run, else why not (the NO_PERMISSION remark)."""
         code = request.code
-        if code in self.authentication_whitelist:
+        secret = code in CARRIES_PASSWORDS
+        if code in self.authentication_whitelist and not secret:
             return None
         state = self.store.state
         user, error = authenticate(state, request.ext_fields, request.body, request.version)
         if error is not None:
             return error
         assert user is not None
+        if secret and user.user_type is not UserType.SUPER:
+            return f"request code={code} answers every password; User:{user.username} is not Super"
         if not self.authorization or code in self.authorization_whitelist:
             return None
         return self._authorize(state, user, conn, request)
