@@ -126,6 +126,24 @@ def config_keys(config_type: type[Any]) -> dict[str, dataclasses.Field[Any]]:
     return {rocketmq_key(f.name): f for f in dataclasses.fields(config_type)}
 
 
+def properties_text(config: object) -> str:
+    """Every key of a config dataclass as sorted `key=value` lines (`MixAll.properties2String`).
+
+    A field declared `repr=False` is a secret (initAuthenticationUser,
+    innerClientAuthenticationCredentials): a set value shows as `******`, never in clear.
+    """
+    lines = []
+    for key, found in sorted(config_keys(type(config)).items()):
+        value = getattr(config, found.name)
+        text = "" if value is None else getattr(value, "value", value)
+        if not found.repr and text:
+            text = "******"
+        if isinstance(text, bool):
+            text = "true" if text else "false"
+        lines.append(f"{key}={text}")
+    return "\n".join(lines) + "\n"
+
+
 def parse_properties(text: str, source: str = "config") -> dict[str, str]:
     """Parse `java.util.Properties` text: `key=value` or `key: value`, `#`/`!` comments.
 

@@ -182,6 +182,10 @@ async def test_users_made_through_one_group_are_enforced_by_another_and_outlive_
             for topic in ("open", "secret"):
                 for address in (a, b):  # each asks the controller to place it on its group
                     await create_topic(root_rpc, address, topic)
+            shown = await root_rpc.call(a, RemotingCommand(code=RequestCode.GET_BROKER_CONFIG), 5)
+            assert shown.code == ResponseCode.SUCCESS, shown.remark
+            assert b"\ninitAuthenticationUser=******\n" in shown.body  # a secret, never shown
+            assert b"root-pw" not in shown.body
             for address in (a, b):  # as the CLI does: once per group; b's is already so
                 await _admin(
                     root_rpc,

@@ -38,7 +38,13 @@ from ferrymq.broker.fence import FENCED_ATTRIBUTE
 from ferrymq.broker.metadata import GroupConfig, GroupFile
 from ferrymq.broker.popservice import reset_pop_offsets
 from ferrymq.broker.state import BrokerState
-from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
+from ferrymq.config import (
+    ConfigError,
+    build_config,
+    config_keys,
+    parse_properties,
+    properties_text,
+)
 from ferrymq.errors import FerryError, InvalidNameError, RequestError
 from ferrymq.metrics.stats import StatsTable
 from ferrymq.model import validate_group, validate_topic
@@ -405,17 +411,6 @@ async def get_runtime_info(
     return _ok(request, encode_body(KVTable(table)))
 
 
-def _properties_text(state: BrokerState) -> str:
-    lines = []
-    for key, found in sorted(config_keys(type(state.config)).items()):
-        value = getattr(state.config, found.name)
-        text = "" if value is None else getattr(value, "value", value)
-        if isinstance(text, bool):
-            text = "true" if text else "false"
-        lines.append(f"{key}={text}")
-    return "\n".join(lines) + "\n"
-
-
 async def delete_expired_commit_log(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
@@ -432,8 +427,8 @@ async def delete_expired_commit_log(
 async def get_broker_config(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
-    """GET_BROKER_CONFIG (26): every key as `key=value` lines."""
-    return _ok(request, _properties_text(state).encode())
+    """GET_BROKER_CONFIG (26): every key as `key=value` lines, secrets as `******`."""
+    return _ok(request, properties_text(state.config).encode())
 
 
 async def update_broker_config(

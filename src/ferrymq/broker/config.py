@@ -7,7 +7,7 @@ field's comment says why not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
@@ -80,13 +80,13 @@ class BrokerConfig:
     """ACL 2.0 (issue 23): every request is signed by a user (`ferry admin user`)."""
     authorization_enabled: bool = False
     """ACL 2.0: a Normal user may do only what its ACL allows (`ferry admin acl`)."""
-    init_authentication_user: str = ""
+    init_authentication_user: str = field(default="", repr=False)
     """JSON `{"username": ..., "password": ...}`: a Super user created at start if missing."""
     authentication_whitelist: str = ""
     """Request codes (comma-separated) that skip authentication."""
     authorization_whitelist: str = ""
     """Request codes (comma-separated) that skip authorization."""
-    inner_client_authentication_credentials: str = ""
+    inner_client_authentication_credentials: str = field(default="", repr=False)
     """JSON `{"accessKey": ..., "secretKey": ...}`: what the broker process signs its own
     requests and its HA link with (`ferry broker` installs it; default: FERRY_ACCESS_KEY)."""
     enable_controller_mode: bool = False

@@ -19,7 +19,13 @@ import dataclasses
 import logging
 from typing import Any, Final, Protocol
 
-from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
+from ferrymq.config import (
+    ConfigError,
+    build_config,
+    config_keys,
+    parse_properties,
+    properties_text,
+)
 from ferrymq.errors import RequestError
 from ferrymq.rpc.connection import Connection
 from ferrymq.rpc.server import Router
@@ -32,7 +38,7 @@ from ferrymq.wire.namesrv import (
     PutKvConfigRequestHeader,
 )
 
-__all__ = ["HOT_KEYS", "NamesrvAdmin", "properties_text"]
+__all__ = ["HOT_KEYS", "NamesrvAdmin"]
 
 log = logging.getLogger(__name__)
 
@@ -42,23 +48,6 @@ HOT_KEYS: Final = frozenset({"brokerTimeout", "scanInterval"})
 
 class _Configured(Protocol):
     config: Any
-
-
-def properties_text(config: object) -> str:
-    """Every key of a config dataclass as sorted `key=value` lines (`MixAll.properties2String`).
-
-    A field declared `repr=False` is a secret: its value shows as `******`.
-    """
-    lines = []
-    for key, found in sorted(config_keys(type(config)).items()):
-        value = getattr(config, found.name)
-        text = "" if value is None else getattr(value, "value", value)
-        if not found.repr and text:  # a secret (initAuthenticationUser): never shown
-            text = "******"
-        if isinstance(text, bool):
-            text = "true" if text else "false"
-        lines.append(f"{key}={text}")
-    return "\n".join(lines) + "\n"
 
 
 class NamesrvAdmin:
