@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: setup test lint unit bench bench-store bench-metrics demo clean soak-raft chaos chaos-tls chaos-secure soak fuzz
+.PHONY: setup test lint unit bench bench-store bench-metrics bench-metrics-callgrind demo clean soak-raft chaos chaos-tls chaos-secure soak fuzz
 
 setup: $(STAMP)
 
@@ -44,6 +44,11 @@ bench-store: setup
 # (docs/benchmarks.md "Metrics cost"); about 2.5 minutes.
 bench-metrics: setup
 	$(BIN)/python bench/metrics_cost.py --seconds 60 --rounds 30
+
+# The same cost counted in instructions (valgrind's callgrind, about 10 minutes): it does not
+# depend on what else the machine runs, which the timed run above does.
+bench-metrics-callgrind: setup
+	$(BIN)/python bench/metrics_cost.py --callgrind 4000 --rounds 4
 
 # The demo's Connect pipeline needs PostgreSQL (Debian's package; the demo starts its own server)
 # and its Spark parts a JVM: installed when missing, as .ci/run does (root, or sudo without a

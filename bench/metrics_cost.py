@@ -12,8 +12,14 @@ cost: over the totals, and the median and quartiles of the rounds' own ratios (a
 two adjacent slices, so load that comes and goes hits both). Nothing is asserted;
 docs/benchmarks.md ("Metrics cost") has the command and what runs measured.
 
+`--callgrind SENDS` counts instead of timing: each side's broker runs under valgrind's callgrind
+with instrumentation off until its warm-up is done; then `callgrind_control` zeroes, counts
+exactly `SENDS` acknowledged sends (`--window` in flight) and dumps. Instructions per send do not
+depend on what else the machine runs (two runs of one side agree within ~1 %), so the cost shows
+where the timed run's slot bias hides it. The sides alternate over `--rounds`.
+
     .venv/bin/python bench/metrics_cost.py [--seconds 20] [--rounds 10] [--window 16]
-        [--busy-poll-micros 0] [--control]
+        [--busy-poll-micros 0] [--control] [--callgrind SENDS]
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -33,7 +41,7 @@ from pathlib import Path
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
-from ferrymq.cmd.local import spawn
+from ferrymq.cmd.local import FERRY, spawn
 from ferrymq.rpc.loop import new_event_loop
 
 _WITHOUT_METRICS = """\
@@ -45,6 +53,14 @@ stats.Latency.observe = lambda self, seconds: None
 metrics.BrokerStats.pulled = lambda self, topic, group, count, size: None
 broker.Broker._bind_timed = broker.Broker._bind
 """
+
+
+def _without_counting(workdir: Path, name: str) -> dict[str, str]:
+    """The environment of a broker whose counting is patched out (`_WITHOUT_METRICS`)."""
+    patch = workdir / f"{name}-patch"
+    patch.mkdir(exist_ok=True)
+    (patch / "sitecustomize.py").write_text(_WITHOUT_METRICS)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(patch), os.environ.get("PYTHONPATH")]))}
 
 
 def _cpu_s(pid: int) -> float:
@@ -61,14 +77,7 @@ def _cpu_s(pid: int) -> float:
 async def _group(
     workdir: Path, name: str, metrics: bool, counting: bool, broker_flags: list[str]
 ) -> AsyncIterator[tuple[Callable[[], Awaitable[object]], int, str | None, str]]:
-    env = None
-    if not counting:
-        patch = workdir / f"{name}-patch"
-        patch.mkdir()
-        (patch / "sitecustomize.py").write_text(_WITHOUT_METRICS)
-        env = {
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(patch), os.environ.get("PYTHONPATH")]))
-        }
+    env = None if counting else _without_counting(workdir, name)
     namesrv = await spawn(
         f"{name}-namesrv", ["namesrv", "--listen", "127.0.0.1:0", "--log-level", "WARNING"], workdir
     )
@@ -202,6 +211,115 @@ async def _main(args: argparse.Namespace) -> list[dict[str, object]]:
     return rows
 
 
+def _callgrind_total(dump: Path) -> int:
+    """The instruction count of one callgrind dump (its `totals:` line); the dump is removed."""
+    try:
+        for line in dump.read_text(errors="replace").splitlines():
+            if line.startswith("totals:"):
+                return int(line.split()[1])
+        raise RuntimeError(f"no totals in {dump}")
+    finally:
+        dump.unlink(missing_ok=True)
+
+
+async def _callgrind_side(
+    workdir: Path, name: str, counting: bool, metrics: bool, args: argparse.Namespace
+) -> int:
+    """Instructions the broker of one side runs for exactly `args.callgrind` acknowledged sends."""
+    namesrv = await spawn(
+        f"{name}-namesrv", ["namesrv", "--listen", "127.0.0.1:0", "--log-level", "WARNING"], workdir
+    )
+    ready, dump = workdir / f"{name}.ready.json", workdir / f"{name}.callgrind"
+    ready.unlink(missing_ok=True)
+    dump.unlink(missing_ok=True)
+    extra = ["--metrics-exporter-type", "PROM", "--metrics-prom-exporter-port", "0"]
+    flags = [] if args.busy_poll_micros is None else ["--busy-poll-micros", args.busy_poll_micros]
+    env = {**os.environ, **({} if counting else _without_counting(workdir, name))}
+    with (workdir / f"{name}.log").open("ab") as log:
+        broker = await asyncio.create_subprocess_exec(
+            "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={dump}",
+            *FERRY, "broker", "--listen", "127.0.0.1:0", "--namesrv", namesrv.addr,
+            "--store-dir", str(workdir / f"{name}-store"), "--log-level", "WARNING",
+            "--mapped-file-size-commit-log", str(64 * 1024 * 1024), *(extra if metrics else []),
+            *flags, "--ready-file", str(ready),
+            stdout=asyncio.subprocess.DEVNULL, stderr=log, env=env,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300  # valgrind without instrumentation: ~10 s here
+        while not ready.exists():
+            if broker.returncode is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{name}'s broker did not start under valgrind: {workdir}")
+            await asyncio.sleep(0.1)
+        async with AdminClient(namesrv.addr) as admin:
+            await admin.create_topic("Cost", queues=4)
+            while await admin.route("Cost") is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the topic never reached the NameServer")
+                await asyncio.sleep(0.1)
+        async with Producer(namesrv.addr, f"{name}-producer", send_timeout=60) as producer:
+            payload = os.urandom(256)
+
+            async def sends(count: int) -> None:
+                for _ in range(count):
+                    await producer.send("Cost", payload)
+
+            await sends(200)  # routes, connections, the first send's imports and caches
+
+            def control(*words: str) -> None:
+                subprocess.run(["callgrind_control", *words, str(broker.pid)], check=True,
+                               capture_output=True, timeout=120)  # fmt: skip
+
+            await asyncio.to_thread(control, "--zero")
+            await asyncio.to_thread(control, "--instr=on")
+            share, left = divmod(args.callgrind, args.window)
+            await asyncio.gather(*(sends(share + (i < left)) for i in range(args.window)))
+            await asyncio.to_thread(control, "--dump")
+            await asyncio.to_thread(control, "--instr=off")
+        return await asyncio.to_thread(_callgrind_total, Path(f"{dump}.1"))  # the first dump
+    finally:
+        if broker.returncode is None:
+            broker.terminate()
+            await broker.wait()
+        await namesrv.stop()
+
+
+async def _callgrind(args: argparse.Namespace) -> list[dict[str, object]]:
+    workdir = Path(tempfile.mkdtemp(prefix="ferrymq-bench-metrics-instructions-"))
+    rows: list[dict[str, object]] = []
+    counts: dict[str, list[int]] = {"with metrics": [], "without": []}
+    try:
+        for round_number in range(args.rounds):
+            order = list(counts) if round_number % 2 == 0 else list(counts)[::-1]
+            for name in order:
+                with_side = name == "with metrics"
+                total = await _callgrind_side(
+                    workdir,
+                    f"{name.split()[0]}-{round_number}",
+                    with_side and not args.control,
+                    with_side,
+                    args,
+                )
+                counts[name].append(total)
+                rows.append(
+                    {"round": round_number, "broker": name, "sends": args.callgrind,
+                     "instructions_per_send": round(total / args.callgrind)}
+                )  # fmt: skip
+        per_send = {name: sum(c) / (len(c) * args.callgrind) for name, c in counts.items()}
+        ratios = [w / o for w, o in zip(counts["with metrics"], counts["without"], strict=True)]
+        rows.append(
+            {
+                "instructions_per_send": {k: round(v) for k, v in per_send.items()},
+                "metrics_cost_pct": round(
+                    (per_send["with metrics"] / per_send["without"] - 1) * 100, 2
+                ),
+                "per_round_cost_pct": [round((r - 1) * 100, 2) for r in ratios],
+            }
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rows
+
+
 def main() -> None:
     """Parse the arguments, run, print one line per row (JSON)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
@@ -218,9 +336,19 @@ def main() -> None:
     parser.add_argument(
         "--busy-poll-micros", help="both brokers' busyPollMicros (default: the broker's own)"
     )
+    parser.add_argument(
+        "--callgrind",
+        type=int,
+        metavar="SENDS",
+        help="count each side's broker instructions over SENDS sends under valgrind (no timing)",
+    )
     args = parser.parse_args()
+    if args.callgrind is not None and args.callgrind < args.window:
+        parser.error("--callgrind needs at least --window sends")
+    if args.callgrind is not None and shutil.which("valgrind") is None:
+        sys.exit("--callgrind needs valgrind (Debian's valgrind package)")
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        for row in runner.run(_main(args)):
+        for row in runner.run(_main(args) if args.callgrind is None else _callgrind(args)):
             print(json.dumps(row))
 
 
