@@ -45,7 +45,7 @@ bench-store: setup
 bench-metrics: setup
 	$(BIN)/python bench/metrics_cost.py --seconds 60 --rounds 30
 
-# The same cost counted in instructions (valgrind's callgrind, about 10 minutes): it does not
+# The same cost counted in instructions (valgrind's callgrind, about 5 minutes): it does not
 # depend on what else the machine runs, which the timed run above does.
 bench-metrics-callgrind: setup
 	$(BIN)/python bench/metrics_cost.py --callgrind 4000 --rounds 4
