@@ -1,9 +1,14 @@
 """JSON bodies of remoting commands: routes, cluster info, broker registration, heartbeats, offsets.
 
-Field names are RocketMQ's (FastJSON serializes getters, so `topicConfigTable`, `brokerAddrs`).
-ferrymq always writes standard JSON; map keys that are numbers in Java (broker ids) are written
-as strings, which every RocketMQ client accepts (reference/compat-notes.md). Decoding is strict
+Field names are RocketMQ's (FastJSON serializes getters, so `topicConfigTable`, `brokerAddrs`),
+written in FastJSON's order: every object's fields sorted by name (`encode_body`). Map keys that
+are numbers in Java (broker ids) are written as strings, which every RocketMQ client accepts
+(reference/compat-notes.md); null fields are written as null where FastJSON leaves them out
+(Java reads both alike). Bodies keyed by `MessageQueue` objects are written as FastJSON writes
+them (`encode_topic_stats` and the like). Decoding reads standard JSON and FastJSON's
+unquoted number and object map keys (what a RocketMQ NameServer or broker sends), is strict
 about types and raises `ProtocolError` naming what is wrong; unknown fields are ignored.
+The shapes are checked against RocketMQ's in tests/unit/wire/test_rocketmq_bodies.py.
 
 REGISTER_BROKER bodies may also come zlib-compressed in RocketMQ's own layout
 (`RegisterBrokerBody.encode(true)`): see `decode_register_body`.
@@ -19,7 +24,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from ferrymq.errors import ProtocolError
-from ferrymq.wire.fastjson import encode_object_map, loads, mq_key, parse_mq_key
+from ferrymq.wire.fastjson import encode_object_map, encode_sorted, loads, mq_key, parse_mq_key
 
 __all__ = [
     "MAX_MEMBER_DATA_BYTES",
@@ -303,6 +308,8 @@ class TopicStatsTable(_Body):
     """
 
     offset_table: list[TopicOffsetEntry] = msgspec.field(default_factory=list)
+    topic_put_tps: float = 0.0
+    """Messages put per second into the topic on this broker (RocketMQ 5's `topicPutTps`)."""
 
 
 class ConsumeStatsEntry(_Body, kw_only=True):
@@ -337,7 +344,8 @@ def encode_topic_stats(table: TopicStatsTable) -> bytes:
         )
         for e in table.offset_table
     )
-    return b'{"offsetTable":' + offsets + b"}"
+    tps = msgspec.json.encode(float(table.topic_put_tps))
+    return b'{"offsetTable":' + offsets + b',"topicPutTps":' + tps + b"}"
 
 
 def encode_consume_stats(stats: ConsumeStats) -> bytes:
@@ -408,8 +416,11 @@ def decode_topic_stats(data: bytes) -> TopicStatsTable:
     Raises:
         ProtocolError: not that shape.
     """
-    _, pairs = _mq_table(data, "TopicStatsTable")
-    return _convert({"offsetTable": _entries(pairs, "TopicStatsTable")}, TopicStatsTable)
+    found, pairs = _mq_table(data, "TopicStatsTable")
+    entries = _entries(pairs, "TopicStatsTable")
+    return _convert(
+        {"offsetTable": entries, "topicPutTps": found.get("topicPutTps", 0)}, TopicStatsTable
+    )
 
 
 def decode_consume_stats(data: bytes) -> ConsumeStats:
@@ -547,24 +558,36 @@ class KVTable(_Body):
 
 B = TypeVar("B")
 
-_encoder: Final = msgspec.json.Encoder()
-
 
 def encode_body(body: msgspec.Struct | dict[str, Any] | list[Any]) -> bytes:
-    """JSON bytes of a body."""
-    return _encoder.encode(body)
+    """JSON bytes of a body, each object's fields sorted by name as FastJSON writes a bean."""
+    return encode_sorted(body)
 
 
 def decode_body(data: bytes, body_type: type[B]) -> B:
     """Parse a JSON body; numbers given as strings (and the reverse) are accepted.
 
+    Standard JSON takes the fast path; a body that is not (FastJSON's `{0:"addr"}` broker-id
+    keys, as a RocketMQ NameServer writes routes and cluster info) is read by `fastjson.loads`.
+
     Raises:
         ProtocolError: the bytes are not JSON of that shape; the message says where.
     """
+    name = getattr(body_type, "__name__", "JSON")
     try:
         return msgspec.json.decode(data, type=body_type, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"bad {name} body: {exc}") from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"bad {getattr(body_type, '__name__', 'JSON')} body: {exc}") from None
+        first = exc
+    try:
+        found = loads(data)
+    except ProtocolError:
+        raise ProtocolError(f"bad {name} body: {first}") from None
+    try:
+        return msgspec.convert(found, body_type, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"bad {name} body: {exc}") from None
 
 
 _I32: Final = struct.Struct(">i")

@@ -40,8 +40,15 @@ _encoder: Final = msgspec.json.Encoder(order="sorted")
 
 
 def encode_sorted(body: object) -> bytes:
-    """JSON with every object's fields sorted by name, as FastJSON writes a Java bean."""
-    return _encoder.encode(body)
+    """JSON with every object's fields sorted by name, as FastJSON writes a Java bean.
+
+    A map with number keys (broker ids) is written with them quoted, in text order (`"0"`,
+    `"1"`, `"10"`, `"2"`); FastJSON writes `{0:...}` unquoted, which Java reads alike.
+    """
+    try:
+        return _encoder.encode(body)
+    except TypeError:  # msgspec sorts only str keys: quote the number keys first
+        return _encoder.encode(msgspec.to_builtins(body, str_keys=True))
 
 
 def mq_key(topic: str, broker_name: str, queue_id: int) -> bytes:
@@ -75,7 +82,7 @@ def loads(data: bytes) -> Any:
     """
     try:
         return msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec raises the latter in a key
         pass  # FastJSON's own form: rewrite its keys as strings, then parse
     try:
         text = data.decode()

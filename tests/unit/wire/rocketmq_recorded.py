@@ -36,8 +36,8 @@ TOPIC_STATS_5X = (
     b'{"offsetTable":{{"brokerName":"broker-a","queueId":3,"topic":"MyTopic"}:'
     b'{"lastUpdateTimestamp":1700000000000,"maxOffset":500,"minOffset":0}},"topicPutTps":0.0}'
 )
-"""GET_TOPIC_STATS_INFO (202) body, same probe as `CONSUME_STATS_5X`. `topicPutTps` is 5.5's;
-`TopicStatsTable` at apache/rocketmq 188e635 has only `offsetTable`, which ferrymq writes."""
+"""GET_TOPIC_STATS_INFO (202) body, same probe as `CONSUME_STATS_5X`. `topicPutTps` is in
+`TopicStatsTable` at apache/rocketmq 8fc57f1 too (not at 188e635); ferrymq writes it."""
 
 CLUSTER_INFO_4X = (
     b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.1.111:10911"},'
@@ -55,3 +55,14 @@ HEARTBEAT_SUBSCRIPTION_4X = (
 """One `SubscriptionData` of a Java 4.x push consumer's HEART_BEAT body (header version 373),
 quoted in a public RocketMQ sidecar's source (`ConnectionManager::onHeartbeat`): FastJSON's field
 order, which GET_CONSUMER_CONNECTION_LIST's `subscriptionTable` values take too."""
+
+TOPIC_ROUTE_52 = (
+    b'{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a",'
+    b'"cluster":"DefaultCluster","enableActingMaster":false}],"filterServerTable":{},'
+    b'"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,'
+    b'"writeQueueNums":4}]}'
+)
+"""GET_ROUTEINFO_BY_TOPIC (105) `TopicRouteData` as RocketMQ 5.2's `mqadmin topicRoute` printed
+it (FastJSON, pretty-printed; its line breaks and tabs taken out here), quoted in a public Go
+RocketMQ console's parser tests ("RocketMQ 5.2 unquoted broker id"): the broker id key unquoted,
+`enableActingMaster` written, the null `orderTopicConf` and `zoneName` left out."""
