@@ -1,0 +1,167 @@
+"""What ACL 1.0 costs a send, per request and per side, counted in-process (issue 23).
+
+Each line is the CPU (`time.process_time`, this process only, so other processes' load does not
+add to it) of one step over `--requests` SEND_MESSAGE_V2 requests as the SDK's producer builds
+them (fields `a`..`i`, a 100 B body), the best of `--repeats` passes, in microseconds a request:
+
+- client: signing (`acl.sign`, on a fresh copy of the fields, as the SDK signs each request) and
+  the frame encode with and without the two added fields (AccessKey, Signature);
+- broker: the frame decode with and without them, and the guard's whole check
+  (`AclGuard.check`: the account, the signature, the admin flag, the topic's perm), then the
+  guard in front of a handler that does nothing against that handler alone (what wrapping adds).
+
+Added per request = sign + (encode signed - encode plain) on the client, check + (decode signed -
+decode plain) + (guarded call - bare call) on the broker. Nothing is asserted;
+docs/benchmarks.md ("Security: ACL against plain") has the command and the numbers.
+
+    .venv/bin/python bench/acl_cost.py [--requests 50000] [--repeats 5] [--size 100] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ferrymq.security.acl import Credentials, sign
+from ferrymq.security.aclguard import AclFile, AclGuard
+from ferrymq.wire.codes import RequestCode
+from ferrymq.wire.frame import ROCKETMQ_VERSION, RemotingCommand, decode_frame, encode_frame
+
+_ACL = """accounts:
+- {accessKey: bench-admin, secretKey: bench-admin-secret, admin: true}
+- {accessKey: bench-producer, secretKey: bench-producer-secret, defaultTopicPerm: PUB}
+"""
+_CREDENTIALS = Credentials("bench-producer", "bench-producer-secret")
+
+
+class _Conn:
+    peer = "127.0.0.1:40000"
+
+
+def _fields(n: int) -> dict[str, str]:
+    """SEND_MESSAGE_V2's fields as `Producer._request` writes them (a different time each)."""
+    return {
+        "a": "bench-producer",
+        "b": "Bench100",
+        "c": "TBW102",
+        "d": "4",
+        "e": str(n % 4),
+        "f": "0",
+        "g": str(1_764_140_000_000 + n),
+        "h": "0",
+        "i": f"UNIQ_KEY\x01AC11000100002A9F00000000{n:08X}\x02WAIT\x01true\x02",
+    }
+
+
+def _best(step: Callable[[], None], repeats: int, requests: int) -> float:
+    """Microseconds of CPU a request: the best of `repeats` passes of `step` (one pass)."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        step()
+        best = min(best, time.process_time() - started)
+    return best / requests * 1e6
+
+
+def measure(requests: int, repeats: int, size: int) -> dict[str, float]:
+    """Each step's microseconds a request (see the module)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "plain_acl.yml"
+        path.write_text(_ACL)
+        return _measure(AclFile(path), requests, repeats, size)
+
+
+def _measure(acl: AclFile, requests: int, repeats: int, size: int) -> dict[str, float]:
+    body = os.urandom(size)
+    plain = [_fields(n) for n in range(requests)]
+    signed = [dict(f) for f in plain]
+    for fields in signed:
+        sign(fields, body, _CREDENTIALS, ROCKETMQ_VERSION)
+    code = RequestCode.SEND_MESSAGE_V2
+    plain_cmds = [RemotingCommand(code, ext_fields=f, body=body) for f in plain]
+    signed_cmds = [RemotingCommand(code, ext_fields=f, body=body) for f in signed]
+    plain_frames = [encode_frame(c)[4:] for c in plain_cmds]
+    signed_frames = [encode_frame(c)[4:] for c in signed_cmds]
+    decoded = [decode_frame(f) for f in signed_frames]
+
+    async def nothing(conn: _Conn, request: RemotingCommand) -> None:
+        return None
+
+    guard: AclGuard[_Conn, None] = AclGuard(nothing, acl, "bench")
+    conn = _Conn()
+
+    def calling(handler: Callable[[_Conn, RemotingCommand], Any]) -> Callable[[], None]:
+        def step() -> None:
+            for request in decoded:
+                coro = handler(conn, request)
+                try:  # noqa: SIM105 - contextlib.suppress would add its own cost
+                    coro.send(None)
+                except StopIteration:
+                    pass
+
+        return step
+
+    def each(function: Callable[[Any], object], items: list[Any]) -> Callable[[], None]:
+        def step() -> None:
+            for item in items:  # nothing kept: no garbage collection inside the timing
+                function(item)
+
+        return step
+
+    def check(request: RemotingCommand) -> None:
+        if guard.check(conn, request) is not None:
+            raise AssertionError("the bench request was refused")
+
+    steps: dict[str, Callable[[], None]] = {
+        "client: fields copy (subtracted from sign)": each(dict, plain),
+        "client: sign": each(lambda f: sign(dict(f), body, _CREDENTIALS, ROCKETMQ_VERSION), plain),
+        "client: encode plain": each(encode_frame, plain_cmds),
+        "client: encode signed": each(encode_frame, signed_cmds),
+        "broker: decode plain": each(decode_frame, plain_frames),
+        "broker: decode signed": each(decode_frame, signed_frames),
+        "broker: check": each(check, decoded),
+        "broker: bare handler call": calling(nothing),
+        "broker: guarded handler call": calling(guard),
+    }
+    out = {name: round(_best(step, repeats, requests), 3) for name, step in steps.items()}
+    out["client: added"] = round(
+        out["client: sign"]
+        - out["client: fields copy (subtracted from sign)"]
+        + out["client: encode signed"]
+        - out["client: encode plain"],
+        3,
+    )
+    out["broker: added"] = round(
+        out["broker: guarded handler call"]
+        - out["broker: bare handler call"]
+        + out["broker: decode signed"]
+        - out["broker: decode plain"],
+        3,
+    )
+    return out
+
+
+def main() -> None:
+    """Parse the flags, measure, print."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=50_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = measure(args.requests, args.repeats, args.size)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for name, micros in result.items():
+        print(f"{name:45s} {micros:8.2f} us")
+
+
+if __name__ == "__main__":
+    main()
