@@ -162,3 +162,24 @@ EPOCH_CACHE = (
     b'"epochList":[{"endOffset":1024,"epoch":1,"startOffset":0}],"maxOffset":1024}'
 )
 """GET_BROKER_EPOCH_CACHE (1007) answer of a broker: `EpochEntryCache` of `EpochEntry`s."""
+
+BATCH_ACK = (
+    b'{"acks":[{"b":"BQ==","c":"G","it":30000,"pt":1700000000000,"q":0,"r":"0","rq":0,'
+    b'"so":10,"t":"T"}],"brokerName":"broker-a"}'
+)
+"""BATCH_ACK_MESSAGE (200151) request: `BatchAckMessageRequestBody` of `BatchAck`s, whose fields
+FastJSON writes by their `@JSONField` short names, sorted by those, the `BitSet` as the base64
+of `toByteArray()` (`BitSetSerializerDeserializer`): 0x05, offsets 10 and 12."""
+
+USER_INFO = b'{"password":"secret1","userStatus":"enable","userType":"Normal","username":"alice"}'
+"""AUTH_CREATE_USER / AUTH_UPDATE_USER (3001/3002) request and AUTH_GET_USER (3004) answer:
+`UserInfo` (`UserConverter.convertUser`, written by `JSON.toJSONString` in
+`AdminBrokerProcessor.getUser`; RocketMQ's answer carries the password)."""
+
+ACL_INFO = (
+    b'{"policies":[{"entries":[{"actions":["Pub","Sub"],"decision":"Allow",'
+    b'"resource":"Topic:T","sourceIps":["127.0.0.1"]}],"policyType":"Custom"}],'
+    b'"subject":"User:alice"}'
+)
+"""AUTH_CREATE_ACL / AUTH_UPDATE_ACL (3006/3007) request and AUTH_GET_ACL (3009) answer:
+`AclInfo` with a `PolicyInfo` and a `PolicyEntryInfo` (`AclConverter.convertAcl`)."""

@@ -17,8 +17,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from ferrymq.broker import auth_admin
 from ferrymq.broker.broker import _HANDLERS as BROKER_HANDLERS
 from ferrymq.broker.metadata import GroupConfig, GroupFile
+from ferrymq.security import acl2
+from ferrymq.security.acl2admin import decide_admin
 from ferrymq.wire import fastjson
 from ferrymq.wire.bodies import (
     BrokerData,
@@ -74,6 +77,7 @@ from ferrymq.wire.controller import (
     SyncStateSet,
     decode_broker_names,
 )
+from ferrymq.wire.pop import BatchAck, BatchAckMessageRequestBody
 
 from . import rocketmq_derived as derived
 from . import rocketmq_recorded as recorded
@@ -477,6 +481,86 @@ ROWS: list[Row] = [
     ),
 ]
 
+USER = acl2.User("alice", "secret1")
+USER_STATE = acl2.apply(acl2.AuthState(), acl2.UserPut(USER))
+ACL_STATE = acl2.apply(
+    USER_STATE,
+    acl2.create_acl(
+        USER_STATE,
+        "User:alice",
+        [acl2.PolicyEntry.of("Topic:T", ["Pub", "Sub"], "Allow", ["127.0.0.1"])],
+    ),
+)
+
+
+def _auth_answer(code: int, fields: dict[str, str]) -> Callable[[Any], bytes]:
+    """ferrymq's answer to an ACL 2.0 read (`security/acl2admin.py`) in ACL_STATE."""
+    return lambda _: decide_admin(ACL_STATE, code, fields, b"").body
+
+
+ROWS += [
+    Row(
+        (R.BATCH_ACK_MESSAGE,),
+        "request",
+        derived.BATCH_ACK,
+        BatchAckMessageRequestBody(
+            [BatchAck(c="G", t="T", r="0", so=10, q=0, rq=0, pt=1700000000000, it=30000, b="BQ==")],
+            broker_name="broker-a",
+        ),
+        encode_body,
+        _struct(BatchAckMessageRequestBody),
+    ),
+    Row(
+        (R.AUTH_CREATE_USER, R.AUTH_UPDATE_USER),
+        "request",
+        derived.USER_INFO,
+        USER,
+        None,
+        lambda data: acl2.user_from_info(fastjson.loads(data)),
+    ),
+    Row(
+        (R.AUTH_CREATE_ACL, R.AUTH_UPDATE_ACL),
+        "request",
+        derived.ACL_INFO,
+        ACL_STATE.acls["User:alice"],
+        None,
+        lambda data: acl2.apply(USER_STATE, acl2.create_acl(USER_STATE, *_one_policy(data))).acls[
+            "User:alice"
+        ],
+    ),
+]
+
+
+def _one_policy(data: bytes) -> tuple[str, list[acl2.PolicyEntry]]:
+    subject, policies = acl2.acl_from_info(fastjson.loads(data))
+    return subject, policies[0][1]
+
+
+ORDER_DIFFERS = [
+    Row(
+        (R.AUTH_GET_USER, R.AUTH_LIST_USER),
+        "answer",
+        derived.USER_INFO,
+        None,
+        _auth_answer(R.AUTH_GET_USER, {"username": "alice"}),
+        lambda data: None,
+        exact=False,
+        rocketmq_only=("password",),
+    ),
+    Row(
+        (R.AUTH_GET_ACL, R.AUTH_LIST_ACL),
+        "answer",
+        derived.ACL_INFO,
+        None,
+        _auth_answer(R.AUTH_GET_ACL, {"subject": "User:alice"}),
+        lambda data: None,
+        exact=False,
+    ),
+]
+"""ACL 2.0 answers: ferrymq writes UserInfo and AclInfo fields in its own order (`json.dumps`
+in security/acl2admin.py), not FastJSON's; Java reads both alike. ferrymq never answers the
+password (RocketMQ does). Strict xfail: fixing the order makes these fail until moved up."""
+
 NOT_JSON: frozenset[int] = frozenset(
     {
         R.SEND_MESSAGE,
@@ -507,6 +591,8 @@ NOT_JSON: frozenset[int] = frozenset(
         R.PEEK_MESSAGE,
         R.POLLING_INFO,
         R.POP_ROLLBACK,
+        R.AUTH_DELETE_USER,
+        R.AUTH_DELETE_ACL,
     }
 )
 """Broker codes whose bodies are headers only, message bytes or properties text."""
@@ -514,7 +600,6 @@ NOT_JSON: frozenset[int] = frozenset(
 NOT_CHECKED: frozenset[int] = frozenset(
     {
         R.GET_CONSUMER_RUNNING_INFO,  # relayed from the client as it is, never re-encoded
-        R.BATCH_ACK_MESSAGE,  # `BatchAckMessageRequestBody`: a bit set of offsets, not yet here
         R.GET_FENCE,  # ferrymq's own codes: no RocketMQ body to match
         R.GET_GROUP_MEMBERS,
     }
@@ -552,9 +637,29 @@ def test_ferrymq_writes_and_reads_rocketmq_bodies(row: Row) -> None:
     assert row.decode(row.rocketmq) == row.value
 
 
+@pytest.mark.xfail(reason="ACL 2.0 answers' field order is not FastJSON's", strict=True)
+@pytest.mark.parametrize("row", ORDER_DIFFERS, ids=[str(row.codes[0]) for row in ORDER_DIFFERS])
+def test_acl2_answers_are_written_in_fastjson_order(row: Row) -> None:
+    assert row.encode is not None
+    assert _shape(row.encode(None), ()) == _shape(row.rocketmq, row.rocketmq_only)
+
+
+def test_acl2_answers_hold_rocketmq_fields_but_the_password() -> None:
+    for row in ORDER_DIFFERS:
+        assert row.encode is not None
+        ours = json.loads(_shape(row.encode(None), ()))
+        assert ours == json.loads(_shape(row.rocketmq, row.rocketmq_only))
+
+
+def test_a_batch_ack_bit_set_names_rocketmq_offsets() -> None:
+    body = decode_body(derived.BATCH_ACK, BatchAckMessageRequestBody)
+    assert body.acks[0].offsets == [10, 12]
+
+
 def test_every_broker_code_is_classified() -> None:
-    checked = {code for row in ROWS for code in row.codes}
-    unclassified = set(BROKER_HANDLERS) - checked - NOT_JSON - NOT_CHECKED
+    checked = {code for row in ROWS + ORDER_DIFFERS for code in row.codes}
+    served = set(BROKER_HANDLERS) | set(auth_admin.HANDLERS)
+    unclassified = served - checked - NOT_JSON - NOT_CHECKED
     assert not unclassified, sorted(RequestCode(code).name for code in unclassified)
 
 
