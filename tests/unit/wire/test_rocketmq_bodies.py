@@ -140,6 +140,14 @@ ROWS: list[Row] = [
         rocketmq_only=("heartbeatFingerprint", "withoutSub"),
     ),
     Row(
+        (R.HEART_BEAT, R.GET_CONSUMER_CONNECTION_LIST),
+        "request (a SubscriptionData)",
+        recorded.HEARTBEAT_SUBSCRIPTION_4X,
+        SubscriptionData(topic="gaohongbin-test", sub_version=1680444498755),
+        encode_body,
+        _struct(SubscriptionData),
+    ),
+    Row(
         (R.GET_CONSUMER_LIST_BY_GROUP,),
         "answer",
         derived.CONSUMER_LIST,
