@@ -8,6 +8,8 @@ fraction (`0.0`), enums by name, a map with number keys unquoted (`{1:"..."}`). 
 written here from those facts; none was copied. Recorded bodies are in `rocketmq_recorded.py`.
 """
 
+from .rocketmq_recorded import SUBSCRIPTION_GROUP_5X
+
 CLIENT = "127.0.0.1@4242#1"
 CLIENT_2 = "127.0.0.1@4243#2"
 CLIENT_ADDR = "127.0.0.1:50000"
@@ -51,9 +53,8 @@ TOPIC_CONFIG = (
     b'{"attributes":{},"order":false,"perm":6,"readQueueNums":8,'
     b'"topicFilterType":"SINGLE_TAG","topicName":"T","topicSysFlag":0,"writeQueueNums":8}'
 )
-"""GET_TOPIC_CONFIG (351) answer: `TopicConfigAndQueueMapping` (a `TopicConfig`, common/
-TopicConfig.java, whose `topicMessageType` is not serialized, plus `mappingDetail`, null for a
-topic that is not static, so left out)."""
+"""A `TopicConfig` (common/TopicConfig.java; `topicMessageType` is not serialized), as
+GET_TOPIC_CONFIG (351) answers it (recorded: `TOPIC_CONFIG_5X`) and topic tables hold it."""
 
 TOPIC_CONFIG_WRAPPER = (
     b'{"dataVersion":' + DATA_VERSION + b',"mappingDataVersion":' + DATA_VERSION + b","
@@ -69,23 +70,12 @@ REGISTER_BROKER = (
 """REGISTER_BROKER (103) request, uncompressed: `RegisterBrokerBody` (its wrapper a
 `TopicConfigAndMappingSerializeWrapper`)."""
 
-GROUP_CONFIG = (
-    b'{"attributes":{},"brokerId":0,"consumeBroadcastEnable":true,"consumeEnable":true,'
-    b'"consumeFromMinEnable":true,"consumeMessageOrderly":false,"consumeTimeoutMinute":15,'
-    b'"groupName":"G","groupRetryPolicy":{"type":"CUSTOMIZED"},"groupSysFlag":0,'
-    b'"notifyConsumerIdsChangedEnable":true,"retryMaxTimes":16,"retryQueueNums":1,'
-    b'"whichBrokerWhenConsumeSlowly":1}'
-)
-"""GET_SUBSCRIPTIONGROUP_CONFIG (352) answer and UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200)
-request: `SubscriptionGroupConfig` with its defaults (`subscriptionDataSet` null, left out).
-`groupRetryPolicy` is shortened to its `type`: its `retryPolicy` getter object is not given
-here."""
-
 GROUP_WRAPPER = (
     b'{"dataVersion":' + DATA_VERSION + b',"forbiddenTable":{},'
-    b'"subscriptionGroupTable":{"G":' + GROUP_CONFIG + b"}}"
+    b'"subscriptionGroupTable":{"MyGroup":' + SUBSCRIPTION_GROUP_5X + b"}}"
 )
-"""GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) answer: `SubscriptionGroupWrapper`."""
+"""GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) answer: `SubscriptionGroupWrapper` around the recorded
+`SubscriptionGroupConfig`."""
 
 RUNTIME_INFO = b'{"table":{"brokerVersionDesc":"V5_3_2","msgPutTotalTodayNow":"5"}}'
 """GET_BROKER_RUNTIME_INFO (28) answer: `KVTable`."""

@@ -66,3 +66,23 @@ TOPIC_ROUTE_52 = (
 it (FastJSON, pretty-printed; its line breaks and tabs taken out here), quoted in a public Go
 RocketMQ console's parser tests ("RocketMQ 5.2 unquoted broker id"): the broker id key unquoted,
 `enableActingMaster` written, the null `orderTopicConf` and `zoneName` left out."""
+
+TOPIC_CONFIG_5X = (
+    b'{"attributes":{"+fileReservedTime":"72","+deleteWhen":"04"},"order":false,"perm":6,'
+    b'"readQueueNums":16,"topicFilterType":"SINGLE_TAG","topicName":"attr-topic",'
+    b'"topicSysFlag":0,"writeQueueNums":16}'
+)
+"""`JSON.toJSONString(new TopicConfig("attr-topic"))` with two attributes, same probe as
+`CONSUME_STATS_5X`: GET_TOPIC_CONFIG (351)'s answer for a topic that is not static (its
+`mappingDetail` null, left out). The attributes are in the Java HashMap's order."""
+
+SUBSCRIPTION_GROUP_5X = (
+    b'{"attributes":{},"brokerId":0,"consumeBroadcastEnable":true,"consumeEnable":true,'
+    b'"consumeFromMinEnable":true,"consumeMessageOrderly":false,"consumeTimeoutMinute":15,'
+    b'"groupName":"MyGroup","groupRetryPolicy":{"type":"CUSTOMIZED"},"groupSysFlag":0,'
+    b'"notifyConsumerIdsChangedEnable":true,"retryMaxTimes":16,"retryQueueNums":1,'
+    b'"whichBrokerWhenConsumeSlowly":1}'
+)
+"""`JSON.toJSONString(new SubscriptionGroupConfig())` named MyGroup, same probe as
+`CONSUME_STATS_5X`: GET_SUBSCRIPTIONGROUP_CONFIG (352)'s answer and
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200)'s request (null `subscriptionDataSet` left out)."""

@@ -101,6 +101,8 @@ class Row:
     """Fields RocketMQ writes and ferrymq does not (Java reads its default), as dotted paths."""
     ferry_only: tuple[str, ...] = ()
     """Fields ferrymq writes that this RocketMQ body lacks (Java ignores them)."""
+    unordered: tuple[str, ...] = ()
+    """Maps whose entries are in a Java HashMap's order, compared as sets."""
 
 
 def _struct(body_type: type[Any]) -> Callable[[bytes], object]:
@@ -116,7 +118,7 @@ CONNECTION = ClientConnection(
     client_addr=derived.CLIENT_ADDR, client_id=derived.CLIENT, language="JAVA", version=453
 )
 LOCK = LockBatchRequestBody(consumer_group="G", client_id=derived.CLIENT, mq_set=[MQ])
-GROUP = GroupConfig(group_name="G")
+GROUP = GroupConfig(group_name="MyGroup")
 GROUP_MISSING = ("attributes", "consumeTimeoutMinute", "groupRetryPolicy", "groupSysFlag")
 """`SubscriptionGroupConfig` fields ferrymq's GroupConfig (broker/metadata.py) does not have."""
 MAPPING = ("mappingDataVersion", "topicQueueMappingDetailMap")
@@ -184,6 +186,19 @@ ROWS: list[Row] = [
     Row(
         (R.GET_TOPIC_CONFIG,),
         "answer",
+        recorded.TOPIC_CONFIG_5X,
+        TopicConfig(
+            topic_name="attr-topic",
+            attributes={"+fileReservedTime": "72", "+deleteWhen": "04"},
+        ),
+        fastjson.encode_sorted,
+        _struct(TopicConfig),
+        exact=False,
+        unordered=("attributes",),
+    ),
+    Row(
+        (R.GET_TOPIC_CONFIG,),
+        "answer (no attributes)",
         derived.TOPIC_CONFIG,
         TOPIC,
         fastjson.encode_sorted,
@@ -202,7 +217,7 @@ ROWS: list[Row] = [
     Row(
         (R.GET_SUBSCRIPTIONGROUP_CONFIG, R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP),
         "answer / request",
-        derived.GROUP_CONFIG,
+        recorded.SUBSCRIPTION_GROUP_5X,
         GROUP,
         fastjson.encode_sorted,
         _struct(GroupConfig),
@@ -213,13 +228,13 @@ ROWS: list[Row] = [
         (R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,),
         "answer",
         derived.GROUP_WRAPPER,
-        GroupFile({"G": GROUP}, VERSION),
+        GroupFile({"MyGroup": GROUP}, VERSION),
         encode_body,
         _struct(GroupFile),
         exact=False,
         rocketmq_only=(
             "forbiddenTable",
-            *(f"subscriptionGroupTable.G.{name}" for name in GROUP_MISSING),
+            *(f"subscriptionGroupTable.MyGroup.{name}" for name in GROUP_MISSING),
         ),
     ),
     Row(
@@ -658,23 +673,25 @@ NOT_CHECKED: frozenset[int] = frozenset(
 )
 
 
-def _without(found: Any, drop: frozenset[str], path: str = "") -> Any:
-    """`found` without nulls and without the fields at the dotted paths in `drop`."""
+def _without(found: Any, drop: frozenset[str], unordered: frozenset[str], path: str = "") -> Any:
+    """`found` without nulls and the fields at the dotted paths in `drop`, `unordered` sorted."""
     if isinstance(found, dict):
         kept = {}
-        for key, value in found.items():
+        items = sorted(found.items()) if path in unordered else found.items()
+        for key, value in items:
             where = f"{path}.{key}" if path else key
             if value is not None and where not in drop:
-                kept[key] = _without(value, drop, where)
+                kept[key] = _without(value, drop, unordered, where)
         return kept
     if isinstance(found, list):
-        return [_without(item, drop, path) for item in found]
+        return [_without(item, drop, unordered, path) for item in found]
     return found
 
 
-def _shape(data: bytes, drop: tuple[str, ...]) -> str:
+def _shape(data: bytes, drop: tuple[str, ...], unordered: tuple[str, ...] = ()) -> str:
     """The body as compact JSON text, fields in the order written, map keys as strings."""
-    return json.dumps(_without(fastjson.loads(data), frozenset(drop)), separators=(",", ":"))
+    kept = _without(fastjson.loads(data), frozenset(drop), frozenset(unordered))
+    return json.dumps(kept, separators=(",", ":"))
 
 
 @pytest.mark.parametrize(
@@ -685,7 +702,9 @@ def test_ferrymq_writes_and_reads_rocketmq_bodies(row: Row) -> None:
         ours = row.encode(row.value)
         if row.exact:
             assert ours == row.rocketmq
-        assert _shape(ours, row.ferry_only) == _shape(row.rocketmq, row.rocketmq_only)
+        assert _shape(ours, row.ferry_only, row.unordered) == _shape(
+            row.rocketmq, row.rocketmq_only, row.unordered
+        )
     assert row.decode(row.rocketmq) == row.value
 
 
