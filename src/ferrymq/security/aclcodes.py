@@ -32,7 +32,7 @@ from ferrymq.wire.bodies import HeartbeatData, decode_body
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.pop import BatchAckMessageRequestBody
 
-__all__ = ["KINDS", "Kind", "kind_of", "resources"]
+__all__ = ["KINDS", "USER_CODES", "Kind", "kind_of", "resources"]
 
 
 class Kind(enum.StrEnum):
@@ -119,6 +119,10 @@ KINDS: Final[Mapping[int, Kind]] = {
     **{int(code): Kind.PRODUCER for code in _PRODUCER},
 }
 """Request code -> kind: each code named once above (a new code must be added to one set)."""
+USER_CODES: Final = frozenset(
+    code for code, kind in KINDS.items() if kind in (Kind.PRODUCER, Kind.CONSUMER, Kind.CLIENT)
+)
+"""The codes an account without `admin: true` may send (every other code needs admin)."""
 
 _TOPIC_IN_B: Final = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 """SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE name the topic `b`."""
@@ -135,6 +139,26 @@ def _retry(group: str) -> str:
     return group if group.startswith(RETRY_PREFIX) else RETRY_PREFIX + group
 
 
+def _plan(code: int) -> tuple[str | None, bool, bool]:
+    """Where a request's resources are: its topic field (None: none), PUB?, its group?.
+
+    The topic field names a producer's topic (PUB; SUB for a retry topic) or a consumer's (SUB);
+    the group (SUB on its retry topic) is checked for consumer and client requests.
+    """
+    kind = kind_of(code)
+    field = "b" if code in _TOPIC_IN_B else "topic"
+    topic = field if kind in (Kind.PRODUCER, Kind.CONSUMER) else None
+    return topic, kind is Kind.PRODUCER, kind in (Kind.CONSUMER, Kind.CLIENT)
+
+
+_PLANS: Final = {
+    code: _plan(code)
+    for code in KINDS
+    if code not in (RequestCode.BATCH_ACK_MESSAGE, RequestCode.HEART_BEAT)
+}
+"""Request code -> `_plan`, worked out once: a request's resources are then two field reads."""
+
+
 def resources(code: int, fields: Mapping[str, str], body: bytes) -> list[tuple[str, Perm]]:
     """The topics and groups (as retry topics) a request needs perms on, with the perm.
 
@@ -142,7 +166,30 @@ def resources(code: int, fields: Mapping[str, str], body: bytes) -> list[tuple[s
         ProtocolError: a HEART_BEAT or BATCH_ACK_MESSAGE body that does not decode (RocketMQ
             answers an AclException).
     """
-    kind = kind_of(code)
+    plan = _PLANS.get(code)
+    if plan is None:
+        return _body_resources(code, body)
+    topic_field, producer, group_checked = plan
+    needed: list[tuple[str, Perm]] = []
+    if topic_field is not None:
+        topic = fields.get(topic_field)
+        if topic:
+            if producer and not topic.startswith(RETRY_PREFIX):
+                needed.append((topic, Perm.PUB))
+            else:
+                needed.append((topic, Perm.SUB))
+    if group_checked:
+        group = next((fields[f] for f in _GROUP_FIELDS if fields.get(f)), None)
+        if group:
+            needed.append((_retry(group), Perm.SUB))
+    return needed
+
+
+def _body_resources(code: int, body: bytes) -> list[tuple[str, Perm]]:
+    """BATCH_ACK_MESSAGE's and HEART_BEAT's resources, in their bodies; other codes: none.
+
+    Only codes without a `_PLANS` entry come here: those two, and codes no table names (ADMIN).
+    """
     needed: list[tuple[str, Perm]] = []
     if code == RequestCode.BATCH_ACK_MESSAGE:  # its topics and groups are in the body only
         try:
@@ -152,21 +199,9 @@ def resources(code: int, fields: Mapping[str, str], body: bytes) -> list[tuple[s
         for ack in acks:
             needed.append((ack.t, Perm.SUB))
             needed.append((_retry(ack.c), Perm.SUB))
-        return needed
-    if code == RequestCode.HEART_BEAT:
+    elif code == RequestCode.HEART_BEAT:
         data = decode_body(body, HeartbeatData)
         for consumer in data.consumer_data_set:
             needed.append((_retry(consumer.group_name), Perm.SUB))
             needed.extend((s.topic, Perm.SUB) for s in consumer.subscription_data_set)
-        return needed
-    topic = fields.get("b" if code in _TOPIC_IN_B else "topic")
-    if topic:
-        if kind is Kind.PRODUCER:
-            needed.append((topic, Perm.SUB if topic.startswith(RETRY_PREFIX) else Perm.PUB))
-        elif kind is Kind.CONSUMER:
-            needed.append((topic, Perm.SUB))
-    if kind in (Kind.CONSUMER, Kind.CLIENT):
-        group = next((fields[f] for f in _GROUP_FIELDS if fields.get(f)), None)
-        if group:
-            needed.append((_retry(group), Perm.SUB))
     return needed

@@ -13,6 +13,7 @@ NO_PERMISSION (16) with RocketMQ's remark, and the connection keeps serving.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -23,7 +24,7 @@ from typing import Final, Generic, Protocol, TypeVar
 from ferrymq.config import ConfigError
 from ferrymq.errors import ProtocolError
 from ferrymq.security.acl import ACL_TEXT_LIMIT, AclConfig, AclConfigError, decide, parse_acl
-from ferrymq.security.aclcodes import Kind, kind_of, resources
+from ferrymq.security.aclcodes import USER_CODES, resources
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 
@@ -118,6 +119,10 @@ def peer_host(peer: str) -> str:
     return host.strip("[]")
 
 
+_peer_host: Final = functools.lru_cache(maxsize=4096)(peer_host)
+"""`peer_host` remembered per peer: a connection's requests share it."""
+
+
 class RefusingGuard(Generic[C, R]):
     """A request handler in front of `inner` that answers NO_PERMISSION when `check` says why.
 
@@ -169,17 +174,17 @@ class AclGuard(RefusingGuard[C, R]):
 
     def check(self, conn: C, request: RemotingCommand) -> str | None:
         """None if `request` may run, else why not (the NO_PERMISSION remark)."""
-        kind = kind_of(request.code)
+        code, fields, body = request.code, request.ext_fields, request.body
         try:
             return decide(
                 self.acl.config,
-                code=request.code,
-                fields=request.ext_fields,
-                body=request.body,
+                code=code,
+                fields=fields,
+                body=body,
                 version=request.version,
-                host=peer_host(conn.peer),
-                needs_admin=kind in (Kind.ADMIN, Kind.INTERNAL),
-                resources=lambda: resources(request.code, request.ext_fields, request.body),
+                host=_peer_host(conn.peer),
+                needs_admin=code not in USER_CODES,
+                resources=lambda: resources(code, fields, body),
             )
         except ProtocolError as exc:
             return f"request code={request.code}: {str(exc)[:200]}"
