@@ -20,6 +20,8 @@ With `acl` (issue 23), the same with a broker that checks ACL 1.0 on every reque
 (`aclEnable=true`, a `plain_acl.yml` of an admin and a producer account) as `ferrymq-acl`: the SDK
 signs every send (HmacSHA1 per request on both sides); its raw rows send one signed frame again
 and again, so they show the broker's verification alone (`ratios_acl`: ACL over plain).
+With both, the sides are plain, ACL and ACL + TLS (`ferrymq-acl-tls`: a broker with both, the
+SDK signing over TLS; `ratios_acl_tls`), all three in the same rounds (no TLS-only side).
 
 Each row carries the client's and the server's CPU (% of one core) over the row. Nothing here
 asserts a speed; the numbers go to docs/benchmarks.md with the command that made them.
@@ -68,6 +70,7 @@ __all__ = [
     "BrokerBenchConfig",
     "Row",
     "ratios_acl",
+    "ratios_acl_tls",
     "ratios_tls",
     "ratios_to_nats",
     "run_broker_bench",
@@ -90,7 +93,10 @@ class BrokerBenchConfig:
     tls: bool = False
     """Also a TLS-only broker (`ferrymq-tls`), measured in the same rounds as the plain one."""
     acl: bool = False
-    """Also an ACL 1.0 broker (`ferrymq-acl`), measured in the same rounds as the plain one."""
+    """Also an ACL 1.0 broker (`ferrymq-acl`), measured in the same rounds as the plain one.
+
+    With `tls` too: an ACL 1.0 broker and an ACL + TLS one (`ferrymq-acl-tls`), no TLS-only one.
+    """
 
 
 def ratios_to_nats(rows: list[Row]) -> list[dict[str, Any]]:
@@ -115,30 +121,32 @@ def ratios_to_nats(rows: list[Row]) -> list[dict[str, Any]]:
     return paired
 
 
-def ratios_tls(rows: list[Row]) -> list[dict[str, Any]]:
-    """TLS over plain ferrymq for every row both measured (same mode and size): throughput."""
+def _over_plain(rows: list[Row], system: str) -> list[dict[str, Any]]:
+    """`system` over plain ferrymq for every row both measured (same mode and size)."""
     plain = {(r.mode, r.size): r for r in rows if r.system == "ferrymq"}
     paired = []
     for row in rows:
         peer = plain.get((row.mode, row.size))
-        if row.system != "ferrymq-tls" or peer is None or not peer.msgs_per_s:
+        if row.system != system or peer is None or not peer.msgs_per_s:
             continue
         ratio = round(row.msgs_per_s / peer.msgs_per_s, 2)
         paired.append({"mode": row.mode, "size": row.size, "throughput_ratio": ratio})
     return paired
+
+
+def ratios_tls(rows: list[Row]) -> list[dict[str, Any]]:
+    """TLS over plain ferrymq for every row both measured (same mode and size): throughput."""
+    return _over_plain(rows, "ferrymq-tls")
 
 
 def ratios_acl(rows: list[Row]) -> list[dict[str, Any]]:
     """ACL over plain ferrymq for every row both measured (same mode and size): throughput."""
-    plain = {(r.mode, r.size): r for r in rows if r.system == "ferrymq"}
-    paired = []
-    for row in rows:
-        peer = plain.get((row.mode, row.size))
-        if row.system != "ferrymq-acl" or peer is None or not peer.msgs_per_s:
-            continue
-        ratio = round(row.msgs_per_s / peer.msgs_per_s, 2)
-        paired.append({"mode": row.mode, "size": row.size, "throughput_ratio": ratio})
-    return paired
+    return _over_plain(rows, "ferrymq-acl")
+
+
+def ratios_acl_tls(rows: list[Row]) -> list[dict[str, Any]]:
+    """ACL + TLS over plain ferrymq for every row both measured (same mode and size)."""
+    return _over_plain(rows, "ferrymq-acl-tls")
 
 
 # ---------------------------------------------------------------------- ferrymq
@@ -159,9 +167,9 @@ def _make_acl(workdir: Path) -> list[str]:
 
 
 def _make_tls(workdir: Path) -> tuple[list[str], ClientTls]:
-    """A local CA and the TLS broker's certificate: its flags, and the clients' TLS."""
-    ca = make_ca(workdir / "tls")
-    cert, key = issue_certificate(ca, workdir / "tls", "server")
+    """A local CA and the TLS broker's certificate (in `workdir`): its flags, the clients' TLS."""
+    ca = make_ca(workdir)
+    cert, key = issue_certificate(ca, workdir, "server")
     flags = ["--tls", "--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", str(ca.cert_path)]
     values = {"tls.enable": "true", "tls.client.trustCertPath": str(ca.cert_path)}
     return flags, settings_for(tls_config_from(values), server_side=False).client
@@ -207,8 +215,8 @@ async def _ferrymq(
 async def _ferrymq_side(
     config: BrokerBenchConfig, workdir: Path, tls: bool = False, acl: bool = False
 ) -> AsyncIterator[Side]:
-    system = "ferrymq-tls" if tls else "ferrymq-acl" if acl else "ferrymq"
-    flags, client_tls = _make_tls(workdir) if tls else ([], ClientTls(None))
+    system = "ferrymq" + ("-acl" if acl else "") + ("-tls" if tls else "")
+    flags, client_tls = _make_tls(workdir / f"{system}-certs") if tls else ([], ClientTls(None))
     broker_flags = _make_acl(workdir) if acl else []
     admin_credentials = _BENCH_ADMIN if acl else None
     credentials = _BENCH_PRODUCER if acl else None
@@ -471,12 +479,13 @@ async def run_broker_bench(config: BrokerBenchConfig, progress: Callable[[str], 
         async with contextlib.AsyncExitStack() as stack:
             progress("starting the servers")
             sides = [await stack.enter_async_context(_ferrymq_side(config, workdir))]
-            if config.tls:
-                sides.append(await stack.enter_async_context(_ferrymq_side(config, workdir, True)))
-            if config.acl:
-                sides.append(
-                    await stack.enter_async_context(_ferrymq_side(config, workdir, acl=True))
-                )
+            # (tls, acl) of each further ferrymq side; both: ACL and ACL + TLS, no TLS alone
+            extra = [(False, True), (True, True)] if config.tls and config.acl else []
+            if config.tls != config.acl:
+                extra = [(config.tls, config.acl)]
+            for tls, acl in extra:
+                started = _ferrymq_side(config, workdir, tls=tls, acl=acl)
+                sides.append(await stack.enter_async_context(started))
             if config.nats:
                 sides.append(await stack.enter_async_context(_nats_side(config, workdir)))
             rows = await interleaved_sends_by_size(
@@ -494,5 +503,6 @@ async def run_broker_bench(config: BrokerBenchConfig, progress: Callable[[str], 
         shutil.rmtree(workdir / "ferrymq-store", ignore_errors=True)
         shutil.rmtree(workdir / "ferrymq-tls-store", ignore_errors=True)
         shutil.rmtree(workdir / "ferrymq-acl-store", ignore_errors=True)
+        shutil.rmtree(workdir / "ferrymq-acl-tls-store", ignore_errors=True)
         shutil.rmtree(workdir / "nats-store", ignore_errors=True)
     return sorted(rows, key=lambda r: (not r.system.startswith("ferrymq"), r.system))

@@ -30,6 +30,7 @@ from ferrymq.cmd.aclflags import acl_client_options, install_client_credentials
 from ferrymq.cmd.bench_broker import (
     BrokerBenchConfig,
     ratios_acl,
+    ratios_acl_tls,
     ratios_tls,
     ratios_to_nats,
     run_broker_bench,
@@ -532,7 +533,8 @@ def bench_store(
     "--acl",
     "with_acl",
     is_flag=True,
-    help="Also an ACL 1.0 broker (ferrymq-acl, signed sends), in the same rounds as the plain one.",
+    help="Also an ACL 1.0 broker (ferrymq-acl, signed sends), in the same rounds as the plain one. "
+    "With --tls: plain, ACL and ACL + TLS (ferrymq-acl-tls) side by side, no TLS-only broker.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def bench_broker(
@@ -578,6 +580,7 @@ def bench_broker(
                     "ratios_to_nats": ratios_to_nats(rows),
                     "ratios_tls": ratios_tls(rows),
                     "ratios_acl": ratios_acl(rows),
+                    "ratios_acl_tls": ratios_acl_tls(rows),
                 }
             )
         )
@@ -595,6 +598,11 @@ def bench_broker(
     for ratio in ratios_acl(rows):
         click.echo(
             f"{ratio['mode']} {ratio['size']} B: ACL/plain throughput {ratio['throughput_ratio']}x"
+        )
+    for ratio in ratios_acl_tls(rows):
+        click.echo(
+            f"{ratio['mode']} {ratio['size']} B: ACL+TLS/plain throughput "
+            f"{ratio['throughput_ratio']}x"
         )
 
 
