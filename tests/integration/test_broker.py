@@ -512,6 +512,7 @@ async def test_queries_by_key_id_offset_and_admin_views(
     )
     table = decode_topic_stats(stats.body)
     assert [(e.queue_id, e.max_offset) for e in table.offset_table] == [(0, 0), (1, 1)]
+    assert table.topic_put_tps > 0  # one message put within the last minute
     await client.call(
         addr,
         command(

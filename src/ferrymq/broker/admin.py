@@ -250,7 +250,11 @@ async def get_all_topics(
 async def get_topic_stats(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
-    """GET_TOPIC_STATS_INFO (202): every queue's bounds and last store time."""
+    """GET_TOPIC_STATS_INFO (202): every queue's bounds and last store time.
+
+    `topicPutTps` is RocketMQ 5's: the topic's messages put per second over the last minute on
+    this broker (`tpsTopicPutNums`).
+    """
     header = from_ext_fields(GetTopicStatsInfoRequestHeader, request.ext_fields)
     config = state.topics.get(header.topic)
     if config is None:
@@ -273,7 +277,9 @@ async def get_topic_stats(
                 last_update_timestamp=last,
             )
         )
-    return _ok(request, encode_topic_stats(TopicStatsTable(entries)))
+    put = state.stats.put.rate(header.topic, state.clock(), 60.0)
+    table = TopicStatsTable(entries, topic_put_tps=round(put.count_per_s, 2))
+    return _ok(request, encode_topic_stats(table))
 
 
 async def get_fence(
