@@ -83,7 +83,8 @@ def _field(fields: Mapping[str, str], key: str) -> str:
 
 
 def _answer(data: Any) -> AdminOutcome:
-    return AdminOutcome(body=json.dumps(data).encode())
+    # FastJSON's form, as RocketMQ writes UserInfo and AclInfo: properties sorted, no spaces
+    return AdminOutcome(body=json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _update_user(state: AuthState, fields: Mapping[str, str], body: bytes) -> Event:

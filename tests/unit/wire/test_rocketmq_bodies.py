@@ -564,7 +564,7 @@ def _one_policy(data: bytes) -> tuple[str, list[acl2.PolicyEntry]]:
     return subject, policies[0][1]
 
 
-ORDER_DIFFERS = [
+ACL2_ANSWERS = [
     Row(
         (R.AUTH_GET_USER, R.AUTH_LIST_USER),
         "answer",
@@ -585,9 +585,8 @@ ORDER_DIFFERS = [
         exact=False,
     ),
 ]
-"""ACL 2.0 answers: ferrymq writes UserInfo and AclInfo fields in its own order (`json.dumps`
-in security/acl2admin.py), not FastJSON's; Java reads both alike. ferrymq never answers the
-password (RocketMQ does). Strict xfail: fixing the order makes these fail until moved up."""
+"""ACL 2.0 answers: UserInfo and AclInfo in FastJSON's order (security/acl2admin.py sorts the
+properties). ferrymq never answers the password (RocketMQ does): it is the one field left out."""
 
 NOT_JSON: frozenset[int] = frozenset(
     {
@@ -708,15 +707,14 @@ def test_ferrymq_writes_and_reads_rocketmq_bodies(row: Row) -> None:
     assert row.decode(row.rocketmq) == row.value
 
 
-@pytest.mark.xfail(reason="ACL 2.0 answers' field order is not FastJSON's", strict=True)
-@pytest.mark.parametrize("row", ORDER_DIFFERS, ids=[str(row.codes[0]) for row in ORDER_DIFFERS])
+@pytest.mark.parametrize("row", ACL2_ANSWERS, ids=[str(row.codes[0]) for row in ACL2_ANSWERS])
 def test_acl2_answers_are_written_in_fastjson_order(row: Row) -> None:
     assert row.encode is not None
     assert _shape(row.encode(None), ()) == _shape(row.rocketmq, row.rocketmq_only)
 
 
 def test_acl2_answers_hold_rocketmq_fields_but_the_password() -> None:
-    for row in ORDER_DIFFERS:
+    for row in ACL2_ANSWERS:
         assert row.encode is not None
         ours = json.loads(_shape(row.encode(None), ()))
         assert ours == json.loads(_shape(row.rocketmq, row.rocketmq_only))
@@ -728,7 +726,7 @@ def test_a_batch_ack_bit_set_names_rocketmq_offsets() -> None:
 
 
 def test_every_served_code_is_classified() -> None:
-    checked = {code for row in ROWS + ORDER_DIFFERS for code in row.codes}
+    checked = {code for row in ROWS + ACL2_ANSWERS for code in row.codes}
     namesrv = NameServer(NamesrvConfig()).router.codes
     controller_mode = {R.NOTIFY_BROKER_ROLE_CHANGED, R.GET_BROKER_EPOCH_CACHE}
     served = {*BROKER_HANDLERS, *auth_admin.HANDLERS, *namesrv, *CONTROLLER_SERVED}
