@@ -11,23 +11,41 @@ them (fields `a`..`i`, a 100 B body), the best of `--repeats` passes, in microse
   guard in front of a handler that does nothing against that handler alone (what wrapping adds).
 
 Added per request = sign + (encode signed - encode plain) on the client, check + (decode signed -
-decode plain) + (guarded call - bare call) on the broker. Nothing is asserted;
-docs/benchmarks.md ("Security: ACL against plain") has the command and the numbers.
+decode plain) + (guarded call - bare call) on the broker.
+
+`--callgrind SENDS` counts a real broker process instead: a plain broker and an `aclEnable` one
+(and with `--old-src DIR`, an `aclEnable` broker running the `ferrymq` package under DIR, e.g. an
+older commit's `src` from `git archive`) each run under valgrind's callgrind, instrumentation
+off until a warm-up of 200 sends is done, then on for exactly SENDS acknowledged SDK sends
+(`--window` in flight, signed for the ACL brokers) counted with `callgrind_control`, as
+bench/metrics_cost.py does: instructions per send, which the machine's load does not change. The
+sides alternate over `--rounds`. Nothing is asserted; docs/benchmarks.md ("Security: ACL against
+plain") has the commands and the numbers.
 
     .venv/bin/python bench/acl_cost.py [--requests 50000] [--repeats 5] [--size 100] [--json]
+    .venv/bin/python bench/acl_cost.py --callgrind 4000 [--rounds 2] [--window 16]
+        [--old-src DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.producer import Producer
+from ferrymq.cmd.local import FERRY, spawn
+from ferrymq.rpc.client import RpcClient
 from ferrymq.security.acl import Credentials, sign
 from ferrymq.security.aclguard import AclFile, AclGuard
 from ferrymq.wire.codes import RequestCode
@@ -38,6 +56,7 @@ _ACL = """accounts:
 - {accessKey: bench-producer, secretKey: bench-producer-secret, defaultTopicPerm: PUB}
 """
 _CREDENTIALS = Credentials("bench-producer", "bench-producer-secret")
+_ADMIN = Credentials("bench-admin", "bench-admin-secret")
 
 
 class _Conn:
@@ -147,6 +166,114 @@ def _measure(acl: AclFile, requests: int, repeats: int, size: int) -> dict[str, 
     return out
 
 
+def _callgrind_total(dump: Path) -> int:
+    """The instruction count of one callgrind dump (its `totals:` line); the dump is removed."""
+    try:
+        for line in dump.read_text(errors="replace").splitlines():
+            if line.startswith("totals:"):
+                return int(line.split()[1])
+        raise RuntimeError(f"no totals in {dump}")
+    finally:
+        dump.unlink(missing_ok=True)
+
+
+async def _counted_broker(
+    workdir: Path, name: str, acl: bool, src: str | None, args: argparse.Namespace
+) -> int:
+    """Instructions one broker runs for exactly `args.callgrind` acknowledged sends."""
+    namesrv = await spawn(
+        f"{name}-namesrv", ["namesrv", "--listen", "127.0.0.1:0", "--log-level", "WARNING"], workdir
+    )
+    ready, dump = workdir / f"{name}.ready.json", workdir / f"{name}.callgrind"
+    acl_file = workdir / "plain_acl.yml"
+    acl_file.write_text(_ACL)
+    flags = ["--acl-enable", "true", "--acl-file", str(acl_file)] if acl else []
+    env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
+    with (workdir / f"{name}.log").open("ab") as log:
+        broker = await asyncio.create_subprocess_exec(
+            "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={dump}",
+            *FERRY, "broker", "--listen", "127.0.0.1:0", "--namesrv", namesrv.addr,
+            "--store-dir", str(workdir / f"{name}-store"), "--log-level", "WARNING",
+            "--mapped-file-size-commit-log", str(64 * 1024 * 1024), *flags,
+            "--ready-file", str(ready),
+            stdout=asyncio.subprocess.DEVNULL, stderr=log, env=env, cwd=workdir,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300  # valgrind without instrumentation: ~10 s here
+        while not ready.exists():
+            if broker.returncode is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{name}'s broker did not start under valgrind: {workdir}")
+            await asyncio.sleep(0.1)
+        async with (
+            RpcClient(credentials=_ADMIN if acl else None) as admin_rpc,
+            AdminClient(namesrv.addr, rpc=admin_rpc) as admin,
+        ):
+            await admin.create_topic("Cost", queues=4)
+            while await admin.route("Cost") is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the topic never reached the NameServer")
+                await asyncio.sleep(0.1)
+        credentials = _CREDENTIALS if acl else None
+        async with Producer(
+            namesrv.addr, f"{name}-producer", send_timeout=60, credentials=credentials
+        ) as producer:
+            payload = os.urandom(args.size)
+
+            async def sends(count: int) -> None:
+                for _ in range(count):
+                    await producer.send("Cost", payload)
+
+            await sends(200)  # routes, connections, the first send's imports and caches
+
+            def control(*words: str) -> None:
+                subprocess.run(["callgrind_control", *words, str(broker.pid)], check=True,
+                               capture_output=True, timeout=120)  # fmt: skip
+
+            await asyncio.to_thread(control, "--zero")
+            await asyncio.to_thread(control, "--instr=on")
+            share, left = divmod(args.callgrind, args.window)
+            await asyncio.gather(*(sends(share + (i < left)) for i in range(args.window)))
+            await asyncio.to_thread(control, "--dump")
+            await asyncio.to_thread(control, "--instr=off")
+        return await asyncio.to_thread(_callgrind_total, Path(f"{dump}.1"))  # the first dump
+    finally:
+        if broker.returncode is None:
+            broker.terminate()
+            await broker.wait()
+        await namesrv.stop()
+
+
+async def _callgrind(args: argparse.Namespace) -> dict[str, Any]:
+    """Instructions per send of each broker side, alternating the order by round."""
+    sides: dict[str, tuple[bool, str | None]] = {"plain": (False, None), "acl": (True, None)}
+    if args.old_src:
+        sides["acl, --old-src"] = (True, args.old_src)
+    counts: dict[str, list[float]] = {name: [] for name in sides}
+    workdir = Path(tempfile.mkdtemp(prefix="ferrymq-bench-acl-instructions-"))
+    try:
+        for number in range(args.rounds):
+            order = list(sides) if number % 2 == 0 else list(sides)[::-1]
+            for name in order:
+                acl, src = sides[name]
+                label = f"{name.split(',')[0]}{'-old' if src else ''}-{number}"
+                total = await _counted_broker(workdir, label, acl, src, args)
+                counts[name].append(total / args.callgrind)
+                print(f"round {number}: {name}: {total / args.callgrind:,.0f} instructions a send")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    per_send = {name: sum(c) / len(c) for name, c in counts.items()}
+    plain = per_send["plain"]
+    return {
+        "sends": args.callgrind,
+        "rounds": args.rounds,
+        "instructions_per_send": {k: round(v) for k, v in per_send.items()},
+        "per_round": {k: [round(v) for v in c] for k, c in counts.items()},
+        "added_over_plain_pct": {
+            k: round((v / plain - 1) * 100, 2) for k, v in per_send.items() if k != "plain"
+        },
+    }
+
+
 def main() -> None:
     """Parse the flags, measure, print."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -154,7 +281,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--callgrind", type=int, metavar="SENDS")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--window", type=int, default=16)
+    parser.add_argument("--old-src", metavar="DIR")
     args = parser.parse_args()
+    if args.callgrind is not None:
+        if args.callgrind < args.window:
+            parser.error("--callgrind needs at least --window sends")
+        if shutil.which("valgrind") is None:
+            sys.exit("--callgrind needs valgrind (Debian's valgrind package)")
+        if args.old_src:
+            args.old_src = os.path.abspath(args.old_src)
+        print(json.dumps(asyncio.run(_callgrind(args)), indent=2))
+        return
     result = measure(args.requests, args.repeats, args.size)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -184,7 +184,7 @@ class AclGuard(RefusingGuard[C, R]):
                 version=request.version,
                 host=_peer_host(conn.peer),
                 needs_admin=code not in USER_CODES,
-                resources=lambda: resources(code, fields, body),
+                resources=functools.partial(resources, code, fields, body),
             )
         except ProtocolError as exc:
             return f"request code={request.code}: {str(exc)[:200]}"
