@@ -127,6 +127,7 @@ from ferrymq.spark.plan import (
     partition_queue,
     stable_partition,
 )
+from ferrymq.spark.registration import register_data_source
 from ferrymq.spark.rows import range_of
 
 __all__ = [
@@ -1217,7 +1218,7 @@ class PostgresSink(ConnectorPlugin):
             for key in keys:
                 offset = stored.get((topic, key), default)
                 per_topic.setdefault(key.broker_name, {})[str(key.queue_id)] = offset
-        spark.dataSource.register(PostgresSinkDataSource)
+        register_data_source(spark, PostgresSinkDataSource)  # spark/registration.py
         # queues by stable partition number: the ferrymq columns (brokerName, queueId) would make
         # the reader split every message's properties for tags, keys and msgId too
         spec = msgspec.structs.replace(

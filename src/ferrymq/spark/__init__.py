@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ferrymq.spark.registration import register_data_source
 from ferrymq.spark.retry import RetryableQueryError
 from ferrymq.spark.source import FerryDataSource
 
@@ -22,4 +23,4 @@ __all__ = ["FerryDataSource", "RetryableQueryError", "register"]
 
 def register(spark: Any) -> None:
     """Make `format("ferrymq")` available in a SparkSession."""
-    spark.dataSource.register(FerryDataSource)
+    register_data_source(spark, FerryDataSource)

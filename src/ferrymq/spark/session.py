@@ -3,7 +3,8 @@
 `local_session` applies what the PySpark data source needs on one machine: workers run this
 Python (`PYSPARK_PYTHON`), everything binds loopback, no UI, two shuffle partitions, no empty
 micro-batches; Spark's Python processes import the installed PySpark (`home.launch_home`, which
-saves every streaming query about 0.5 s of CPU at start); `format("ferrymq")` is registered.
+saves every streaming query about 0.5 s of CPU at start); `format("ferrymq")` is registered
+(`registration.register_data_source`: concurrent query starts cannot corrupt it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ferrymq.spark.home import launch_home
+from ferrymq.spark.registration import register_data_source
 from ferrymq.spark.source import FerryDataSource
 
 __all__ = ["demo_aggregate", "local_session"]
@@ -46,7 +48,7 @@ def local_session(app: str, master: str = "local[2]") -> Any:
     with launch_home(master):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(FerryDataSource)
+    register_data_source(spark, FerryDataSource)  # issue 19: registration.py
     return spark
 
 
