@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 _BACKOFF_FIRST: Final = 0.1
 _BACKOFF_MAX: Final = 5.0
+_CLOSE_WAIT_S: Final = 2.0
+"""How long `close` waits for a connection's socket to go (a TLS close_notify) before aborting."""
 
 
 @dataclass(slots=True)
@@ -208,6 +210,7 @@ class RpcClient:
         for conn in connections:
             conn.close()
         await asyncio.gather(*(conn.cancel_requests() for conn in connections))
+        await asyncio.gather(*(conn.wait_closed(_CLOSE_WAIT_S) for conn in connections))
 
     async def __aenter__(self) -> Self:
         return self

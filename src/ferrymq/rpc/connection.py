@@ -456,6 +456,19 @@ class Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
+    async def wait_closed(self, timeout_s: float) -> None:
+        """After `close`: wait until the socket is gone, then abort it if `timeout_s` passed.
+
+        A TLS close first exchanges close_notify, which takes the loop a few turns: a client
+        whose loop ended right after `close` left its socket open (a ResourceWarning later).
+        """
+        if self._transport is None:
+            return
+        try:
+            await asyncio.wait_for(self.closed.wait(), timeout_s)
+        except TimeoutError:
+            self.abort()
+
     async def cancel_requests(self) -> None:
         """Cancel the incoming requests still being handled and wait for them to end."""
         self._backlog.clear()
