@@ -92,6 +92,7 @@ from ferrymq.connectors.postgres import (
     table_name,
 )
 from ferrymq.model import validate_topic
+from ferrymq.spark.registration import register_data_source
 
 __all__ = [
     "FORMAT",
@@ -755,7 +756,7 @@ class PostgresSource(ConnectorPlugin):
                         f"{' '.join(str(exc).split())}"
                     ) from None
         sink_id = _sink_id(context)
-        spark.dataSource.register(PostgresSourceDataSource)
+        register_data_source(spark, PostgresSourceDataSource)  # a stream reader: issue 19
         rows = (
             spark.readStream.format(FORMAT)
             .option("spec", msgspec.json.encode(spec).decode())
