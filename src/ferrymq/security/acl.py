@@ -14,7 +14,9 @@ Owns the pure core of issue 23's authentication and authorization on remoting:
   signature, the admin flag the request's kind needs (`aclcodes.py`), and DENY/PUB/SUB of every
   topic and group the request names (a group is its retry topic `%RETRY%group`).
 
-Rules: no I/O, no clock; a secret key never appears in a repr, an error or a remark.
+Rules: no I/O, no clock; a secret key never appears in a repr, an error or a remark. Per request
+only what varies is computed: each secret key's HMAC pads and each key order's value getter are
+remembered (bounded); what that saves is in docs/benchmarks.md ("ACL's cost per request").
 ACL 1.0 has no nonce: a captured request replayed unchanged is valid again (RocketMQ's behaviour;
 TLS is what keeps it from being captured). Any change to a signed field fails the signature.
 """
@@ -357,8 +359,9 @@ def _values_by_loop(order: list[str], fields: Mapping[str, str]) -> list[str]:
 
 
 def _signed_text(fields: Mapping[str, str], version: int) -> bytes:
-    values = _values_of(tuple(fields), version <= _V4_9_3)(fields)
-    return "".join(values).encode("utf-8", "surrogatepass")
+    keys, old = tuple(fields), version <= _V4_9_3
+    values = _getters[old].get(keys) or _values_of(keys, old)  # the hit inline: a call less
+    return "".join(values(fields)).encode("utf-8", "surrogatepass")
 
 
 def content(fields: Mapping[str, str], body: bytes, version: int = 0) -> bytes:
