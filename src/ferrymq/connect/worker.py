@@ -43,6 +43,7 @@ from ferrymq.connect.statuslog import StatusLog
 from ferrymq.connect.tasks import TaskManager, TaskRunner
 from ferrymq.errors import FerryError
 from ferrymq.model import MessageQueue
+from ferrymq.security import tlsreload
 from ferrymq.security.tls import process_client_tls, process_server_tls
 
 __all__ = ["Worker", "WorkerStartError"]
@@ -208,6 +209,8 @@ class Worker:
         self._tasks.append(asyncio.create_task(self._serve(sock), name="rest"))
         await self._self_check()
         self._tasks.append(asyncio.create_task(self.herder.run(), name="herder"))
+        if self._tls.context is not None and self._tls.source is not None:  # new certs, no restart
+            self._tasks.append(asyncio.create_task(tlsreload.watch(self._tls), name="tls-files"))
 
     async def _serve(self, sock: socket.socket) -> None:
         assert self._server is not None

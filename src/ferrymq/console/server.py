@@ -19,6 +19,7 @@ import uvicorn
 from ferrymq.console.app import build_app
 from ferrymq.console.reader import ConsoleReader
 from ferrymq.console.sampler import Sampler
+from ferrymq.security import tlsreload
 from ferrymq.security.tls import process_server_tls
 
 __all__ = ["Console"]
@@ -47,6 +48,8 @@ class Console:
         self._port = port
         self._socket: socket.socket | None = None
         self._server: _Server | None = None
+        self._watching: asyncio.Task[None] | None = None
+        """Reloads the TLS files when they change (`tlsreload`)."""
         self._tasks: list[asyncio.Task[None]] = []
         self.url = ""
 
@@ -59,7 +62,8 @@ class Console:
         sock.setblocking(False)
         self._socket = sock
         host, port = sock.getsockname()[:2]
-        tls = process_server_tls().context  # the process's TLS (ferry console --tls)
+        server_tls = process_server_tls()  # the process's TLS (ferry console --tls)
+        tls = server_tls.context
         scheme = "https" if tls is not None else "http"
         self.url = (
             f"{scheme}://[{host}]:{port}"
@@ -82,6 +86,7 @@ class Console:
             asyncio.create_task(self._server.serve(sockets=[sock]), name="console-http"),
             asyncio.create_task(self.sampler.run(), name="console-sampler"),
         ]
+        self._watching = asyncio.create_task(tlsreload.watch(server_tls), name="console-tls")
         return self
 
     async def serve_forever(self) -> None:
@@ -96,6 +101,10 @@ class Console:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._watching is not None:
+            self._watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watching
         http, sampler = self._tasks or (None, None)
         if sampler is not None:
             sampler.cancel()

@@ -19,6 +19,7 @@ from ferrymq.proxy.auth import GrpcGuard
 from ferrymq.proxy.service import MessagingService
 from ferrymq.proxy.stubs import load
 from ferrymq.security.aclguard import AclFile
+from ferrymq.security.tlsreload import GrpcCertificates
 
 __all__ = ["GrpcEndpoint", "TlsFiles"]
 
@@ -74,9 +75,8 @@ class GrpcEndpoint:
         )
         bind = f"{self.host}:{self.port}"
         if self.tls is not None:
-            credentials = grpc.ssl_server_credentials(
-                [(self.tls.key.read_bytes(), self.tls.cert.read_bytes())]
-            )
+            # read again at a handshake when the files changed: new certificates, no restart
+            credentials = GrpcCertificates(self.tls.cert, self.tls.key).credentials()
             port = server.add_secure_port(bind, credentials)
         else:
             port = server.add_insecure_port(bind)

@@ -204,6 +204,8 @@ class ServerTls:
 
     mode: TlsMode
     context: ssl.SSLContext | None
+    source: TlsConfig | None = None
+    """The keys `context` was made from: its files are watched and reloaded (`tlsreload`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +290,7 @@ def settings_for(config: TlsConfig, *, server_side: bool = True) -> TlsSettings:
     server = PLAIN_SERVER
     try:
         if server_side:
-            server = ServerTls(config.server_mode, server_context(config))
+            server = ServerTls(config.server_mode, server_context(config), config)
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError("tls.server.certPath", f"cannot load: {exc}") from None
     try:

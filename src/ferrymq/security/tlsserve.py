@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from ferrymq.security import tlsreload
 from ferrymq.security.tls import ServerTls, TlsMode
 
 __all__ = ["HANDSHAKE_TIMEOUT", "LOG_EVERY", "MAX_PENDING", "Listener", "listen"]
@@ -60,6 +61,7 @@ class Listener:
         self._sock = sock
         self._server = server
         self._accepting: asyncio.Task[None] | None = None
+        self._watching: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self.refused = 0
         """Connections refused or failed before their protocol saw them (for tests and logs)."""
@@ -87,7 +89,7 @@ class Listener:
         if self._server is not None:
             self._server.close()
             return
-        for task in (self._accepting, *self._pending):
+        for task in (self._accepting, self._watching, *self._pending):
             if task is not None:
                 task.cancel()
         if self._sock is not None:
@@ -99,12 +101,15 @@ class Listener:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             return
-        for task in [t for t in (self._accepting, *self._pending) if t is not None]:
+        tasks = (self._accepting, self._watching, *self._pending)
+        for task in [t for t in tasks if t is not None]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
     def _start(self, factory: Callable[[], asyncio.Protocol], tls: ServerTls) -> None:
-        self._accepting = asyncio.get_running_loop().create_task(self._accept(factory, tls))
+        loop = asyncio.get_running_loop()
+        self._accepting = loop.create_task(self._accept(factory, tls))
+        self._watching = loop.create_task(tlsreload.watch(tls))  # new certificates, no restart
 
     async def _accept(self, factory: Callable[[], asyncio.Protocol], tls: ServerTls) -> None:
         loop = asyncio.get_running_loop()
