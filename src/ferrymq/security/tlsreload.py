@@ -85,9 +85,14 @@ class ServerCertificates:
         except (ssl.SSLError, OSError) as exc:
             log.warning("TLS files changed but do not load, the certificate in use stays: %s", exc)
             return False
-        self._context.load_cert_chain(cert, key, password=config.server_key_password)
-        if config.server_trust_cert_path is not None:
-            self._context.load_verify_locations(cafile=config.server_trust_cert_path)
+        try:  # the files could change again between the two loads: the next look retries
+            self._context.load_cert_chain(cert, key, password=config.server_key_password)
+            if config.server_trust_cert_path is not None:
+                self._context.load_verify_locations(cafile=config.server_trust_cert_path)
+        except (ssl.SSLError, OSError) as exc:
+            log.error("TLS files changed while being loaded, looking again: %s", exc)
+            self._seen = ()
+            return False
         self.reloads += 1
         log.info("TLS certificate reloaded from %s", cert)
         return True
