@@ -7,11 +7,17 @@ one, -1 turns a side off. The ready file names both: {"addr" (gRPC), "grpc", "re
 and the Prometheus endpoint (`--metrics-exporter-type PROM`) as "metrics". With `--acl-enable true
 --acl-file plain_acl.yml` (the brokers' file) both ports check each client's ACL 1.0 credentials;
 the endpoint calls the cluster with this process's (`ferry --credentials-file`, FERRY_ACCESS_KEY).
+With `--authentication-enabled true --controller-addr ...` (ACL 2.0) both ports check each client
+against the users and ACLs the controllers keep, pulled every second as a NameServer pulls them
+(`namesrv/auth.py`); the process then signs as a Super user (`--inner-client-authentication-
+credentials` or FERRY_ACCESS_KEY). Without controllers ACL 2.0 is refused: only they give out the
+users' passwords.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -40,28 +46,59 @@ class InProcessProxy:
         remoting_port: int = 8080,
         tls: tuple[Path, Path] | None = None,
         acl_file: Path | None = None,
+        controllers: list[str] | None = None,
+        authorization: bool = False,
     ) -> None:
-        """`acl_file`: check each client against this `plain_acl.yml` (AclConfigError: unusable)."""
+        """`acl_file`: check each client against this `plain_acl.yml` (AclConfigError: unusable).
+
+        `controllers`: ACL 2.0, each client checked against the users these controllers keep
+        (`authorization`: and against its ACL).
+        """
         # imported here: grpcio loads only in the processes that serve it
+        from ferrymq.namesrv.auth import AuthPull
         from ferrymq.proxy.remoting import RemotingRelay
         from ferrymq.proxy.server import GrpcEndpoint, TlsFiles
+        from ferrymq.security.acl2guard import AuthStore
         from ferrymq.security.aclguard import AclFile
 
         files = TlsFiles(*tls) if tls is not None else None
         acl = AclFile(acl_file) if acl_file is not None else None
+        self.users = AuthStore() if controllers else None
+        """ACL 2.0: the controllers' users and ACLs (None: not on)."""
+        self.auth_pull = AuthPull(controllers, self.users) if controllers and self.users else None
+        self._pulling: asyncio.Task[None] | None = None
         self.endpoint = (
-            GrpcEndpoint(namesrv, host=host, port=grpc_port, tls=files, acl=acl)
+            GrpcEndpoint(
+                namesrv,
+                host=host,
+                port=grpc_port,
+                tls=files,
+                acl=acl,
+                users=self.users,
+                authorization=authorization,
+            )
             if grpc_port >= 0
             else None
         )
         self.relay = (
-            RemotingRelay(namesrv, host=host, port=remoting_port, acl=acl)
+            RemotingRelay(
+                namesrv,
+                host=host,
+                port=remoting_port,
+                acl=acl,
+                users=self.users,
+                authorization=authorization,
+            )
             if remoting_port >= 0
             else None
         )
 
     async def start(self) -> None:
-        """Listen on both ports."""
+        """Listen on both ports (with ACL 2.0, after a first pull of the users was tried)."""
+        if self.auth_pull is not None:
+            with contextlib.suppress(FerryError):  # run() retries and logs
+                await self.auth_pull.pull()
+            self._pulling = asyncio.get_running_loop().create_task(self.auth_pull.run())
         if self.endpoint is not None:
             await self.endpoint.start()
         if self.relay is not None:
@@ -75,7 +112,11 @@ class InProcessProxy:
         }
 
     async def close(self) -> None:
-        """Stop both sides."""
+        """Stop both sides (and the pull of ACL 2.0's users)."""
+        if self._pulling is not None:
+            self._pulling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pulling
         if self.relay is not None:
             await self.relay.close()
         if self.endpoint is not None:
@@ -93,12 +134,14 @@ async def run_proxy(
     ready_file: Path | None,
     metrics: tuple[str, str, int] = (MetricsExporterType.DISABLE.value, "", 0),
     acl_file: Path | None = None,
+    controllers: list[str] | None = None,
+    authorization: bool = False,
 ) -> None:
     """Serve both sides until `stop` is set; write the ready file once both listen.
 
     `tls`: the gRPC port's certificate chain and key (PEM files). `metrics`: exporter type,
     host (empty: `host`) and port of the Prometheus endpoint (`proxy/metrics.py`). `acl_file`:
-    ACL 1.0 on both ports.
+    ACL 1.0 on both ports. `controllers`, `authorization`: ACL 2.0 on both (`InProcessProxy`).
     """
     proxy = InProcessProxy(
         namesrv,
@@ -107,6 +150,8 @@ async def run_proxy(
         remoting_port=remoting_port,
         tls=tls,
         acl_file=acl_file,
+        controllers=controllers,
+        authorization=authorization,
     )
     try:
         await proxy.start()
@@ -163,6 +208,30 @@ def proxy_metrics(endpoint: Any) -> Iterable[Metric]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="aclFile: the brokers' plain_acl.yml (reloaded when it changes).",
 )
+@click.option(
+    "--authentication-enabled",
+    type=click.BOOL,
+    default=False,
+    help="authenticationEnabled: ACL 2.0, each client signs as a user the controllers keep "
+    "(needs --controller-addr).",
+)
+@click.option(
+    "--authorization-enabled",
+    type=click.BOOL,
+    default=False,
+    help="authorizationEnabled: ACL 2.0, a Normal user may do only what its ACL allows.",
+)
+@click.option(
+    "--controller-addr",
+    default="",
+    help="controllerAddr: controllers (';' between) whose users and ACLs are pulled.",
+)
+@click.option(
+    "--inner-client-authentication-credentials",
+    default="",
+    help='innerClientAuthenticationCredentials: {"accessKey": ..., "secretKey": ...} of a '
+    "Super user this process signs its calls with (default: FERRY_ACCESS_KEY/SECRET_KEY).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @tls_server_options
 @metrics_options
@@ -180,6 +249,10 @@ def proxy_command(
     grpc_tls_key: Path | None,
     acl_enable: bool,
     acl_file: Path | None,
+    authentication_enabled: bool,
+    authorization_enabled: bool,
+    controller_addr: str,
+    inner_client_authentication_credentials: str,
     log_level: str,
     ready_file: Path | None,
     metrics_exporter_type: str,
@@ -206,6 +279,17 @@ def proxy_command(
         fail("--acl-enable true needs --acl-file (the brokers' plain_acl.yml)")
     if acl_file is not None and not acl_enable:
         fail("--acl-file is read only with --acl-enable true")
+    controllers = [a.strip() for a in controller_addr.split(";") if a.strip()]
+    _check_acl2(authentication_enabled, authorization_enabled, controllers, acl_enable)
+    if inner_client_authentication_credentials:
+        from ferrymq.config import ConfigError
+        from ferrymq.security.acl2guard import parse_inner_credentials
+        from ferrymq.security.aclcredentials import install_credentials
+
+        try:
+            install_credentials(parse_inner_credentials(inner_client_authentication_credentials))
+        except ConfigError as exc:
+            fail(str(exc))
 
     async def main(stop: asyncio.Event) -> None:
         await run_proxy(
@@ -222,6 +306,8 @@ def proxy_command(
                 metrics_prom_exporter_port,
             ),
             acl_file=acl_file,
+            controllers=controllers if authentication_enabled else None,
+            authorization=authorization_enabled,
         )
 
     try:
@@ -230,3 +316,20 @@ def proxy_command(
         fail(f"cannot listen on {host}: {exc.strerror or exc}")
     except FerryError as exc:
         fail(str(exc))
+
+
+def _check_acl2(
+    authentication: bool, authorization: bool, controllers: list[str], acl_enable: bool
+) -> None:
+    """Refuse (exit 2) ACL 2.0 settings the endpoint cannot honour: it fails closed."""
+    if authorization and not authentication:
+        fail("--authorization-enabled true needs --authentication-enabled true (the signing user)")
+    if not authentication:
+        return
+    if not controllers:
+        fail(
+            "--authentication-enabled true needs --controller-addr: the endpoint checks ACL 2.0 "
+            "users against the controllers' (brokers do not give out passwords); refused"
+        )
+    if acl_enable:
+        fail("ACL 1.0 (--acl-enable) or 2.0 (--authentication-enabled), not both")

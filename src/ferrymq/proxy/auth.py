@@ -1,13 +1,14 @@
-"""ACL 1.0 on the endpoint's gRPC port: what each RPC needs, and the check before its handler.
+"""ACL 1.0 and 2.0 on the endpoint's gRPC port: what each RPC needs, the check before its handler.
 
 Owns the mapping of MessagingService v2 requests to the topics and groups they touch (as
 RocketMQ's proxy classifies them: sends and EndTransaction PUB on the topic, QueryRoute PUB or
 SUB, receives, acks, offsets and pulls SUB on the topic and the group, Telemetry settings PUB on
 published topics or SUB on the group and its topics) and `GrpcGuard`, which decides a call from
 its metadata with `security.grpcacl.decide_grpc` against the `plain_acl.yml` the brokers use
-(reloaded on change). The endpoint calls the brokers as its own account; the client's account is
-checked here, as RocketMQ's proxy checks ACL itself. Refusals are counted and logged (first 20,
-then one in 1000), never with a secret.
+(reloaded on change), or with ACL 2.0 `decide_grpc2` against the users and ACLs the
+controllers keep (`users`, pulled by `namesrv/auth.py`'s `AuthPull`). The endpoint calls the
+brokers as its own account; the client's account is checked here, as RocketMQ's proxy checks
+ACL itself. Refusals are counted and logged (first 20, then one in 1000), never with a secret.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from ferrymq.security.acl import RETRY_PREFIX, Perm
+from ferrymq.security.acl2guard import AuthSource
 from ferrymq.security.aclguard import AclFile, peer_host
-from ferrymq.security.grpcacl import Refusal, decide_grpc
+from ferrymq.security.grpcacl import Refusal, decide_grpc, decide_grpc2
 
 __all__ = ["GrpcGuard", "call_host", "needs", "settings_needs"]
 
@@ -92,10 +94,21 @@ def _metadata(pairs: Iterable[tuple[str, str | bytes]] | None) -> dict[str, str]
 
 
 class GrpcGuard:
-    """Checks each gRPC call against `plain_acl.yml`; counts what it refused."""
+    """Checks each gRPC call against `plain_acl.yml` or ACL 2.0's users; counts refusals."""
 
-    def __init__(self, acl: AclFile) -> None:
+    def __init__(
+        self,
+        acl: AclFile | None = None,
+        *,
+        users: AuthSource | None = None,
+        authorization: bool = True,
+    ) -> None:
+        """`acl`: ACL 1.0; else `users`: ACL 2.0 (`authorization`: check each user's ACL too)."""
+        if (acl is None) == (users is None):
+            raise ValueError("GrpcGuard: ACL 1.0 (acl) or 2.0 (users), one of them")
         self.acl = acl
+        self.users = users
+        self.authorization = authorization
         self.denied = 0
         """Calls refused since start."""
 
@@ -111,7 +124,16 @@ class GrpcGuard:
             refusal: Refusal | None = Refusal(
                 "FORBIDDEN", f"{name} names {len(wanted)} topics and groups (> {_MAX_RESOURCES})"
             )
+        elif self.users is not None:
+            refusal = decide_grpc2(
+                self.users.state,
+                metadata=_metadata(metadata),
+                host=call_host(peer),
+                resources=lambda: wanted,
+                authorization=self.authorization,
+            )
         else:
+            assert self.acl is not None
             refusal = decide_grpc(
                 self.acl.config,
                 metadata=_metadata(metadata),

@@ -11,7 +11,8 @@ about what it costs ferrymq's SDK instead of its own 30 s route refresh.
 
 With `acl` (the brokers' `plain_acl.yml`), every request is checked as a broker checks it
 (`security/aclguard.py`: the 4.x client's ACL 1.0 signature and its perms) before it is relayed
-under the endpoint's own credentials.
+under the endpoint's own credentials; with `users` (ACL 2.0: the controllers' users and ACLs)
+`Acl2Guard` checks it as an ACL 2.0 broker does.
 
 Heartbeats go to every master through one upstream connection set per client connection, so
 what the brokers push back (transaction checks, consumer-id changes) is relayed to that client.
@@ -33,6 +34,7 @@ from ferrymq.model import MessageQueue, format_address, validate_topic
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection, EncodedFrame, LaterResponse
 from ferrymq.rpc.server import Router, RpcServer
+from ferrymq.security.acl2guard import Acl2Guard, AuthSource
 from ferrymq.security.aclguard import AclFile, AclGuard
 from ferrymq.wire.bodies import (
     BrokerData,
@@ -104,8 +106,16 @@ class RemotingRelay:
     """The remoting port of an endpoint; use `start`/`close`."""
 
     def __init__(
-        self, namesrv: str, *, host: str = "127.0.0.1", port: int = 0, acl: AclFile | None = None
+        self,
+        namesrv: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        acl: AclFile | None = None,
+        users: AuthSource | None = None,
+        authorization: bool = True,
     ) -> None:
+        """`acl`: ACL 1.0; `users`: ACL 2.0 (the controllers' users, `Acl2Guard`)."""
         self.namesrv = namesrv
         self.rpc = RpcClient()
         self.routes = Routes(self.rpc, [a.strip() for a in namesrv.split(";") if a.strip()])
@@ -123,7 +133,12 @@ class RemotingRelay:
         router.add(RequestCode.UNLOCK_BATCH_MQ, self._lock_batch)
         self._router = router
         self.guard = AclGuard(router, acl, "proxy") if acl is not None else None
-        self._handle = self.guard or router
+        self.guard2 = (
+            Acl2Guard(router, users, authorization=authorization, server_name="proxy")
+            if users is not None and acl is None
+            else None
+        )
+        self._handle = self.guard or self.guard2 or router
         self.server = RpcServer(self._serve, host=host, port=port, on_close=self._closed)
         self.sessions: dict[Connection, RpcClient] = {}
         self._masters: tuple[float, list[str]] = (0.0, [])

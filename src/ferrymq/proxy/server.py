@@ -3,7 +3,8 @@
 Owns the listening side: the port (0 picks a free one; the bound port is read back), server
 limits (message size, metadata size, concurrent streams), the TLS seam (a certificate chain
 and key in PEM; `ferrymq.security` helpers plug in here when present) and ACL 1.0 (`acl`: every
-call checked against the client's credentials, `proxy/auth.py`).
+call checked against the client's credentials, `proxy/auth.py`) or ACL 2.0 (`users`: the
+controllers' users and ACLs).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import grpc
 from ferrymq.proxy.auth import GrpcGuard
 from ferrymq.proxy.service import MessagingService
 from ferrymq.proxy.stubs import load
+from ferrymq.security.acl2guard import AuthSource
 from ferrymq.security.aclguard import AclFile
 from ferrymq.security.tlsreload import GrpcCertificates
 
@@ -47,13 +49,19 @@ class GrpcEndpoint:
         advertised_host: str | None = None,
         tls: TlsFiles | None = None,
         acl: AclFile | None = None,
+        users: AuthSource | None = None,
+        authorization: bool = True,
     ) -> None:
         self.namesrv = namesrv
         self.host = host
         self.port = port
         self.advertised_host = advertised_host or host
         self.tls = tls
-        self.guard = GrpcGuard(acl) if acl is not None else None
+        self.guard = (
+            GrpcGuard(acl, users=users, authorization=authorization)
+            if acl is not None or users is not None
+            else None
+        )
         self.service: MessagingService | None = None
         self._server: grpc.aio.Server | None = None
 

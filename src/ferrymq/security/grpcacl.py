@@ -10,6 +10,9 @@ proxy does (it checks ACL itself, then calls the brokers as its own account):
 - `decide_grpc` is `decide` (`acl.py`) for a call: global white addresses, the account, its own
   white address, the signature (UNAUTHORIZED), then DENY/PUB/SUB of each topic and group the call
   names (FORBIDDEN). No RPC of MessagingService is an admin one.
+- `decide_grpc2` is the same for ACL 2.0 (`acl2.py`): the header's access key names a user, the
+  signature's secret is its password (UNAUTHORIZED: no header, unknown or disabled user, wrong
+  signature), then `acl2.authorize` for each topic and group (FORBIDDEN).
 
 Rules: no I/O, no clock; a secret never in a repr or a message. As RocketMQ, the date is not
 checked for freshness (the Python 5.x client writes local time with a `Z`): a captured header
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from ferrymq.security.acl import RETRY_PREFIX, AclConfig, Perm, address_matches, check_perm
+from ferrymq.security.acl2 import AuthState, UserStatus, UserType, authorize
+from ferrymq.security.acl2guard import _wanted
 
 __all__ = [
     "ALGORITHM",
@@ -31,6 +36,7 @@ __all__ = [
     "DATE_TIME",
     "Refusal",
     "decide_grpc",
+    "decide_grpc2",
     "grpc_signature",
     "parse_authorization",
 ]
@@ -126,4 +132,41 @@ def decide_grpc(
                 "FORBIDDEN",
                 f"No permission for {what}: accessKey={_shown(access_key)} needs {wanted}",
             )
+    return None
+
+
+def decide_grpc2(
+    state: AuthState,
+    *,
+    metadata: Mapping[str, str],
+    host: str,
+    resources: Callable[[], Iterable[tuple[str, Perm]]],
+    authorization: bool = True,
+) -> Refusal | None:
+    """ACL 2.0's `decide_grpc`: None if the call may run, else why not.
+
+    The user is the header's access key and its password the signing secret (as
+    `acl2.authenticate` for remoting); with `authorization`, a Normal user needs its ACL's
+    Pub / Sub on each of `resources` (a group as its retry topic).
+    """
+    parsed = parse_authorization(metadata.get(AUTHORIZATION, ""))
+    if parsed is None:
+        return Refusal("UNAUTHORIZED", "No accessKey is configured (no MQv2-HMAC-SHA1 header)")
+    username, sent = parsed
+    user = state.users.get(username)
+    if user is None:
+        return Refusal("UNAUTHORIZED", f"User:{_shown(username)} is not found")
+    if user.status is UserStatus.DISABLE:
+        return Refusal("UNAUTHORIZED", f"User:{_shown(username)} is disabled")
+    expected = grpc_signature(user.password, metadata.get(DATE_TIME, ""))
+    if not hmac.compare_digest(expected.encode("ascii"), sent.lower().encode("utf-8", "replace")):
+        return Refusal("UNAUTHORIZED", f"check signature failed for User:{_shown(username)}")
+    if not authorization or user.user_type is UserType.SUPER:
+        return None
+    for resource, needed in resources():
+        # QueryRoute's PUB or SUB: a policy allowing either action matches
+        wanted, actions = _wanted(resource, Perm.PUB | Perm.SUB if needed & Perm.ANY else needed)
+        remark = authorize(state, user, wanted, actions, host)
+        if remark is not None:
+            return Refusal("FORBIDDEN", remark)
     return None

@@ -1,0 +1,142 @@
+"""ACL 2.0 on the endpoint (issue 23): both ports check clients against the controllers' users.
+
+In process, real sockets: one controller node with authenticationEnabled (init user root), a
+NameServer, a broker in controller mode with ACL 2.0, and the endpoint (`InProcessProxy`, as
+`ferry proxy --authentication-enabled true --controller-addr ...` runs it) pulling the users and
+ACLs from the controller. Raw gRPC calls signed as the 5.x clients sign (MQv2-HMAC-SHA1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import grpc
+from click.testing import CliRunner
+
+from ferrymq.broker.broker import Broker
+from ferrymq.cmd.proxy import InProcessProxy, proxy_command
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.proxy.stubs import load
+from ferrymq.rpc.client import RpcClient
+from ferrymq.security.aclcredentials import install_credentials
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.frame import RemotingCommand
+
+from ..integration.remoting import create_topic, send
+from ..integration.test_acl2_controller import (
+    ALICE,
+    ROOT,
+    _admin,
+    _broker_config,
+    _leader,
+    _Node,
+    _until,
+)
+from . import raw
+from .test_acl import _send, _signed
+
+
+async def test_endpoint_checks_the_controllers_users_signatures_and_acls(tmp_path: Path) -> None:
+    v2 = load()
+    install_credentials(ROOT)  # every server's own calls, the endpoint's too, sign as root
+    try:
+        async with asyncio.timeout(60), AsyncExitStack() as stack:
+            node = _Node("n1", tmp_path)
+            controller = await node.listen()
+            stack.push_async_callback(node.stop)
+            await node.start({"n1": controller})
+            await _until(lambda: _leader({"n1": node}) is not None, "a controller leader")
+            namesrv = NameServer(NamesrvConfig(listen_port=0, scan_interval=0.2))
+            await namesrv.start()
+            stack.push_async_callback(namesrv.close)
+            broker = Broker(_broker_config(tmp_path, "broker-a", controller, namesrv.address))
+            await broker.start()
+            stack.push_async_callback(broker.close)
+            await _until(lambda: broker.state.is_master and not broker.fenced, "a master")
+            root = await stack.enter_async_context(RpcClient(credentials=ROOT))
+            for topic in ("open", "secret"):
+                await create_topic(root, broker.address, topic, queues=1)
+            proxy = InProcessProxy(
+                namesrv.address,
+                grpc_port=0,
+                remoting_port=0,
+                controllers=[controller],
+                authorization=True,
+            )
+            stack.push_async_callback(proxy.close)
+            await proxy.start()
+            assert proxy.endpoint is not None
+            assert proxy.relay is not None
+            channel = await stack.enter_async_context(
+                grpc.aio.insecure_channel(proxy.endpoint.address)
+            )
+            grpc_send = raw.rpc(channel, v2, "SendMessage")
+            alice = _signed("alice", "alice-pw")
+            unknown = await grpc_send(_send(v2, "open"), metadata=alice, timeout=10)
+            assert unknown.status.code == 40100, unknown.status  # not created yet
+            assert "User:alice is not found" in unknown.status.message
+
+            # made after the endpoint started: it pulls them within a second or so
+            await _admin(
+                root,
+                broker.address,
+                RequestCode.AUTH_CREATE_USER,
+                {"username": "alice", "password": "alice-pw"},
+            )
+            await _admin(
+                root,
+                broker.address,
+                RequestCode.AUTH_CREATE_ACL,
+                {"subject": "User:alice", "policies": [{"entries": [
+                    {"resource": "Topic:open", "actions": ["Pub"], "decision": "Allow"},
+                    {"resource": "Topic:secret", "actions": ["All"], "decision": "Deny"},
+                ]}]},
+            )  # fmt: skip
+            users = proxy.users
+            assert users is not None
+            await _until(lambda: "User:alice" in users.state.acls, "the endpoint pulled alice", 10)
+            ok = await grpc_send(_send(v2, "open"), metadata=alice, timeout=10)
+            assert ok.status.code == v2.code("OK"), ok.status
+            denied = await grpc_send(_send(v2, "secret"), metadata=alice, timeout=10)
+            assert denied.status.code == v2.code("FORBIDDEN") == 40300, denied.status
+            assert "Topic:secret" in denied.status.message
+            wrong = _signed("alice", "not-her-password")
+            refused = await grpc_send(_send(v2, "open"), metadata=wrong, timeout=10)
+            assert refused.status.code == v2.code("UNAUTHORIZED"), refused.status
+            assert "check signature failed for User:alice" in refused.status.message
+            unsigned = await grpc_send(_send(v2, "open"), timeout=10)
+            assert unsigned.status.code == 40100, unsigned.status
+
+            # the remoting port: Acl2Guard on the same users
+            async with RpcClient(credentials=ALICE) as as_alice:
+                sent = await send(as_alice, proxy.relay.address, "open", b"via remoting")
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+                no = await send(as_alice, proxy.relay.address, "secret", b"no")
+                assert no.code == ResponseCode.NO_PERMISSION, no.remark
+            install_credentials(None)
+            anonymous = RpcClient()
+            install_credentials(ROOT)
+            async with anonymous:
+                route = RemotingCommand(
+                    code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "open"}
+                )
+                answer = await anonymous.call(proxy.relay.address, route, 5)
+                assert answer.code == ResponseCode.NO_PERMISSION, answer.remark
+    finally:
+        install_credentials(None)
+
+
+def test_acl2_without_controllers_is_refused() -> None:
+    runner = CliRunner()
+    result = runner.invoke(
+        proxy_command, ["--namesrv", "127.0.0.1:1", "--authentication-enabled", "true"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "needs --controller-addr" in result.output
+    result = runner.invoke(
+        proxy_command, ["--namesrv", "127.0.0.1:1", "--authorization-enabled", "true"]
+    )
+    assert result.exit_code == 2
+    assert "needs --authentication-enabled true" in result.output
