@@ -20,7 +20,18 @@ from ferrymq.cmd.proxy import InProcessProxy, proxy_command
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.proxy.stubs import load
 from ferrymq.rpc.client import RpcClient
+from ferrymq.security.acl import Perm
+from ferrymq.security.acl2 import (
+    Acl,
+    AuthState,
+    PolicyEntry,
+    PolicyType,
+    User,
+    UserStatus,
+    UserType,
+)
 from ferrymq.security.aclcredentials import install_credentials
+from ferrymq.security.grpcacl import decide_grpc2
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 
@@ -140,3 +151,33 @@ def test_acl2_without_controllers_is_refused() -> None:
     )
     assert result.exit_code == 2
     assert "needs --authentication-enabled true" in result.output
+
+
+def test_decide_grpc2_rules() -> None:
+    """The pure decision: a disabled user, QueryRoute's PUB-or-SUB, Super, authorization off."""
+    sub_only = PolicyEntry.of("Topic:t", ["Sub"])
+    state = AuthState(
+        {
+            "bob": User("bob", "pw"),
+            "off": User("off", "pw", status=UserStatus.DISABLE),
+            "su": User("su", "pw", UserType.SUPER),
+        },
+        {"User:bob": Acl("User:bob", {PolicyType.CUSTOM: (sub_only,)})},
+    )
+
+    def decide(user: str, resource: str, perm: Perm, authorization: bool = True) -> str | None:
+        refusal = decide_grpc2(
+            state,
+            metadata={k.lower(): v for k, v in _signed(user, "pw")},
+            host="127.0.0.1",
+            resources=lambda: [(resource, perm)],
+            authorization=authorization,
+        )
+        return None if refusal is None else refusal.status
+
+    assert decide("off", "t", Perm.SUB) == "UNAUTHORIZED"
+    assert decide("bob", "t", Perm.ANY) is None  # QueryRoute: Sub is enough
+    assert decide("bob", "t", Perm.PUB) == "FORBIDDEN"
+    assert decide("bob", "t", Perm.PUB, authorization=False) is None
+    assert decide("bob", "%RETRY%g", Perm.SUB) == "FORBIDDEN"  # no policy on Group:g
+    assert decide("su", "other", Perm.PUB) is None
