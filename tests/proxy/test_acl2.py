@@ -9,6 +9,7 @@ ACLs from the controller. Raw gRPC calls signed as the 5.x clients sign (MQv2-HM
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from click.testing import CliRunner
 
 from ferrymq.broker.broker import Broker
 from ferrymq.cmd.proxy import InProcessProxy, proxy_command
+from ferrymq.cmd.servers import _start_proxy
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.proxy.stubs import load
 from ferrymq.rpc.client import RpcClient
@@ -62,7 +64,8 @@ async def test_endpoint_checks_the_controllers_users_signatures_and_acls(tmp_pat
             namesrv = NameServer(NamesrvConfig(listen_port=0, scan_interval=0.2))
             await namesrv.start()
             stack.push_async_callback(namesrv.close)
-            broker = Broker(_broker_config(tmp_path, "broker-a", controller, namesrv.address))
+            config = _broker_config(tmp_path, "broker-a", controller, namesrv.address)
+            broker = Broker(config)
             await broker.start()
             stack.push_async_callback(broker.close)
             await _until(lambda: broker.state.is_master and not broker.fenced, "a master")
@@ -119,6 +122,21 @@ async def test_endpoint_checks_the_controllers_users_signatures_and_acls(tmp_pat
             assert "check signature failed for User:alice" in refused.status.message
             unsigned = await grpc_send(_send(v2, "open"), timeout=10)
             assert unsigned.status.code == 40100, unsigned.status
+
+            # a controller-mode broker's enableProxy endpoint: the same, with the broker's keys
+            in_broker = await _start_proxy(
+                dataclasses.replace(
+                    config, enable_proxy=True, grpc_server_port=0, remoting_listen_port=-1
+                )
+            )
+            stack.push_async_callback(in_broker.close)
+            assert in_broker.endpoint is not None
+            async with grpc.aio.insecure_channel(in_broker.endpoint.address) as its:
+                its_send = raw.rpc(its, v2, "SendMessage")
+                ok = await its_send(_send(v2, "open"), metadata=alice, timeout=10)
+                assert ok.status.code == v2.code("OK"), ok.status
+                denied = await its_send(_send(v2, "secret"), metadata=alice, timeout=10)
+                assert denied.status.code == 40300, denied.status
 
             # the remoting port: Acl2Guard on the same users
             async with RpcClient(credentials=ALICE) as as_alice:

@@ -192,13 +192,13 @@ class BrokerConfig:
         ):
             if number <= 0:
                 raise ConfigError(key, f"must be positive, not {number}")
-        if self.enable_proxy and self.authentication_enabled:
-            # the endpoint checks ACL 1.0 (aclEnable: the broker's aclFile) but not ACL 2.0
-            # users, and forwards every request signed with this process's credentials
+        if self.enable_proxy and self.authentication_enabled and not self.enable_controller_mode:
+            # the endpoint checks ACL 2.0 users only with the controllers' (their passwords)
             raise ConfigError(
                 "enableProxy",
-                "the RocketMQ 5 endpoint checks ACL 1.0 credentials, not ACL 2.0 users yet: "
-                "not with authenticationEnabled=true (docs/security.md)",
+                "the RocketMQ 5 endpoint checks ACL 2.0 users only in controller mode (it pulls "
+                "them from controllerAddr): not with authenticationEnabled=true here "
+                "(docs/security.md)",
             )
         if self.busy_poll_micros < 0:
             raise ConfigError("busyPollMicros", f"must be >= 0, not {self.busy_poll_micros}")

@@ -185,6 +185,9 @@ async def _start_proxy(config: BrokerConfig) -> InProcessProxy:
         grpc_port=config.grpc_server_port,
         remoting_port=config.remoting_listen_port,
         acl_file=config.acl_file if config.acl_enable else None,  # checks clients as the broker
+        # ACL 2.0 (controller mode): the controllers' users, as the broker checks them
+        controllers=config.controller_addrs if config.authentication_enabled else None,
+        authorization=config.authorization_enabled,
     )
     await proxy.start()
     return proxy

@@ -43,14 +43,24 @@ def test_a_bad_boolean_names_the_key(key: str) -> None:
 
 def test_acl2_with_the_in_process_endpoint_is_refused() -> None:
     """The endpoint signs what it forwards with the broker's own (admin) credentials and checks
-    its clients' ACL 1.0 credentials (the broker's aclFile), not ACL 2.0 users: with
-    authenticationEnabled it would let anyone through (fail closed instead)."""
+    its clients' ACL 1.0 credentials (the broker's aclFile), and ACL 2.0 users only in controller
+    mode (the controllers give out their passwords): elsewhere authenticationEnabled is refused."""
     config, _ = build_config(
         BrokerConfig, {"aclEnable": "true", "aclFile": "/x", "enableProxy": "true"}
     )
     assert config.enable_proxy
     with pytest.raises(ConfigError, match="authenticationEnabled=true"):
         build_config(BrokerConfig, {"authenticationEnabled": "true", "enableProxy": "true"})
+    config, _ = build_config(  # in controller mode it checks the controllers' users
+        BrokerConfig,
+        {
+            "authenticationEnabled": "true",
+            "enableProxy": "true",
+            "enableControllerMode": "true",
+            "controllerAddr": "127.0.0.1:9878",
+        },
+    )
+    assert config.enable_proxy
     config, _ = build_config(BrokerConfig, {"aclEnable": "true", "aclFile": "/x"})
     assert config.acl_enable
     assert not config.enable_proxy
