@@ -55,6 +55,7 @@ __all__ = [
     "parse_inner_credentials",
     "parse_whitelist",
     "split_acl2_keys",
+    "wanted_access",
 ]
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,11 @@ def parse_inner_credentials(text: str) -> Credentials:
         ) from None
 
 
-def _wanted(resource: str, perm: Perm) -> tuple[Resource, frozenset[Action]]:
+def wanted_access(resource: str, perm: Perm) -> tuple[Resource, frozenset[Action]]:
+    """ACL 1.0's (resource name, PUB/SUB perm) as ACL 2.0's resource and actions.
+
+    A `%RETRY%` name is its group, any other a topic.
+    """
     if resource.startswith(RETRY_PREFIX):
         wanted = Resource(ResourceType.GROUP, resource[len(RETRY_PREFIX) :])
     else:
@@ -292,7 +297,7 @@ class Acl2Guard(RefusingGuard[C, R]):
             return f"request code={request.code}: {str(exc)[:200]}"
         host = peer_host(conn.peer)
         for name, perm in needed:
-            wanted, actions = _wanted(name, perm)
+            wanted, actions = wanted_access(name, perm)
             remark = authorize(state, user, wanted, actions, host)
             if remark is not None:
                 return remark

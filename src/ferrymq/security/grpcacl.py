@@ -28,7 +28,7 @@ from typing import Final, Literal
 
 from ferrymq.security.acl import RETRY_PREFIX, AclConfig, Perm, address_matches, check_perm
 from ferrymq.security.acl2 import AuthState, UserStatus, UserType, authorize
-from ferrymq.security.acl2guard import _wanted
+from ferrymq.security.acl2guard import wanted_access
 
 __all__ = [
     "ALGORITHM",
@@ -165,7 +165,9 @@ def decide_grpc2(
         return None
     for resource, needed in resources():
         # QueryRoute's PUB or SUB: a policy allowing either action matches
-        wanted, actions = _wanted(resource, Perm.PUB | Perm.SUB if needed & Perm.ANY else needed)
+        wanted, actions = wanted_access(
+            resource, Perm.PUB | Perm.SUB if needed & Perm.ANY else needed
+        )
         remark = authorize(state, user, wanted, actions, host)
         if remark is not None:
             return Refusal("FORBIDDEN", remark)
