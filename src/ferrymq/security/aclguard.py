@@ -142,11 +142,19 @@ class RefusingGuard(Generic[C, R]):
         """None if `request` may run, else why not (the NO_PERMISSION remark)."""
         raise NotImplementedError
 
-    async def __call__(self, conn: C, request: RemotingCommand) -> R | RemotingCommand:
-        """Answer NO_PERMISSION, or hand the request to the wrapped handler."""
+    def __call__(self, conn: C, request: RemotingCommand) -> Awaitable[R | RemotingCommand]:
+        """Answer NO_PERMISSION, or hand the request to the wrapped handler.
+
+        Not a coroutine: an allowed request's awaitable is the handler's own, so the guard adds
+        no coroutine frame to every request (about 1.1k of the ~46k instructions ACL 1.0 adds to
+        a broker's send: bench/acl_cost.py --callgrind 4000 --rounds 2, 252.1k against 253.2k).
+        """
         remark = self.check(conn, request)
         if remark is None:
-            return await self._inner(conn, request)
+            return self._inner(conn, request)
+        return _answered(self._refuse(conn, request, remark))
+
+    def _refuse(self, conn: C, request: RemotingCommand, remark: str) -> RemotingCommand:
         self.denied += 1
         if self.denied <= _LOGGED_DENIALS or self.denied % 1000 == 0:
             log.warning(
@@ -158,6 +166,10 @@ class RefusingGuard(Generic[C, R]):
                 remark,
             )
         return request.make_response(ResponseCode.NO_PERMISSION, remark=remark)
+
+
+async def _answered(response: RemotingCommand) -> RemotingCommand:
+    return response
 
 
 class AclGuard(RefusingGuard[C, R]):
