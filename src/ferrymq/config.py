@@ -121,6 +121,14 @@ def rocketmq_key(field_name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
+_SECRET_KEY_PARTS: Final = ("password", "credential", "secret", "authenticationuser")
+
+
+def _is_secret_key(key: str) -> bool:
+    """Whether `key`'s value may hold a secret (a password, credentials): never echoed."""
+    return any(part in key.lower() for part in _SECRET_KEY_PARTS)
+
+
 def config_keys(config_type: type[Any]) -> dict[str, dataclasses.Field[Any]]:
     """RocketMQ key -> dataclass field, for every field of a config class."""
     return {rocketmq_key(f.name): f for f in dataclasses.fields(config_type)}
@@ -225,9 +233,10 @@ def build_config(
         if found is None:
             turns_on = SECURITY_KEYS.get(key)
             if turns_on is not None and turns_on(value):
+                shown = "its value" if _is_secret_key(key) else repr(value)
                 raise ConfigError(
                     key,
-                    f"{value!r} turns on security that ferrymq does not implement here yet; "
+                    f"{shown} turns on security that ferrymq does not implement here yet; "
                     "refusing to start rather than serve without it",
                 )
             ignored.append(key)

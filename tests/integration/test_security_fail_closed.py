@@ -14,7 +14,7 @@ COMMANDS = {
 }
 KEYS = {
     "broker": "authenticationProvider=org.example.Provider",
-    "namesrv": "authorizationEnabled=true",
+    "namesrv": 'innerClientAuthenticationCredentials={"accessKey": "a", "secretKey": "b"}',
     "controller": "aclEnable=true",
     "connect": "authenticationProvider=org.example.Provider",
 }
@@ -52,3 +52,4 @@ async def test_every_server_refuses_to_start_with_a_security_key_it_does_not_imp
         assert code == 2, (name, code, err)
         assert lines[-1].startswith(f"ferry: error: config {key}: "), (name, err)
         assert "refusing to start" in lines[-1]
+        assert '"secretKey": "b"' not in err  # a refused secret is not echoed

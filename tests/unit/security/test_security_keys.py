@@ -56,3 +56,17 @@ def test_a_security_key_left_off_is_only_ignored(key: str) -> None:
     off = OFF_VALUES.get(key, "" if SECURITY_KEYS[key]("false") else "false")
     _, ignored = build_config(BrokerConfig, {key: off})
     assert ignored == ([] if key in config_keys(BrokerConfig) else [key])
+
+
+@pytest.mark.parametrize(
+    "key",
+    sorted(k for k in SECURITY_KEYS if any(p in k.lower() for p in ("password", "credential"))),
+)
+def test_a_refused_secret_is_not_echoed(key: str) -> None:
+    secret = "s3cr3t-never-shown"
+    refusing = [c for c in CONFIGS if key not in config_keys(c)]
+    assert refusing, f"every config honours {key}: nothing refuses it"
+    for config_type in refusing:
+        with pytest.raises(ConfigError, match="refusing to start") as caught:
+            build_config(config_type, {key: secret})
+        assert secret not in str(caught.value)
