@@ -120,6 +120,14 @@ class ConfigLog:
             self._queue = queues[0]
         return self._queue
 
+    async def end_offset(self) -> int:
+        """The config queue's end now (one broker call).
+
+        Raises:
+            FerryError: the broker did not answer.
+        """
+        return await self._consumer.max_offset(await self.queue())
+
     async def run(self) -> None:
         """Follow the log forever (errors are logged and retried)."""
         while True:

@@ -49,7 +49,12 @@ from ferrymq.client.membership import GroupMembership
 from ferrymq.connect.assignment import rebalance
 from ferrymq.connect.config import WorkerConfig
 from ferrymq.connect.configlog import ConfigLog
-from ferrymq.connect.errors import NotLeaderError, NotWrittenError, OutcomeUnknownError
+from ferrymq.connect.errors import (
+    ConnectRestError,
+    NotLeaderError,
+    NotWrittenError,
+    OutcomeUnknownError,
+)
 from ferrymq.connect.membership import MemberData, MemberView, encode_member_data
 from ferrymq.connect.plugin import Plugins
 from ferrymq.connect.records import (
@@ -78,6 +83,8 @@ _COALESCE_S: Final = 0.05
 """How long the leader waits after a change for more before it recomputes the assignment."""
 _COALESCE_MAX_S: Final = 1.0
 """The longest a stream of changes may put the assignment off."""
+_READ_BARRIER_S: Final = 5.0
+"""How long a refused write waits for the config log to be read to its end before saying retry."""
 
 
 def crash_point(name: str) -> None:
@@ -417,11 +424,37 @@ class Herder:
             if not self.is_leader:
                 leader_id, leader_url = self.leader()
                 raise NotLeaderError(leader_id, leader_url)
-            record = decide_record(self.state)
+            try:
+                record = decide_record(self.state)
+            except NotLeaderError:
+                raise
+            except ConnectRestError:
+                # A refusal (404, 409) read off this worker's state, which the fenced append
+                # never checks: a leader cut off for a while may not have read a newer leader's
+                # records (a chaos run saw a healed old leader answer 404 for a connector created
+                # meanwhile). Read the log to its end, then decide again, or hand over.
+                await self._read_barrier()
+                leader_id, leader_url = self.leader()
+                if leader_id != self.worker_id:  # a newer leader's claim was among them
+                    raise NotLeaderError(leader_id, leader_url) from None
+                record = decide_record(self.state)
             if record is None:
                 return None
             offset = await self._append(record, self._leading_epoch, hooked=hooked)
             return WriteResult(record, offset)
+
+    async def _read_barrier(self) -> None:
+        """Apply every record the config log holds now (a refusal then rests on the latest state).
+
+        Raises:
+            NotLeaderError: the log's end cannot be read or reached in time (nothing written).
+        """
+        try:
+            end = await self.log.end_offset()
+        except FerryError as exc:
+            raise NotLeaderError("", "", f"cannot read the config log's end ({exc})") from None
+        if not await self.log.wait_for(end, _READ_BARRIER_S):
+            raise NotLeaderError("", "", "the config log is not read to its end yet")
 
     def after_write(self) -> None:
         """The caller has its answer: act on the change (the second crash point is here)."""
