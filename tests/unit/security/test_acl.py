@@ -37,7 +37,7 @@ from ferrymq.wire.codes import RequestCode
 
 SAMPLE = """
 globalWhiteRemoteAddresses:
-- 10.10.103.*
+- 127.10.103.*
 accounts:
 - accessKey: RocketMQ
   secretKey: 12345678
@@ -69,7 +69,7 @@ def test_signature_is_rocketmqs_hmac_sha1_of_sorted_values_then_body() -> None:
 
 def test_rocketmqs_sample_file_parses_into_the_typed_model() -> None:
     acl = parse_acl(SAMPLE)
-    assert acl.global_white_remote_addresses == ("10.10.103.*",)
+    assert acl.global_white_remote_addresses == ("127.10.103.*",)
     account = acl.accounts["RocketMQ"]
     assert account.secret_key == "12345678"
     assert account.topic_perms == {"topicA": Perm.DENY, "topicB": Perm.PUB | Perm.SUB,
@@ -162,7 +162,7 @@ def _signed(fields: dict[str, str], ak: str, sk: str, body: bytes = b"") -> dict
          "No acl config for nobody"),
         ("bad signature", {"topic": "topicB", ACCESS_KEY: "RocketMQ", SIGNATURE: "AAAA"}, 10,
          "127.0.0.1", "Check signature failed for accessKey=RocketMQ"),
-        ("global white address", {"topic": "topicA"}, 17, "10.10.103.7", None),
+        ("global white address", {"topic": "topicA"}, 17, "127.10.103.7", None),
         ("account white address, unsigned", {"topic": "topicB", ACCESS_KEY: "RocketMQ"}, 10,
          "127.168.0.3", None),
         ("send PUB", "RocketMQ topicB", 10, "127.0.0.1", None),

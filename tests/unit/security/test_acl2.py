@@ -96,7 +96,7 @@ def test_the_most_specific_entry_decides_and_deny_wins_at_equal_precision() -> N
         PolicyEntry.of("Topic:*", ["Pub", "Sub"]),
         PolicyEntry.of("Topic:secret-*", ["All"], "Deny"),
         PolicyEntry.of("Topic:secret-open", ["Pub"]),
-        PolicyEntry.of("Group:g1", ["Sub"], source_ips=["127.0.0.0/8"]),
+        PolicyEntry.of("Group:g1", ["Sub"], source_ips=["127.0.0.0/24"]),
     )
     assert authorize(state, ALICE, _topic("orders"), PUB, "127.0.0.1") is None
     assert "deny" in (authorize(state, ALICE, _topic("secret-x"), SUB, "127.0.0.1") or "")
@@ -104,8 +104,8 @@ def test_the_most_specific_entry_decides_and_deny_wins_at_equal_precision() -> N
     assert authorize(state, ALICE, _topic("secret-open"), SUB, "127.0.0.1") is not None
     group = Resource(ResourceType.GROUP, "g1")
     assert authorize(state, ALICE, group, SUB, "127.0.0.1") is None
-    assert "no matched" in (authorize(state, ALICE, group, SUB, "10.0.0.1") or "")
-    assert authorize(state, User("root", "pw", UserType.SUPER), group, SUB, "10.0.0.1") is None
+    assert "no matched" in (authorize(state, ALICE, group, SUB, "127.0.1.1") or "")
+    assert authorize(state, User("root", "pw", UserType.SUPER), group, SUB, "127.0.1.1") is None
 
 
 def test_default_policy_applies_only_when_no_custom_entry_matches() -> None:
@@ -174,7 +174,7 @@ def test_admin_commands_refuse_what_the_state_does_not_allow_and_acls_merge() ->
 
 def test_events_round_trip_through_json_and_bad_json_is_a_typed_error() -> None:
     state = _state(
-        PolicyEntry.of("Topic:a*", ["Pub", "Sub"], "Deny", ["10.0.0.0/8"]),
+        PolicyEntry.of("Topic:a*", ["Pub", "Sub"], "Deny", ["127.0.0.0/24"]),
         default=(PolicyEntry.of("*", ["All"]),),
     )
     events: list[Event] = [
