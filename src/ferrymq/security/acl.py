@@ -55,6 +55,8 @@ __all__ = [
     "decide",
     "parse_acl",
     "parse_perm",
+    "refused_resource",
+    "shown_key",
     "sign",
     "signature",
 ]
@@ -394,7 +396,8 @@ def sign(fields: dict[str, str], body: bytes, credentials: Credentials, version:
     fields[SIGNATURE] = signature(fields, body, credentials.secret_key, version)
 
 
-def _shown(access_key: str) -> str:
+def shown_key(access_key: str) -> str:
+    """An access key as logs and refusals show it: a long one cut short (never a secret)."""
     if len(access_key) <= _SHOWN_KEY_CHARS:
         return access_key
     return f"{access_key[:_SHOWN_KEY_CHARS]}... ({len(access_key)} characters)"
@@ -424,18 +427,29 @@ def decide(
         return "No accessKey is configured"
     account = acl.accounts.get(access_key)
     if account is None:
-        return f"No acl config for {_shown(access_key)}"
+        return f"No acl config for {shown_key(access_key)}"
     if account.white_remote_address and address_matches(account.white_remote_address, host):
         return None
     sent = fields.get(SIGNATURE, "")
     expected = _signature(fields, body, account.secret_key, version)
     if not hmac.compare_digest(expected, sent.encode("utf-8", "surrogatepass")):
-        return f"Check signature failed for accessKey={_shown(access_key)}"
+        return f"Check signature failed for accessKey={shown_key(access_key)}"
     if needs_admin and not account.admin:
         return (
             f"Need admin permission for request code={code}, "
-            f"but accessKey={_shown(access_key)} is not"
+            f"but accessKey={shown_key(access_key)} is not"
         )
+    refused = refused_resource(access_key, account, resources)
+    return None if refused is None else f"{refused} (request code={code})"
+
+
+def refused_resource(
+    access_key: str, account: Account, resources: Callable[[], Iterable[tuple[str, Perm]]]
+) -> str | None:
+    """Why `account` may not touch one of `resources` (the first refused), or None.
+
+    An admin account with no per-resource perms may touch everything (RocketMQ's rule).
+    """
     if account.admin and not account.topic_perms and not account.group_perms:
         return None
     for resource, needed in resources():
@@ -445,12 +459,9 @@ def decide(
                 if resource.startswith(RETRY_PREFIX)
                 else f"topic {resource}"
             )
-            return (
-                f"No permission for {what}: accessKey={_shown(access_key)} needs "
-                f"{_perm_name(needed)} (request code={code})"
+            return f"No permission for {what}: accessKey={shown_key(access_key)} needs " + (
+                "PUB or SUB"
+                if needed & Perm.ANY
+                else "|".join(p.name or "" for p in Perm if p & needed)
             )
     return None
-
-
-def _perm_name(perm: Perm) -> str:
-    return "PUB or SUB" if perm & Perm.ANY else "|".join(p.name or "" for p in Perm if p & perm)

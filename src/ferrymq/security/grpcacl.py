@@ -26,7 +26,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from ferrymq.security.acl import RETRY_PREFIX, AclConfig, Perm, address_matches, check_perm
+from ferrymq.security.acl import (
+    AclConfig,
+    Perm,
+    address_matches,
+    refused_resource,
+    shown_key,
+)
 from ferrymq.security.acl2 import AuthState, UserStatus, UserType, authorize
 from ferrymq.security.acl2guard import wanted_access
 
@@ -46,7 +52,6 @@ DATE_TIME: Final = "x-mq-date-time"
 ALGORITHM: Final = "MQv2-HMAC-SHA1"
 _MAX_HEADER: Final = 4096
 """A longer `authorization` value is refused unread."""
-_SHOWN: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +60,6 @@ class Refusal:
 
     status: Literal["UNAUTHORIZED", "FORBIDDEN"]
     message: str
-
-
-def _shown(access_key: str) -> str:
-    if len(access_key) <= _SHOWN:
-        return access_key
-    return f"{access_key[:_SHOWN]}... ({len(access_key)} characters)"
 
 
 def parse_authorization(value: str) -> tuple[str, str] | None:
@@ -108,31 +107,16 @@ def decide_grpc(
     access_key, sent = parsed
     account = acl.accounts.get(access_key)
     if account is None:
-        return Refusal("UNAUTHORIZED", f"No acl config for {_shown(access_key)}")
+        return Refusal("UNAUTHORIZED", f"No acl config for {shown_key(access_key)}")
     if account.white_remote_address and address_matches(account.white_remote_address, host):
         return None
     expected = grpc_signature(account.secret_key, metadata.get(DATE_TIME, ""))
     if not hmac.compare_digest(expected.encode("ascii"), sent.lower().encode("utf-8", "replace")):
-        return Refusal("UNAUTHORIZED", f"Check signature failed for accessKey={_shown(access_key)}")
-    if account.admin and not account.topic_perms and not account.group_perms:
-        return None
-    for resource, needed in resources():
-        if not check_perm(needed, account.perm_of(resource)):
-            what = (
-                f"group {resource[len(RETRY_PREFIX) :]}"
-                if resource.startswith(RETRY_PREFIX)
-                else f"topic {resource}"
-            )
-            wanted = (
-                "PUB or SUB"
-                if needed & Perm.ANY
-                else "|".join(p.name or "" for p in Perm if p & needed)
-            )
-            return Refusal(
-                "FORBIDDEN",
-                f"No permission for {what}: accessKey={_shown(access_key)} needs {wanted}",
-            )
-    return None
+        return Refusal(
+            "UNAUTHORIZED", f"Check signature failed for accessKey={shown_key(access_key)}"
+        )
+    refused = refused_resource(access_key, account, resources)
+    return None if refused is None else Refusal("FORBIDDEN", refused)
 
 
 def decide_grpc2(
@@ -155,12 +139,12 @@ def decide_grpc2(
     username, sent = parsed
     user = state.users.get(username)
     if user is None:
-        return Refusal("UNAUTHORIZED", f"User:{_shown(username)} is not found")
+        return Refusal("UNAUTHORIZED", f"User:{shown_key(username)} is not found")
     if user.status is UserStatus.DISABLE:
-        return Refusal("UNAUTHORIZED", f"User:{_shown(username)} is disabled")
+        return Refusal("UNAUTHORIZED", f"User:{shown_key(username)} is disabled")
     expected = grpc_signature(user.password, metadata.get(DATE_TIME, ""))
     if not hmac.compare_digest(expected.encode("ascii"), sent.lower().encode("utf-8", "replace")):
-        return Refusal("UNAUTHORIZED", f"check signature failed for User:{_shown(username)}")
+        return Refusal("UNAUTHORIZED", f"check signature failed for User:{shown_key(username)}")
     if not authorization or user.user_type is UserType.SUPER:
         return None
     for resource, needed in resources():
