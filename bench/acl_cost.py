@@ -34,13 +34,14 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from callgrind import count_sends, valgrind
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
@@ -166,17 +167,6 @@ def _measure(acl: AclFile, requests: int, repeats: int, size: int) -> dict[str, 
     return out
 
 
-def _callgrind_total(dump: Path) -> int:
-    """The instruction count of one callgrind dump (its `totals:` line); the dump is removed."""
-    try:
-        for line in dump.read_text(errors="replace").splitlines():
-            if line.startswith("totals:"):
-                return int(line.split()[1])
-        raise RuntimeError(f"no totals in {dump}")
-    finally:
-        dump.unlink(missing_ok=True)
-
-
 async def _counted_broker(
     workdir: Path, name: str, acl: bool, src: str | None, args: argparse.Namespace
 ) -> int:
@@ -191,7 +181,7 @@ async def _counted_broker(
     env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
     with (workdir / f"{name}.log").open("ab") as log:
         broker = await asyncio.create_subprocess_exec(
-            "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={dump}",
+            *valgrind(dump),
             *FERRY, "broker", "--listen", "127.0.0.1:0", "--namesrv", namesrv.addr,
             "--store-dir", str(workdir / f"{name}-store"), "--log-level", "WARNING",
             "--mapped-file-size-commit-log", str(64 * 1024 * 1024), *flags,
@@ -219,23 +209,12 @@ async def _counted_broker(
         ) as producer:
             payload = os.urandom(args.size)
 
-            async def sends(count: int) -> None:
-                for _ in range(count):
-                    await producer.send("Cost", payload)
+            async def send() -> object:
+                return await producer.send("Cost", payload)
 
-            await sends(200)  # routes, connections, the first send's imports and caches
-
-            def control(*words: str) -> None:
-                subprocess.run(["callgrind_control", *words, str(broker.pid)], check=True,
-                               capture_output=True, timeout=120)  # fmt: skip
-
-            await asyncio.to_thread(control, "--zero")
-            await asyncio.to_thread(control, "--instr=on")
-            share, left = divmod(args.callgrind, args.window)
-            await asyncio.gather(*(sends(share + (i < left)) for i in range(args.window)))
-            await asyncio.to_thread(control, "--dump")
-            await asyncio.to_thread(control, "--instr=off")
-        return await asyncio.to_thread(_callgrind_total, Path(f"{dump}.1"))  # the first dump
+            for _ in range(200):  # routes, connections, the first send's imports and caches
+                await send()
+            return await count_sends(broker.pid, dump, send, args.callgrind, args.window)
     finally:
         if broker.returncode is None:
             broker.terminate()

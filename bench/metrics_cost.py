@@ -31,13 +31,14 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+
+from callgrind import count_sends, valgrind
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
@@ -211,17 +212,6 @@ async def _main(args: argparse.Namespace) -> list[dict[str, object]]:
     return rows
 
 
-def _callgrind_total(dump: Path) -> int:
-    """The instruction count of one callgrind dump (its `totals:` line); the dump is removed."""
-    try:
-        for line in dump.read_text(errors="replace").splitlines():
-            if line.startswith("totals:"):
-                return int(line.split()[1])
-        raise RuntimeError(f"no totals in {dump}")
-    finally:
-        dump.unlink(missing_ok=True)
-
-
 async def _callgrind_side(
     workdir: Path, name: str, counting: bool, metrics: bool, args: argparse.Namespace
 ) -> int:
@@ -237,7 +227,7 @@ async def _callgrind_side(
     env = {**os.environ, **({} if counting else _without_counting(workdir, name))}
     with (workdir / f"{name}.log").open("ab") as log:
         broker = await asyncio.create_subprocess_exec(
-            "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={dump}",
+            *valgrind(dump),
             *FERRY, "broker", "--listen", "127.0.0.1:0", "--namesrv", namesrv.addr,
             "--store-dir", str(workdir / f"{name}-store"), "--log-level", "WARNING",
             "--mapped-file-size-commit-log", str(64 * 1024 * 1024), *(extra if metrics else []),
@@ -259,23 +249,12 @@ async def _callgrind_side(
         async with Producer(namesrv.addr, f"{name}-producer", send_timeout=60) as producer:
             payload = os.urandom(256)
 
-            async def sends(count: int) -> None:
-                for _ in range(count):
-                    await producer.send("Cost", payload)
+            async def send() -> object:
+                return await producer.send("Cost", payload)
 
-            await sends(200)  # routes, connections, the first send's imports and caches
-
-            def control(*words: str) -> None:
-                subprocess.run(["callgrind_control", *words, str(broker.pid)], check=True,
-                               capture_output=True, timeout=120)  # fmt: skip
-
-            await asyncio.to_thread(control, "--zero")
-            await asyncio.to_thread(control, "--instr=on")
-            share, left = divmod(args.callgrind, args.window)
-            await asyncio.gather(*(sends(share + (i < left)) for i in range(args.window)))
-            await asyncio.to_thread(control, "--dump")
-            await asyncio.to_thread(control, "--instr=off")
-        return await asyncio.to_thread(_callgrind_total, Path(f"{dump}.1"))  # the first dump
+            for _ in range(200):  # routes, connections, the first send's imports and caches
+                await send()
+            return await count_sends(broker.pid, dump, send, args.callgrind, args.window)
     finally:
         if broker.returncode is None:
             broker.terminate()
