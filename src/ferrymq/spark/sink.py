@@ -169,6 +169,19 @@ def queue_of_partition(topic: str, partition: int, queues: list[MessageQueue]) -
     return queues[partition]
 
 
+def _sink_client(options: WriteOptions) -> SinkClient:
+    """The sink's client to the cluster, with the options' TLS and credentials."""
+    return made_with(
+        options.tls,
+        lambda: SinkClient(
+            options.servers,
+            group=options.group,
+            retry_for=options.failover_timeout_s,
+            credentials=options.credentials,
+        ),
+    )
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -221,15 +234,7 @@ class _Stager:
     def run(self, batches: Iterator[Any]) -> FerryCommit:
         with asyncio.Runner() as runner, retryable("preparing a task's rows"):
             options = self.options
-            client = made_with(
-                options.tls,
-                lambda: SinkClient(
-                    options.servers,
-                    group=options.group,
-                    retry_for=options.failover_timeout_s,
-                    credentials=options.credentials,
-                ),
-            )
+            client = _sink_client(options)
             try:
                 for batch in batches:
                     runner.run(self._add(client, batch))
@@ -388,15 +393,7 @@ async def _commit(
     fence_id: str | None,
     positions: Positions,
 ) -> int:
-    async with made_with(
-        options.tls,
-        lambda: SinkClient(
-            options.servers,
-            group=options.group,
-            retry_for=options.failover_timeout_s,
-            credentials=options.credentials,
-        ),
-    ) as client:
+    async with _sink_client(options) as client:
         coordinator = await client.coordinator(options.topic)
         winner = await client.decide(
             coordinator,
@@ -457,15 +454,7 @@ async def start_sink(
     if sink_id is None or generation is None:
         raise OptionError("sinkId", "a sink owner needs both sinkId and generation")
     with retryable(f"starting sink {sink_id}"):
-        async with made_with(
-            options.tls,
-            lambda: SinkClient(
-                options.servers,
-                group=options.group,
-                retry_for=options.failover_timeout_s,
-                credentials=options.credentials,
-            ),
-        ) as client:
+        async with _sink_client(options) as client:
             coordinator = await client.coordinator(options.topic)
             try:
                 state = await client.fence(
