@@ -4,6 +4,7 @@ Implements connect-anchors.md section 4.3, mode offsets: a task is one streaming
 `readStream.format("ferrymq")` (no shuffle: one Spark partition per queue range) into
 `writeStream.format("ferrymq-postgres")`, this module's `DataSourceStreamArrowWriter`. Config
 keys follow Kafka Connect and Confluent's JDBC sink (`PostgresSink.keys`; docs/connect.md).
+`trigger.interval.ms` defaults to 200 ms (`runtime.TRIGGER_INTERVAL_MS` says why).
 
 Exactly once, whatever Spark replays or whoever owns the task (rules):
 1. Each writer task (one queue range of one micro-batch) is ONE PostgreSQL transaction: it
@@ -124,6 +125,7 @@ from ferrymq.connectors.postgres import (
     table_name,
 )
 from ferrymq.connectors.postgres_columns import Column, bulk_reader, parse_fields, row_reader
+from ferrymq.connectors.runtime import TRIGGER_INTERVAL_MS
 from ferrymq.connectors.selection import list_value, topic_selection_errors
 from ferrymq.model import validate_topic
 from ferrymq.spark.plan import (
@@ -1159,8 +1161,8 @@ class PostgresSink(ConnectorPlugin):
         ConfigKey(
             "trigger.interval.ms",
             ConfigType.LONG,
-            "Micro-batch interval.",
-            default="1000",
+            "Micro-batch interval (a batch that ends early waits for the next multiple).",
+            default=str(TRIGGER_INTERVAL_MS),
             minimum=10,
             group="Spark",
         ),
@@ -1257,7 +1259,7 @@ class PostgresSink(ConnectorPlugin):
             for name, value in spec.read_options.items():
                 reader = reader.option(name, value)
             rows = reader.load().select(*_MESSAGE_COLUMNS)
-        interval = int(config.get("trigger.interval.ms") or "1000")
+        interval = int(config.get("trigger.interval.ms") or TRIGGER_INTERVAL_MS)
         log.info(
             "PostgresSink %s task %d (generation %d): %d queues into %s",
             spec.connector,

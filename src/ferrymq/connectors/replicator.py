@@ -14,7 +14,7 @@ Config (besides `name`, `connector.class`, `tasks.max`):
 - `target.topic.create`: create a missing target topic with the source topic's queue count
   (default true, as MirrorMaker creates remote topics);
 - `startingOffsets`: `earliest` (default) or `latest`, for the task's very first start;
-- `trigger.interval.ms`: the micro-batch interval (default 1000).
+- `trigger.interval.ms`: the micro-batch interval (default 200: `runtime.TRIGGER_INTERVAL_MS`).
 
 Per-queue order (`queue_map`): a message of source queue q lands in one target queue, always the
 same, so each source queue's order is kept. When the target topic has the source's shape (as
@@ -68,6 +68,7 @@ from ferrymq.connect.plugin import (
     TaskContext,
 )
 from ferrymq.connect.records import OffsetEntry, OffsetsPut
+from ferrymq.connectors.runtime import TRIGGER_INTERVAL_MS
 from ferrymq.errors import FerryError, TopicNotFoundError
 from ferrymq.model import MessageQueue, validate_topic
 
@@ -121,8 +122,8 @@ class FerrymqReplicator(ConnectorPlugin):
         ConfigKey(
             "trigger.interval.ms",
             ConfigType.LONG,
-            "Micro-batch interval.",
-            default="1000",
+            "Micro-batch interval (a batch that ends early waits for the next multiple).",
+            default=str(TRIGGER_INTERVAL_MS),
             minimum=100,
         ),
     )
@@ -239,7 +240,7 @@ class FerrymqReplicator(ConnectorPlugin):
             functions.col("queueId").alias("sourceQueueId"),
             functions.col("offset").alias("sourceOffset"),
         )
-        interval = int(config.get("trigger.interval.ms", "1000"))
+        interval = int(config.get("trigger.interval.ms") or TRIGGER_INTERVAL_MS)
         return (
             out.writeStream.format("ferrymq")
             .option("servers", target)

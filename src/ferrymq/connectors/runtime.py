@@ -33,11 +33,26 @@ from ferrymq.connect.plugin import Plugins, TaskContext, task_checkpoint_dir
 from ferrymq.connect.state import TaskKey
 from ferrymq.connect.tasks import TaskSpec
 
-__all__ = ["SparkTaskRunner", "lag"]
+__all__ = ["TRIGGER_INTERVAL_MS", "SparkTaskRunner", "lag"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+TRIGGER_INTERVAL_MS = 200
+"""`trigger.interval.ms`'s default for the plugins that read ferrymq (PostgresSink, the replicator).
+
+Spark's ProcessingTime trigger starts a batch at each multiple of the interval; a batch that ends
+early waits for the next multiple, one that ends late lets the next start at once. A backlog a
+few micro-batches long therefore ends with a wait of up to one interval: at 1000 ms up to 1 s of
+the steady sink bench's 1.3-1.6 s runs (docs/benchmarks.md). An idle task pays one empty trigger
+per interval: the source's `latestOffset` (one route lookup and the covered queues' offsets
+from their brokers) and no batch (`noDataMicroBatches` is off). 200 ms bounds that wait at a
+fifth of it for five such look-ups a second; `0` (as fast as possible) would poll every
+`spark.sql.streaming.pollingDelay` (10 ms) when idle. The file plugins keep 1000 ms: a shorter
+interval there makes more, smaller files (FileSink) or lists the directory more often
+(FileSource).
+"""
 
 _APPLIED = "ferrymq-offsets-request"
 """A file in a task's checkpoint directory: the offsets change it was started from."""
