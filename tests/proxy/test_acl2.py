@@ -17,12 +17,13 @@ import grpc
 from click.testing import CliRunner
 
 from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
 from ferrymq.cmd.proxy import InProcessProxy, proxy_command
 from ferrymq.cmd.servers import _start_proxy
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.proxy.stubs import load
 from ferrymq.rpc.client import RpcClient
-from ferrymq.security.acl import Perm
+from ferrymq.security.acl import Credentials, Perm
 from ferrymq.security.acl2 import (
     Acl,
     AuthState,
@@ -51,36 +52,56 @@ from . import raw
 from .test_acl import _send, _signed
 
 
+@dataclasses.dataclass(frozen=True)
+class _Cluster:
+    config: BrokerConfig
+    broker: Broker
+    root: RpcClient
+    proxy: InProcessProxy
+    grpc: str
+    remoting: str
+
+
+async def _cluster(tmp_path: Path, stack: AsyncExitStack) -> _Cluster:
+    """A controller (init user root), a NameServer, a broker and the endpoint, on `stack`."""
+    node = _Node("n1", tmp_path)
+    controller = await node.listen()
+    stack.push_async_callback(node.stop)
+    await node.start({"n1": controller})
+    await _until(lambda: _leader({"n1": node}) is not None, "a controller leader")
+    namesrv = NameServer(NamesrvConfig(listen_port=0, scan_interval=0.2))
+    await namesrv.start()
+    stack.push_async_callback(namesrv.close)
+    config = _broker_config(tmp_path, "broker-a", controller, namesrv.address)
+    broker = Broker(config)
+    await broker.start()
+    stack.push_async_callback(broker.close)
+    await _until(lambda: broker.state.is_master and not broker.fenced, "a master")
+    root = await stack.enter_async_context(RpcClient(credentials=ROOT))
+    for topic in ("open", "secret"):
+        await create_topic(root, broker.address, topic, queues=1)
+    proxy = InProcessProxy(
+        namesrv.address,
+        grpc_port=0,
+        remoting_port=0,
+        controllers=[controller],
+        authorization=True,
+    )
+    stack.push_async_callback(proxy.close)
+    await proxy.start()
+    assert proxy.endpoint is not None
+    assert proxy.relay is not None
+    return _Cluster(config, broker, root, proxy, proxy.endpoint.address, proxy.relay.address)
+
+
 async def test_endpoint_checks_the_controllers_users_signatures_and_acls(tmp_path: Path) -> None:
     v2 = load()
     install_credentials(ROOT)  # every server's own calls, the endpoint's too, sign as root
     try:
         async with asyncio.timeout(60), AsyncExitStack() as stack:
-            node = _Node("n1", tmp_path)
-            controller = await node.listen()
-            stack.push_async_callback(node.stop)
-            await node.start({"n1": controller})
-            await _until(lambda: _leader({"n1": node}) is not None, "a controller leader")
-            namesrv = NameServer(NamesrvConfig(listen_port=0, scan_interval=0.2))
-            await namesrv.start()
-            stack.push_async_callback(namesrv.close)
-            config = _broker_config(tmp_path, "broker-a", controller, namesrv.address)
-            broker = Broker(config)
-            await broker.start()
-            stack.push_async_callback(broker.close)
-            await _until(lambda: broker.state.is_master and not broker.fenced, "a master")
-            root = await stack.enter_async_context(RpcClient(credentials=ROOT))
-            for topic in ("open", "secret"):
-                await create_topic(root, broker.address, topic, queues=1)
-            proxy = InProcessProxy(
-                namesrv.address,
-                grpc_port=0,
-                remoting_port=0,
-                controllers=[controller],
-                authorization=True,
-            )
-            stack.push_async_callback(proxy.close)
-            await proxy.start()
+            cluster = await _cluster(tmp_path, stack)
+            config, broker, root = cluster.config, cluster.broker, cluster.root
+            proxy = cluster.proxy
             assert proxy.endpoint is not None
             assert proxy.relay is not None
             channel = await stack.enter_async_context(
@@ -153,6 +174,52 @@ async def test_endpoint_checks_the_controllers_users_signatures_and_acls(tmp_pat
                 )
                 answer = await anonymous.call(proxy.relay.address, route, 5)
                 assert answer.code == ResponseCode.NO_PERMISSION, answer.remark
+    finally:
+        install_credentials(None)
+
+
+async def test_source_ip_blocks_of_policies_hold_on_both_ports(tmp_path: Path) -> None:
+    """A policy's sourceIps decide on the client's peer address (127.0.0.1 here), as on a broker.
+
+    `near` may publish from 127.0.0.0/24, `far` only from 127.0.1.0/24 (never connected from).
+    """
+    v2 = load()
+    install_credentials(ROOT)
+    try:
+        async with asyncio.timeout(60), AsyncExitStack() as stack:
+            cluster = await _cluster(tmp_path, stack)
+            for name, block in (("near", "127.0.0.0/24"), ("far", "127.0.1.0/24")):
+                await _admin(
+                    cluster.root,
+                    cluster.broker.address,
+                    RequestCode.AUTH_CREATE_USER,
+                    {"username": name, "password": f"{name}-pw"},
+                )
+                await _admin(
+                    cluster.root,
+                    cluster.broker.address,
+                    RequestCode.AUTH_CREATE_ACL,
+                    {"subject": f"User:{name}", "policies": [{"entries": [
+                        {"resource": "Topic:open", "actions": ["Pub"], "decision": "Allow",
+                         "sourceIps": [block]},
+                    ]}]},
+                )  # fmt: skip
+            users = cluster.proxy.users
+            assert users is not None
+            await _until(lambda: "User:far" in users.state.acls, "the endpoint pulled far", 10)
+            channel = await stack.enter_async_context(grpc.aio.insecure_channel(cluster.grpc))
+            grpc_send = raw.rpc(channel, v2, "SendMessage")
+            near = await grpc_send(
+                _send(v2, "open"), metadata=_signed("near", "near-pw"), timeout=10
+            )
+            assert near.status.code == v2.code("OK"), near.status
+            far = await grpc_send(_send(v2, "open"), metadata=_signed("far", "far-pw"), timeout=10)
+            assert far.status.code == 40300, far.status
+            assert "Topic:open" in far.status.message
+            for name, code in (("near", ResponseCode.SUCCESS), ("far", ResponseCode.NO_PERMISSION)):
+                async with RpcClient(credentials=Credentials(name, f"{name}-pw")) as client:
+                    sent = await send(client, cluster.remoting, "open", b"from 127.0.0.1")
+                    assert sent.code == code, (name, sent.remark)
     finally:
         install_credentials(None)
 
