@@ -21,6 +21,7 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.cmd.proxy import InProcessProxy, proxy_command
 from ferrymq.cmd.servers import _start_proxy
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.proxy.auth import call_host
 from ferrymq.proxy.stubs import load
 from ferrymq.rpc.client import RpcClient
 from ferrymq.security.acl import Credentials, Perm
@@ -266,3 +267,29 @@ def test_decide_grpc2_rules() -> None:
     assert decide("bob", "t", Perm.PUB, authorization=False) is None
     assert decide("bob", "%RETRY%g", Perm.SUB) == "FORBIDDEN"  # no policy on Group:g
     assert decide("su", "other", Perm.PUB) is None
+
+
+def test_percent_encoded_ipv6_peers_meet_source_blocks() -> None:
+    """grpcio's `ipv6:%5B::1%5D:port` peer is ::1 for sourceIps, in an Allow and in a Deny."""
+    assert call_host("ipv4:127.0.0.1:5000") == "127.0.0.1"
+    assert call_host("ipv6:[::1]:5") == call_host("ipv6:%5B::1%5D:54621") == "::1"
+    entries = (
+        PolicyEntry.of("Topic:t", ["Pub"], source_ips=["::1/128"]),
+        PolicyEntry.of("Topic:u", ["Pub"], "Deny", source_ips=["::1"]),
+        PolicyEntry.of("Topic:*", ["Pub"]),
+    )
+    state = AuthState(
+        {"v6": User("v6", "pw")}, {"User:v6": Acl("User:v6", {PolicyType.CUSTOM: entries})}
+    )
+
+    def decide(topic: str) -> str | None:
+        refusal = decide_grpc2(
+            state,
+            metadata={k.lower(): v for k, v in _signed("v6", "pw")},
+            host=call_host("ipv6:%5B::1%5D:54621"),
+            resources=lambda: [(topic, Perm.PUB)],
+        )
+        return None if refusal is None else refusal.status
+
+    assert decide("t") is None
+    assert decide("u") == "FORBIDDEN"  # undecoded, the Deny would not match and Topic:* allow

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from typing import Any, Final
+from urllib.parse import unquote
 
 from ferrymq.security.acl import RETRY_PREFIX, Perm
 from ferrymq.security.acl2guard import AuthSource
@@ -80,9 +81,13 @@ def settings_needs(settings: Any) -> list[tuple[str, Perm]]:
 
 
 def call_host(peer: str) -> str:
-    """The client's host from grpcio's `context.peer()` (`ipv4:127.0.0.1:5000`, `ipv6:[::1]:5`)."""
+    """The client's host from grpcio's `context.peer()` (`ipv4:127.0.0.1:5000`, `ipv6:[::1]:5`).
+
+    grpcio percent-encodes an IPv6 peer (`ipv6:%5B::1%5D:5`): decoded, or no ACL 2.0 sourceIps
+    block (nor ACL 1.0 white address) would ever match it, Allow nor Deny.
+    """
     scheme, sep, rest = peer.partition(":")
-    return peer_host(rest if sep and scheme in ("ipv4", "ipv6") else peer)
+    return peer_host(unquote(rest) if sep and scheme in ("ipv4", "ipv6") else peer)
 
 
 def _metadata(pairs: Iterable[tuple[str, str | bytes]] | None) -> dict[str, str]:
