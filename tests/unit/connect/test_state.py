@@ -4,7 +4,7 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ferrymq.connect import decide
@@ -72,11 +72,30 @@ class Log:
     def stored(self) -> list[tuple[int, dict[str, str], bytes]]:
         return self.entries[self.first :]
 
+    def live(self) -> list[tuple[int, dict[str, str], bytes]]:
+        """From the live start (GET_FENCE), which retention never deletes."""
+        assert self.first <= self.live_start
+        return self.entries[self.live_start :]
+
 
 def replay(entries: list[tuple[int, dict[str, str], bytes]], state: ConfigState) -> ConfigState:
     for offset, props, body in entries:
         state.apply(decode_record(body), logical_offset(offset, props))
     return state
+
+
+def follow(log: Log, reader: ConfigState, position: int) -> ConfigState:
+    """Read on from queue offset `position` as `ConfigLog` does (broker/fence.py rule 6).
+
+    While the record at `position` is stored, the reader reads on from it; once retention has
+    deleted it, the reader starts over at the live start with an empty state. Never from the
+    first stored record: the records stored before the live start would be applied to an empty
+    state and hide the copies of the older ones behind them.
+    """
+    if position < log.first:
+        reader.reset()
+        return replay(log.live(), reader)
+    return replay(log.entries[position:], reader)
 
 
 def same(a: ConfigState, b: ConfigState) -> bool:
@@ -161,12 +180,22 @@ def run(script: list[tuple[str, str, int]]) -> tuple[Log, ConfigState]:
     return log, state
 
 
+# retention kept create b (queue offset 2) but not the claim and create a before it
+RETAINED_BEFORE_THE_LIVE_START = [
+    ("create", "a", 1),
+    ("create", "b", 1),
+    ("copy", "a", 1),
+    ("retain", "a", 4),
+]
+
+
 @given(ops)
-def test_replaying_what_is_stored_equals_the_writer_s_state(
+@example(RETAINED_BEFORE_THE_LIVE_START)
+def test_a_reader_starting_at_the_live_start_reaches_the_writer_s_state(
     script: list[tuple[str, str, int]],
 ) -> None:
     log, writer = run(script)
-    reader = replay(log.stored(), ConfigState())
+    reader = replay(log.live(), ConfigState())
     assert same(reader, writer)
 
 
@@ -175,11 +204,22 @@ def test_a_reader_that_stopped_anywhere_catches_up_through_copies(
     script: list[tuple[str, str, int]], data: st.DataObject
 ) -> None:
     log, writer = run(script)
-    stored = log.stored()
-    cut = data.draw(st.integers(0, len(stored)))
-    reader = replay(stored[:cut], ConfigState())
-    replay(stored[cut:], reader)
-    assert same(reader, writer)
+    cut = data.draw(st.integers(0, len(log.entries)))
+    reader = replay(log.entries[:cut], ConfigState())  # it kept up, then stopped
+    assert same(follow(log, reader, cut), writer)
+
+
+def test_records_stored_before_the_live_start_are_not_where_a_reader_starts() -> None:
+    log, writer = run(RETAINED_BEFORE_THE_LIVE_START)
+    assert (log.first, log.live_start, len(log.entries)) == (2, 3, 6)
+    # what the model once did: an empty state fed from the first stored record (create b)
+    # skips the copies of the claim and of create a, whose logical offsets are below it
+    wrong = replay(log.stored(), ConfigState())
+    assert (wrong.epoch, sorted(wrong.connectors)) == (0, ["b"])
+    assert (writer.epoch, sorted(writer.connectors)) == (1, ["a", "b"])
+    for cut in range(len(log.entries) + 1):  # offsets 0 and 1 gone: over from the live start
+        reader = replay(log.entries[:cut], ConfigState())
+        assert same(follow(log, reader, cut), writer), cut
 
 
 @given(ops)
