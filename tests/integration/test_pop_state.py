@@ -111,6 +111,42 @@ async def test_an_online_offset_reset_moves_the_pop_position_and_drops_what_is_i
         ]
 
 
+async def test_an_offline_offset_reset_moves_the_pop_position_both_ways(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    """`ferry admin offset reset` (UPDATE_CONSUMER_OFFSET, what an offline reset sends) on a
+    POP group: back to the earliest (in-flight handles stale, everything popped again with
+    attempt 1, after a restart too), then forward to the latest (nothing left to pop)."""
+    await create_topic(client, cluster.broker.address, "PopRO", queues=1)
+    await _send(cluster, "PopRO", 4)
+    key = ("GRO", "PopRO", 0)
+    args = ["offset", "reset", "--group", "GRO", "--topic", "PopRO", "--json"]
+    async with SimpleConsumer(cluster.namesrv_addr, "GRO") as consumer:
+        got = await _receive(consumer, "PopRO", 3)
+        await consumer.ack(got[0])
+        moved = await Ferry(cluster.namesrv_addr)(*args, "--to", "earliest")
+        assert moved == [{"brokerName": "broker-a", "queueId": 0, "offset": 0}]
+        assert (
+            cluster.broker.state.pop.position(key),
+            cluster.broker.state.pop.in_flight_count(key),
+        ) == (0, 0)
+        broker = await cluster.restart_broker(0)  # the reset is in the metadata log
+        consumer.routes.invalidate("PopRO")
+        assert (broker.state.pop.position(key), broker.state.pop.in_flight_count(key)) == (0, 0)
+        with pytest.raises(RemoteError) as stale:
+            await consumer.ack(got[1])
+        assert stale.value.code == ResponseCode.NO_MESSAGE
+        again = await _receive(consumer, "PopRO", 4)
+        assert [(m.message.body, m.delivery_attempt) for m in again] == [
+            (f"m{i}".encode(), 1) for i in range(4)
+        ]
+        moved = await Ferry(cluster.namesrv_addr)(*args, "--to", "latest")
+        assert moved == [{"brokerName": "broker-a", "queueId": 0, "offset": 4}]
+        assert (broker.state.pop.position(key), broker.state.pop.in_flight_count(key)) == (4, 0)
+        assert broker.state.offsets.query("PopRO", "GRO", 0) == 4
+        assert await consumer.receive("PopRO", invisible_duration=60, wait=0.2) == []
+
+
 async def test_peek_polling_info_and_pop_rollback(cluster: LocalCluster, client: RpcClient) -> None:
     """PEEK_MESSAGE shows what a pop would read next and moves nothing; POLLING_INFO counts the
     pops waiting; POP_ROLLBACK (exportPopRecord) answers SUCCESS; bad input is refused with

@@ -20,6 +20,7 @@ import asyncio
 import logging
 
 from ferrymq.broker.metadata import retry_topic
+from ferrymq.broker.popservice import follow_commit
 from ferrymq.broker.queuemap import committed_floor
 from ferrymq.broker.send import topic_for_send
 from ferrymq.broker.state import BrokerState
@@ -281,7 +282,11 @@ async def query_consumer_offset(
 async def update_consumer_offset(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
-    """UPDATE_CONSUMER_OFFSET (15): commit a group's position in a queue."""
+    """UPDATE_CONSUMER_OFFSET (15): commit a group's position in a queue.
+
+    A queue the group popped here resets its POP state to the offset when it differs from
+    POP's own (`popservice.follow_commit`): how an offline admin reset reaches POP.
+    """
     header = from_ext_fields(UpdateConsumerOffsetRequestHeader, request.ext_fields)
     if header.commit_offset < 0:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad commitOffset {header.commit_offset}")
@@ -294,6 +299,8 @@ async def update_consumer_offset(
             f"the broker[{state.address}] is a slave: offsets are committed on the master",
         )
     state.group_config(header.consumer_group)
+    # a queue the group pops moves with it, backwards too (an offline admin reset)
+    follow_commit(state, header.consumer_group, header.topic, header.queue_id, header.commit_offset)
     state.offsets.commit(header.topic, header.consumer_group, header.queue_id, header.commit_offset)
     # acknowledged once replicated, as a send is: a failover (or a master's power failure with
     # SYNC_FLUSH) must not take a committed position back (found by `ferry chaos`)

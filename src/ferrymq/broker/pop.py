@@ -12,7 +12,9 @@ Rules:
    stores the event in the replicated metadata log (`metalog.py`), then applies it, so slaves and
    a restarted or new master rebuild the same state by applying the same events.
 3. An ack or a change of invisible time names the pop time of the delivery it answers: a handle
-   of an earlier delivery of the same message is stale and changes nothing.
+   of an earlier delivery of the same message is stale and changes nothing. Every pop of a
+   queue names a later pop time than any pop or change of it before (`pop_time`), so a handle
+   of a delivery before a reset (rule 6) never names a delivery after it.
 4. An unordered message whose invisible time ran out is revived by the broker (copied to the POP
    retry topic with its reconsume times + 1, or to the DLQ past the group's limit) and then
    acknowledged here. An orderly queue keeps its expired messages in flight and delivers them
@@ -23,7 +25,8 @@ Rules:
    from there (RocketMQ shares one offset table between pull and pop).
 6. An admin offset reset (`Reset`) moves the pop position to the reset offset, backwards too,
    and drops what is in flight in that queue (RocketMQ's `resetPopOffset` clears the queue's
-   order block and buffered checkpoints): its handles are stale from then on.
+   order block and buffered checkpoints): its handles are stale from then on. An offset
+   committed offline (UPDATE_CONSUMER_OFFSET) that differs from rule 5's is a reset too.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ class QueuePop(msgspec.Struct):
     next_offset: int
     inflight: dict[int, InFlight] = msgspec.field(default_factory=dict)
     orderly: bool = False
+    last_pop_ms: int = 0
+    """The latest pop time a pop or change of this queue named (rule 3)."""
 
 
 class Popped(msgspec.Struct, tag="popped"):
@@ -159,6 +164,15 @@ class PopState:
             and (not reviving or (key, o) not in reviving)
         )
 
+    def pop_time(self, keys: list[QueueKey], now_ms: int) -> int:
+        """The pop time for a pop of `keys` now: later than any they named before (rule 3)."""
+        queues = self.queues
+        for key in keys:
+            queue = queues.get(key)
+            if queue is not None and queue.last_pop_ms >= now_ms:
+                now_ms = queue.last_pop_ms + 1
+        return now_ms
+
     def attempt(self, key: QueueKey, queue_offset: int) -> int:
         """How often this state delivered an in-flight message (0 if not in flight)."""
         queue = self.queues.get(key)
@@ -254,6 +268,7 @@ class PopState:
                 )
             queue.next_offset = max(queue.next_offset, event.next_offset)
             queue.orderly = event.orderly
+            queue.last_pop_ms = max(queue.last_pop_ms, event.pop_time_ms)
         elif isinstance(event, Acked):
             queue = self.queues.get(key)
             if queue is not None:
@@ -271,6 +286,7 @@ class PopState:
                 queue.inflight[event.queue_offset] = InFlight(
                     event.pop_time_ms, event.invisible_until_ms, found.attempt
                 )
+                queue.last_pop_ms = max(queue.last_pop_ms, event.pop_time_ms)
         if self.listener is not None:
             self.listener(event)
 
@@ -279,14 +295,14 @@ class PopState:
     def snapshot(self) -> list[SnapshotEntry]:
         """Every queue's progress (for the metadata log's snapshot)."""
         return [
-            (g, t, q, QueuePop(p.next_offset, dict(p.inflight), p.orderly))
+            (g, t, q, QueuePop(p.next_offset, dict(p.inflight), p.orderly, p.last_pop_ms))
             for (g, t, q), p in self.queues.items()
         ]
 
     def replace_all(self, entries: list[SnapshotEntry]) -> None:
         """Take a snapshot's progress whole (a slave applying the master's snapshot)."""
         self.queues = {
-            (g, t, q): QueuePop(p.next_offset, dict(p.inflight), p.orderly)
+            (g, t, q): QueuePop(p.next_offset, dict(p.inflight), p.orderly, p.last_pop_ms)
             for g, t, q, p in entries
         }
 

@@ -25,7 +25,11 @@ metadata log writes it into the replicated commit log) and answer. Only a master
   waits until it is replicated and answers SUCCESS.
 - An admin offset reset (INVOKE_BROKER_TO_RESET_OFFSET, `admin.reset_offset`) moves the pop
   position of each queue the group popped to the reset offset and drops its in-flight messages
-  (`reset_pop_offsets`; `pop.py` rule 6).
+  (`reset_pop_offsets`; `pop.py` rule 6). So does an offset committed with
+  UPDATE_CONSUMER_OFFSET (the offline reset of `ferry admin offset reset` and of mqadmin's
+  resetOffsetByTime when no consumer is online, or a pull consumer of a mixed group) that
+  differs from POP's own (`follow_commit`): backwards too, as RocketMQ's pop offset follows the
+  offset table once its buffered checkpoints are merged.
 - `PopReviver` copies each unordered message whose invisible time ran out to the POP retry topic
   with reconsume times + 1 (the delivery attempt the client sees is that + 1), or to
   `%DLQ%<group>` past the group's `retryMaxTimes` (default `maxReconsumeTimes`, 16), then takes
@@ -86,6 +90,7 @@ __all__ = [
     "ack_message",
     "batch_ack_message",
     "change_invisible_time",
+    "follow_commit",
     "notification",
     "peek_message",
     "polling_info",
@@ -272,7 +277,10 @@ async def pop_message(
     deadline = loop.time() + min(max(header.poll_time, 0) / 1000, _MAX_POLL_S)
     while True:
         candidates = _candidates(state, header, orderly)
-        now_ms = state.wall_ms()
+        # later than any pop time these queues named (pop.py rule 3: no handle names two pops)
+        now_ms = state.pop.pop_time(
+            [(header.consumer_group, t, q) for t, q, _ in candidates], state.wall_ms()
+        )
         gathered = _Popped()
         for topic, queue_id, retry in candidates:
             if len(gathered.records) >= min(header.max_msg_nums, _MAX_POP):
@@ -573,6 +581,19 @@ def reset_pop_offsets(state: BrokerState, group: str, topic: str, offsets: dict[
             dropped += state.pop.in_flight_count(key)
             _apply(state, Reset(group, topic, queue_id, queue_offset))
     return dropped
+
+
+def follow_commit(state: BrokerState, group: str, topic: str, queue_id: int, offset: int) -> bool:
+    """An offset committed by UPDATE_CONSUMER_OFFSET: a popped queue resets to it (module doc).
+
+    Nothing changes when the queue was never popped here or POP's committed offset is already
+    `offset` (a pull consumer committing what POP did). Returns whether the queue was reset.
+    """
+    key = (group, topic, queue_id)
+    if key not in state.pop.queues or state.pop.committed_offset(key) == offset:
+        return False
+    _apply(state, Reset(group, topic, queue_id, offset))
+    return True
 
 
 class PopReviver:

@@ -11,6 +11,9 @@ of the queues, and checks after every step:
 - orderly: a queue is held while a message of it is invisible, and a message is delivered only
   when every earlier message of its queue is done or delivered before it in the same pop;
 - a restart (replaying the event log, or a snapshot and the events after it) gives the same state;
+- an admin reset of the topic's queue (either way) makes its in-flight handles stale, and what
+  lies at or after the reset offset is delivered anew (attempt 1; the model gives those offsets
+  new message ids, and counts the messages a reset skipped as done);
 - once every invisible time has passed, every message neither acknowledged nor dead-lettered is
   delivered again (`drain`).
 """
@@ -46,6 +49,8 @@ class PopMachine(RuleBasedStateMachine):
         self.next_id = 0
         self.acked: set[int] = set()
         self.dead: set[int] = set()
+        self.skipped: set[int] = set()
+        """Messages an admin reset skipped or took out of flight (never to be delivered)."""
         self.deliveries: Counter[int] = Counter()
         self.current: dict[int, Handle] = {}
         self.handles: list[Handle] = []
@@ -96,7 +101,7 @@ class PopMachine(RuleBasedStateMachine):
             if not offsets and next_offset == known:
                 continue
             attempts = [state.attempt(key, o) for o in offsets]
-            pop_time = now
+            pop_time = state.pop_time([key], now)
             state.apply(
                 Popped(
                     GROUP,
@@ -118,7 +123,7 @@ class PopMachine(RuleBasedStateMachine):
                 if self.orderly:  # FIFO: everything earlier is done, or came before it now
                     earlier = {m for m, _ in log[:queue_offset]}
                     batch = {h[0] for h in got}
-                    assert earlier <= self.acked | self.dead | batch
+                    assert earlier <= self.acked | self.dead | self.skipped | batch
                 self.deliveries[message] += 1
                 handle = (message, key, queue_offset, pop_time)
                 if message in self.current:
@@ -182,6 +187,30 @@ class PopMachine(RuleBasedStateMachine):
             self.state.apply(Acked(GROUP, topic, 0, [queue_offset]))
             self.current.pop(message, None)
 
+    @rule(data=st.data())
+    def reset(self, data: st.DataObject) -> None:
+        """An admin reset of the topic's queue to any offset (`Reset`; rule 6)."""
+        key = (GROUP, TOPIC, 0)
+        log = self.queues[TOPIC]
+        known = self.state.position(key)
+        if known is None:
+            return  # the service resets only queues the group popped
+        target = data.draw(st.integers(0, len(log)))
+        self.state.apply(Reset(GROUP, TOPIC, 0, target))
+        assert (self.state.position(key), self.state.in_flight_count(key)) == (target, 0)
+        for message, handle in list(self.current.items()):
+            if handle[1] == key:  # dropped: its handles are stale now
+                self.replaced.append(handle)
+                del self.current[message]
+                self.skipped.add(message)
+        for queue_offset in range(min(target, known), len(log)):
+            message, _ = log[queue_offset]
+            if message not in self.acked | self.dead:
+                self.skipped.add(message)  # skipped forwards, or replaced below
+            if queue_offset >= target:  # delivered again: a new message to the model
+                log[queue_offset] = (self.next_id, 0)
+                self.next_id += 1
+
     @rule()
     def snapshot(self) -> None:
         self.snap = (self.state.snapshot(), len(self.log))  # type: ignore[assignment]
@@ -206,7 +235,7 @@ class PopMachine(RuleBasedStateMachine):
         """Every invisible time passes: each message not acked or dead comes again."""
         self.now += 1_000
         self.revive()
-        waiting = self.sent - self.acked - self.dead
+        waiting = self.sent - self.acked - self.dead - self.skipped
         seen: set[int] = set()
         for _ in range(3 * len(waiting) + 3):
             got = self._pop(1_000, 10**9)
@@ -216,7 +245,7 @@ class PopMachine(RuleBasedStateMachine):
             if not got:
                 break
         assert waiting <= seen, f"never delivered again: {sorted(waiting - seen)}"
-        assert self.sent == self.acked | self.dead
+        assert self.sent == self.acked | self.dead | self.skipped
 
     # ------------------------------------------------------------------ invariants
 
