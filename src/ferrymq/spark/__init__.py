@@ -7,7 +7,9 @@ df = spark.read.format("ferrymq").options(servers="127.0.0.1:9876", subscribe="t
 ```
 
 Installing `ferrymq[spark]` also installs the top-level module `pyspark_ferrymq`, which Spark finds
-by itself, so `format("ferrymq")` works without `register`.
+by itself, so `format("ferrymq")` works without `register`; call `register` once per driver
+anyway, before its queries start: Spark's own registration lacks issue 19's env-map fix
+(`registration.py`), which `register` applies to it too.
 """
 
 from __future__ import annotations

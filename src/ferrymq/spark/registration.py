@@ -15,6 +15,16 @@ into the map before the registration is visible, so a runner's put only replaces
 structural change, nothing to race. Only the keys matter: every runner sets the three per-process
 values itself before it starts a Python process (the source runner in this map, PythonPlannerRunner
 in its copy, BasePythonRunner in the task's copy), and SPARK_PYTHON_RUNTIME is the runner's own.
+
+Spark's own registration of an installed `pyspark_*` module's `DefaultSource` (how
+`pyspark_ferrymq` makes `format("ferrymq")` work without `register`) cannot take the fix by
+itself: the JVM runs a lookup worker that only returns the pickled class, builds the function
+and its env map itself, and keeps that one source for every session of the JVM
+(`DataSourceManager.dataSourceBuilders`); no ferrymq code runs in the driver then.
+`register_data_source` therefore also fills that auto-registered source's map
+(`fill_auto_registered`), so one `register(spark)` (or `local_session`) per driver, before its
+queries start, covers both: this session's registration (looked up first) and the JVM-wide one
+that sessions without it use. A driver that never calls it keeps Spark's unfixed map.
 """
 
 from __future__ import annotations
@@ -23,7 +33,13 @@ import os
 import tempfile
 from typing import Any, Final
 
-__all__ = ["RUNNER_ENV_KEYS", "register_data_source", "runner_env"]
+__all__ = [
+    "RUNNER_ENV_KEYS",
+    "auto_registered_env",
+    "fill_auto_registered",
+    "register_data_source",
+    "runner_env",
+]
 
 RUNNER_ENV_KEYS: Final = (
     "SPARK_LOCAL_DIRS",
@@ -34,6 +50,7 @@ RUNNER_ENV_KEYS: Final = (
 """What PythonStreamingSourceRunner.init() puts into the shared map (Spark 4.3.0)."""
 
 _UDPS: Final = "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource"
+_MANAGER: Final = "org.apache.spark.sql.execution.datasources.DataSourceManager$"
 
 
 def runner_env(spark: Any) -> dict[str, str]:
@@ -60,3 +77,26 @@ def register_data_source(spark: Any, source: type[Any]) -> None:
         env.put(key, value)
     registered = getattr(sc._jvm, _UDPS)(wrapped)
     spark._jsparkSession.dataSource().registerPython(source.name(), registered)
+    fill_auto_registered(spark, source.name())
+
+
+def auto_registered_env(spark: Any, name: str) -> Any | None:
+    """The env map of Spark's auto-registered source `name` (JVM-wide); None when it has none."""
+    # the session's manager computes Spark's static sources once per JVM (the lookup worker)
+    spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name)
+    manager = getattr(getattr(spark.sparkContext._jvm, _MANAGER), "MODULE$")
+    builders = manager.dataSourceBuilders()  # Option[Map[normalized name, source]]
+    if not builders.isDefined():
+        return None
+    found = builders.get().get(name.lower())
+    return found.get().dataSourceCls().envVars() if found.isDefined() else None
+
+
+def fill_auto_registered(spark: Any, name: str) -> None:
+    """Put the runner's keys into the map of Spark's auto-registered source `name`, if any."""
+    env = auto_registered_env(spark, name)
+    if env is None:
+        return
+    for key, value in runner_env(spark).items():
+        if not env.containsKey(key):
+            env.put(key, value)
