@@ -14,6 +14,7 @@ NO_PERMISSION (16) with RocketMQ's remark, and the connection keeps serving.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import logging
 import os
 import time
@@ -114,9 +115,19 @@ R = TypeVar("R")
 
 
 def peer_host(peer: str) -> str:
-    """The host of a connection's `host:port` (brackets of an IPv6 host removed)."""
-    host = peer.rpartition(":")[0] if ":" in peer else peer
-    return host.strip("[]")
+    """The host of a connection's `host:port` (brackets of an IPv6 host removed).
+
+    An IPv4 client of a dual-stack (`::`) listener shows as `::ffff:a.b.c.d`; its host is the
+    IPv4 address, so that IPv4 white addresses and sourceIps blocks (Allow and Deny) meet it.
+    """
+    host = (peer.rpartition(":")[0] if ":" in peer else peer).strip("[]")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return host
 
 
 _peer_host: Final = functools.lru_cache(maxsize=4096)(peer_host)

@@ -36,6 +36,7 @@ from ferrymq.security.acl2 import (
     update_user,
     user_info,
 )
+from ferrymq.security.aclguard import peer_host
 
 ALICE = User("alice", "alice-pw")
 PUB = frozenset({Action.PUB})
@@ -106,6 +107,20 @@ def test_the_most_specific_entry_decides_and_deny_wins_at_equal_precision() -> N
     assert authorize(state, ALICE, group, SUB, "127.0.0.1") is None
     assert "no matched" in (authorize(state, ALICE, group, SUB, "127.0.1.1") or "")
     assert authorize(state, User("root", "pw", UserType.SUPER), group, SUB, "127.0.1.1") is None
+
+
+def test_ipv4_clients_of_a_dual_stack_listener_meet_ipv4_blocks_in_allow_and_deny() -> None:
+    """A `::` listener names an IPv4 client `::ffff:127.0.0.1`; its host is 127.0.0.1."""
+    assert peer_host("[::ffff:127.0.0.1]:4711") == peer_host("127.0.0.1:4711") == "127.0.0.1"
+    assert peer_host("[::1]:4711") == "::1"
+    state = _state(
+        PolicyEntry.of("Topic:*", ["Pub"]),
+        PolicyEntry.of("Topic:inner", ["Pub"], "Deny", source_ips=["127.0.0.0/24"]),
+        PolicyEntry.of("Group:g1", ["Sub"], source_ips=["127.0.0.0/24"]),
+    )
+    host = peer_host("[::ffff:127.0.0.1]:4711")
+    assert "deny" in (authorize(state, ALICE, _topic("inner"), PUB, host) or "")
+    assert authorize(state, ALICE, Resource(ResourceType.GROUP, "g1"), SUB, host) is None
 
 
 def test_default_policy_applies_only_when_no_custom_entry_matches() -> None:
