@@ -51,9 +51,10 @@ def ferry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ferry]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     spark_env()
+    from ferrymq.connectors.runtime import SPARK_MASTER
     from ferrymq.spark.session import local_session
 
-    session = local_session("ferrymq-connector-tests")
+    session = local_session("ferrymq-connector-tests", SPARK_MASTER)  # a worker's: tasks retried
     yield session
     session.stop()
 

@@ -71,9 +71,9 @@ def load_worker_config(config_file: Path | None, keys: dict[str, str | None]) ->
 )
 @click.option(
     "--spark-master",
-    default="local[*]",
+    default="local[*,4]",
     show_default=True,
-    help="Where tasks' Spark queries run (any Spark master URL).",
+    help="Where tasks' Spark queries run (any Spark master URL; local[N,F]: F tries a task).",
 )
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(

@@ -74,6 +74,11 @@ tasks` is its index (docs/spark.md "The stable partition number"), listed when i
 named with `assign`: a route change moves no queue between tasks, and a queue added later is
 read once the tasks restart.
 
+Test-only failed attempts (with `FERRYMQ_TEST_HOOKS=1` in the driver at `build`):
+`FERRYMQ_TEST_FAIL_FIRST_ATTEMPTS=<directory>` makes every writer task's first attempt fail right
+after its PostgreSQL commit (a file in the directory names it), so Spark retries it on a master
+that retries tasks (`runtime.SPARK_MASTER`) and the retry skips all it would write (rule 1).
+
 Test-only crash point (honoured only with `FERRYMQ_TEST_HOOKS=1`):
 `FERRYMQ_TEST_CRASH_AT=after_pg_commit_before_spark_commit` (optionally
 `FERRYMQ_TEST_CRASH_BATCH=<batch id>`) kills the driver, JVM included, in the driver-side commit
@@ -94,6 +99,7 @@ import signal
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -141,6 +147,7 @@ from ferrymq.spark.rows import range_of
 __all__ = [
     "CHANGES_TABLE",
     "CRASH_POINT",
+    "FAIL_FIRST_ATTEMPTS_ENV",
     "FORMAT",
     "OFFSETS_TABLE",
     "PostgresSink",
@@ -160,6 +167,9 @@ FORMAT: Final = "ferrymq-postgres"
 OFFSETS_TABLE: Final = "ferry_connect_offsets"
 CHANGES_TABLE: Final = "ferry_connect_offsets_changes"
 CRASH_POINT: Final = "after_pg_commit_before_spark_commit"
+FAIL_FIRST_ATTEMPTS_ENV: Final = "FERRYMQ_TEST_FAIL_FIRST_ATTEMPTS"
+"""Test hook: with `FERRYMQ_TEST_HOOKS=1` in the driver, every writer task's first attempt fails
+after its commit and leaves a file in this directory (`fail_first_attempt`)."""
 BULK_ROWS: Final = 64
 """A queue run of at least this many rows is first tried on the bulk path (rule 7)."""
 
@@ -215,6 +225,9 @@ class SinkSpec(msgspec.Struct, frozen=True):
     groups: dict[str, dict[int, str]] = msgspec.field(default_factory=dict)
     """Per topic, the broker group of each group code (the stable partition numbers' upper
     bits) routed when the task started; a writer looks a code missing here up in the route."""
+    test_fail_first_attempts: str | None = None
+    """Test hook (`FAIL_FIRST_ATTEMPTS_ENV`): a directory; each writer task's first attempt
+    records itself there and fails right after its PostgreSQL commit."""
 
     def table(self, topic: str) -> tuple[str | None, str]:
         """(schema, table) the messages of `topic` go to."""
@@ -311,6 +324,11 @@ def sink_spec(config: Mapping[str, str], context: TaskContext) -> SinkSpec:
         batch_size=int(config.get("batch.size") or "3000"),
         servers=context.namesrv_addr,
         read_options={k: config[k] for k in _PASSED_READ_OPTIONS if config.get(k)},
+        test_fail_first_attempts=(
+            os.environ.get(FAIL_FIRST_ATTEMPTS_ENV) or None
+            if os.environ.get("FERRYMQ_TEST_HOOKS") == "1"
+            else None
+        ),
     )
 
 
@@ -957,7 +975,10 @@ class PostgresStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         """Write one task's rows and their offsets in one transaction (in an executor)."""
         _freeze_heap()
-        return write_task(self.spec, self.password, iterator)
+        done = write_task(self.spec, self.password, iterator)
+        if self.spec.test_fail_first_attempts is not None:
+            fail_first_attempt(self.spec.test_fail_first_attempts)
+        return done
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Nothing to commit: every task committed its own transaction (driver side)."""
@@ -1017,6 +1038,22 @@ def _driver_pid() -> int | None:
             return None
         pid = _parent(pid)
     return None
+
+
+def fail_first_attempt(directory: str) -> None:
+    """Fail this writer task if it is its first attempt, leaving a file saying so (test hook).
+
+    A real task failure after the task's PostgreSQL commit: Spark retries the task on a master
+    that allows it (`local[N,F]`, a cluster), and the retry must skip every row (rule 1).
+    """
+    from pyspark import TaskContext as SparkTaskContext
+
+    task = SparkTaskContext.get()
+    if task is None or task.attemptNumber() != 0:
+        return
+    name = f"stage{task.stageId()}-partition{task.partitionId()}-attempt0"
+    Path(directory, name).touch()
+    raise RuntimeError(f"test hook: writer task {name} fails after its PostgreSQL commit")
 
 
 def crash_point(name: str, batch_id: int) -> None:

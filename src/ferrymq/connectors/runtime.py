@@ -1,10 +1,10 @@
 """The Connect task runtime on Spark: one SparkSession per worker, one streaming query per task.
 
 The session starts lazily, on the worker's first task (a worker with only paused or stopped
-connectors starts no JVM), with `ferrymq.spark.session.local_session` on `local[*]` by default
-or `sparkMaster` when the work outgrows one machine. Every Spark call runs on one dedicated
-thread: Spark finds a Python data source's sink through the session of the calling thread, and
-the event loop must never block on the JVM.
+connectors starts no JVM), with `ferrymq.spark.session.local_session` on `SPARK_MASTER`
+(`local[*,4]`: failed tasks retried) by default or `--spark-master` when the work outgrows one
+machine. Every Spark call runs on one dedicated thread: Spark finds a Python data source's sink
+through the session of the calling thread, and the event loop must never block on the JVM.
 
 The runtime owns what a plugin's query must not choose: the checkpoint
 (`<storePathRootDir>/<cluster>/<connector>/<incarnation>/<task>`, created afresh when an offsets
@@ -33,11 +33,23 @@ from ferrymq.connect.plugin import Plugins, TaskContext, task_checkpoint_dir
 from ferrymq.connect.state import TaskKey
 from ferrymq.connect.tasks import TaskSpec
 
-__all__ = ["TRIGGER_INTERVAL_MS", "SparkTaskRunner", "lag"]
+__all__ = ["SPARK_MASTER", "TRIGGER_INTERVAL_MS", "SparkTaskRunner", "lag"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+SPARK_MASTER = "local[*,4]"
+"""A worker's Spark master unless configured: this machine's cores, a failed task tried 4 times.
+
+Spark's `local[N]` never retries a task (maxFailures 1: `spark.task.maxFailures` is not read in
+local mode), so one transient task failure (a Python worker lost, a task binary that fails to
+deserialise) failed the whole query, where a cluster retries it 4 times. `local[N,F]` gives local
+mode the cluster's default. A retried writer task stays exact: each plugin's writer commits what
+it wrote together with the positions it read up to (PostgresSink: rows and stored offsets in one
+transaction, so a retry of an attempt that committed skips every row; the ferrymq sink and
+FileSink: the driver's commit of the micro-batch, which names only successful attempts' work).
+"""
 
 TRIGGER_INTERVAL_MS = 200
 """`trigger.interval.ms`'s default for the plugins that read ferrymq (PostgresSink, the replicator).
@@ -101,7 +113,7 @@ class SparkTaskRunner:
         cluster_id: str,
         namesrv_addr: str,
         state_dir: Path,
-        spark_master: str = "local[*]",
+        spark_master: str = SPARK_MASTER,
         session_factory: Callable[[str, str], Any] | None = None,
     ) -> None:
         self._plugins = plugins
