@@ -194,14 +194,10 @@ class ConfigState:
         else:
             current.offsets = record
 
-    def reset(self) -> None:
-        """Forget everything (a replay starts again from the live tail)."""
-        self._restore(
-            StateImage(
-                epoch=0, leader_id="", leader_url="", connectors=[], assignment=_NO_ASSIGNMENT
-            )
-        )
-        self.last_logical = -1
+    def replace(self, other: ConfigState) -> None:
+        """Become `other` in place (a replay done aside replaces the state others hold)."""
+        self._restore(other.image())
+        self.last_logical = other.last_logical
 
     # ------------------------------------------------------------------ snapshots
 

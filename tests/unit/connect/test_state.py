@@ -88,13 +88,13 @@ def follow(log: Log, reader: ConfigState, position: int) -> ConfigState:
     """Read on from queue offset `position` as `ConfigLog` does (broker/fence.py rule 6).
 
     While the record at `position` is stored, the reader reads on from it; once retention has
-    deleted it, the reader starts over at the live start with an empty state. Never from the
-    first stored record: the records stored before the live start would be applied to an empty
-    state and hide the copies of the older ones behind them.
+    deleted it, the reader reads the live tail into an empty state, which then replaces its own.
+    Never from the first stored record: the records stored before the live start would be
+    applied to an empty state and hide the copies of the older ones behind them.
     """
     if position < log.first:
-        reader.reset()
-        return replay(log.live(), reader)
+        reader.replace(replay(log.live(), ConfigState()))
+        return reader
     return replay(log.entries[position:], reader)
 
 
