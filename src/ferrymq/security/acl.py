@@ -17,6 +17,9 @@ Owns the pure core of issue 23's authentication and authorization on remoting:
 Rules: no I/O, no clock; a secret key never appears in a repr, an error or a remark. Per request
 only what varies is computed: each secret key's HMAC pads and each key order's value getter are
 remembered (bounded); what that saves is in docs/benchmarks.md ("ACL's cost per request").
+When the C accelerator is built, `signature` and `decide`'s signature check run in it
+(`accel.acl_signature`, `accel.acl_verify`: the fields sorted, hashed as read, the comparison
+constant-time); the Python here stays the reference, and a unit test holds the two equal.
 ACL 1.0 has no nonce: a captured request replayed unchanged is valid again (RocketMQ's behaviour;
 TLS is what keeps it from being captured). Any change to a signed field fails the signature.
 """
@@ -32,6 +35,7 @@ import ipaddress
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Final
 
 import yaml
@@ -59,6 +63,7 @@ __all__ = [
     "shown_key",
     "sign",
     "signature",
+    "signature_matches",
 ]
 
 ACCESS_KEY: Final = "AccessKey"
@@ -321,6 +326,23 @@ requests cannot grow the memory."""
 _getters: Final[tuple[dict[tuple[str, ...], Any], dict[tuple[str, ...], Any]]] = ({}, {})
 """Key order -> its values' getter: [0] for requests after V4_9_3, [1] up to it."""
 
+_accel: ModuleType | None = None
+try:
+    from ferrymq.wire import accel as _built
+except ImportError:  # pragma: no cover - the C accelerator is optional
+    pass
+else:
+    if hasattr(_built, "acl_verify"):  # a build older than the ACL functions lacks them
+        _accel = _built
+
+
+@functools.lru_cache(maxsize=256)
+def _c_pads(secret_key: str) -> bytes:
+    """`accel.acl_pads` of `secret_key`: HmacSHA1's two key states, once per key."""
+    assert _accel is not None
+    pads: bytes = _accel.acl_pads(secret_key.encode("utf-8"))
+    return pads
+
 
 @functools.lru_cache(maxsize=256)
 def _hmac_pads(secret_key: str) -> tuple[Any, Any]:
@@ -383,8 +405,22 @@ def _signature(fields: Mapping[str, str], body: bytes, secret_key: str, version:
 
 
 def signature(fields: Mapping[str, str], body: bytes, secret_key: str, version: int = 0) -> str:
-    """Base64(HmacSHA1(secret_key, content(fields, body)))."""
+    """Base64(HmacSHA1(secret_key, content(fields, body))), in C when built."""
+    if _accel is not None:
+        text: str = _accel.acl_signature(fields, body, _c_pads(secret_key), version <= _V4_9_3)
+        return text
     return _signature(fields, body, secret_key, version).decode("ascii")
+
+
+def signature_matches(
+    fields: Mapping[str, str], body: bytes, secret_key: str, version: int, sent: str
+) -> bool:
+    """Whether `sent` is the request's signature (compared in constant time), in C when built."""
+    if _accel is not None:
+        ok: bool = _accel.acl_verify(fields, body, _c_pads(secret_key), version <= _V4_9_3, sent)
+        return ok
+    expected = _signature(fields, body, secret_key, version)
+    return hmac.compare_digest(expected, sent.encode("utf-8", "surrogatepass"))
 
 
 def sign(fields: dict[str, str], body: bytes, credentials: Credentials, version: int) -> None:
@@ -431,8 +467,7 @@ def decide(
     if account.white_remote_address and address_matches(account.white_remote_address, host):
         return None
     sent = fields.get(SIGNATURE, "")
-    expected = _signature(fields, body, account.secret_key, version)
-    if not hmac.compare_digest(expected, sent.encode("utf-8", "surrogatepass")):
+    if not signature_matches(fields, body, account.secret_key, version, sent):
         return f"Check signature failed for accessKey={shown_key(access_key)}"
     if needs_admin and not account.admin:
         return (

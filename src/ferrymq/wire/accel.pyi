@@ -1,4 +1,5 @@
 import mmap
+from collections.abc import Mapping
 
 def encode_records(
     items: list[object],
@@ -58,3 +59,14 @@ def index_put(
     begin_timestamp_ms: int,
     keys: list[tuple[str, str, int, int]],
 ) -> tuple[int, int]: ...
+def acl_pads(key: bytes) -> bytes: ...
+def acl_signature(
+    fields: Mapping[str, str], body: bytes | bytearray | memoryview, pads: bytes, old: bool
+) -> str: ...
+def acl_verify(
+    fields: Mapping[str, str],
+    body: bytes | bytearray | memoryview,
+    pads: bytes,
+    old: bool,
+    sent: str,
+) -> bool: ...
