@@ -227,3 +227,33 @@ BAD_USAGE = [
 @pytest.mark.parametrize("args", BAD_USAGE, ids=" ".join)
 async def test_bad_arguments_are_one_line_and_exit_2(args: tuple[str, ...]) -> None:
     await Ferry("127.0.0.1:1")(*args, code=2)  # refused before any server is asked
+
+
+async def test_changes_print_what_they_did_as_json(cluster: LocalCluster) -> None:
+    ferry = Ferry(cluster.namesrv_addr)
+    addr = cluster.broker.address
+    made = await ferry("topic", "create", "Made", "--queues", "2", "--json")
+    assert made == {
+        "topic": "Made", "queues": 2, "brokers": [addr], "order": False, "fenced": False,
+        "pending": [],
+    }  # fmt: skip
+    assert cluster.broker.state.topics.configs["Made"].write_queue_nums == 2
+    user = await ferry("user", "create", "bob", "--password", "b-pw", "--json")
+    assert user == {
+        "username": "bob", "userType": "Normal", "userStatus": "enable", "passwordSet": True,
+        "created": True, "brokers": [addr],
+    }  # fmt: skip
+    same = await ferry("updateUser", "-u", "bob", "-s", "disable", "--json")  # mqadmin's name
+    assert (same["userStatus"], same["passwordSet"], same["brokers"]) == ("disable", False, [addr])
+    assert (await ferry("user", "get", "bob", "--json"))["userStatus"] == "disable"
+    acl = await ferry(
+        "acl", "create", "User:bob", "--resources", "Topic:Made", "--actions", "Pub", "--json"
+    )
+    assert acl["brokers"] == [addr]
+    assert acl["policies"][0]["entries"][0]["resource"] == "Topic:Made"
+    gone = await ferry("deleteAcl", "-s", "User:bob", "--json")
+    assert (gone["subject"], gone["deleted"], gone["brokers"]) == ("User:bob", True, [addr])
+    assert (await ferry("user", "delete", "bob", "--json"))["deleted"]
+    deleted = await ferry("topic", "delete", "Made", "--json")
+    assert deleted == {"topic": "Made", "cluster": None, "deleted": True}
+    assert "Made" not in cluster.broker.state.topics.configs

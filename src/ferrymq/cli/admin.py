@@ -94,6 +94,7 @@ def topic_group() -> None:
     is_flag=True,
     help="A fenced topic: one queue on --broker-name, one writer at a time (claims and epochs).",
 )
+@json_option
 @click.pass_context
 def topic_create(
     ctx: click.Context,
@@ -103,6 +104,7 @@ def topic_create(
     cluster: str | None,
     order: bool,
     fenced: bool,
+    as_json: bool,
 ) -> None:
     """Create (or change) a topic."""
     if fenced:
@@ -119,11 +121,23 @@ def topic_create(
         return masters, await admin.topic_placement(name)
 
     masters, placement = _run(_namesrv(ctx), create)
-    kind = "fenced topic" if fenced else "topic"
-    click.echo(f"{kind} {name}: {count} queues on {', '.join(masters) or 'no master yet'}")
     waiting = (
         [g.broker_name for g in placement.groups if g.state == "no master"] if placement else []
     )
+    if as_json:
+        emit_json(
+            {
+                "topic": name,
+                "queues": count,
+                "brokers": masters,
+                "order": order,
+                "fenced": fenced,
+                "pending": waiting,
+            }
+        )
+        return
+    kind = "fenced topic" if fenced else "topic"
+    click.echo(f"{kind} {name}: {count} queues on {', '.join(masters) or 'no master yet'}")
     if waiting:
         click.echo(
             f"pending on {', '.join(waiting)}: no master; it gets the topic when one returns"
@@ -157,10 +171,14 @@ def topic_fence(ctx: click.Context, name: str, as_json: bool) -> None:
 @topic_group.command("delete")
 @click.argument("name")
 @click.option("--cluster")
+@json_option
 @click.pass_context
-def topic_delete(ctx: click.Context, name: str, cluster: str | None) -> None:
+def topic_delete(ctx: click.Context, name: str, cluster: str | None, as_json: bool) -> None:
     """Delete a topic from the brokers and the NameServers."""
     _run(_namesrv(ctx), lambda a: a.delete_topic(name, cluster=cluster))
+    if as_json:
+        emit_json({"topic": name, "cluster": cluster, "deleted": True})
+        return
     click.echo(f"topic {name} deleted")
 
 

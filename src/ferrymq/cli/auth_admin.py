@@ -55,7 +55,7 @@ def _call(
     *,
     change: bool,
 ) -> Any:
-    """Send to the master(s); the first answer's JSON body (None for a change)."""
+    """Send to the master(s); the first answer's JSON body (a change: the addresses changed)."""
     namesrv = str(ctx.obj["namesrv"])
     broker, cluster = ctx.params.get("broker"), ctx.params.get("cluster")
     data = b"" if body is None else json.dumps(body).encode()
@@ -73,7 +73,7 @@ def _call(
                     raise FerryError(f"{address}: {response.remark} (code {response.code})")
                 if not change and answer is None:
                     answer = json.loads(response.body or b"null")
-        return answer
+        return addresses if change else answer
 
     try:
         return asyncio.run(main())
@@ -107,24 +107,30 @@ def _user_options(command: Any) -> Any:
 @click.argument("username")
 @click.option("--password", envvar="FERRY_USER_PASSWORD", required=True, help="Or env.")
 @_user_options
+@json_option
 @_target
 @click.pass_context
-def user_create(ctx: click.Context, /, username: str, password: str, **options: Any) -> None:
+def user_create(
+    ctx: click.Context, /, username: str, password: str, as_json: bool, **options: Any
+) -> None:
     """Create a user (mqadmin createUser)."""
     info = {"username": username, "password": password}
     info["userType"] = options["user_type"] or "Normal"
     info["userStatus"] = options["user_status"] or "enable"
-    _call(ctx, RequestCode.AUTH_CREATE_USER, {"username": username}, info, change=True)
-    click.echo(f"user {username} created")
+    brokers = _call(ctx, RequestCode.AUTH_CREATE_USER, {"username": username}, info, change=True)
+    _done(as_json, f"user {username} created", _user_change(info, "created", brokers))
 
 
 @user_group.command("update")
 @click.argument("username")
 @click.option("--password", envvar="FERRY_USER_PASSWORD", help="A new password (or env).")
 @_user_options
+@json_option
 @_target
 @click.pass_context
-def user_update(ctx: click.Context, /, username: str, password: str | None, **options: Any) -> None:
+def user_update(
+    ctx: click.Context, /, username: str, password: str | None, as_json: bool, **options: Any
+) -> None:
     """Change a user's password, type or status (mqadmin updateUser)."""
     info: dict[str, str] = {"username": username}
     if password:
@@ -133,18 +139,34 @@ def user_update(ctx: click.Context, /, username: str, password: str | None, **op
         info["userType"] = options["user_type"]
     if options["user_status"]:
         info["userStatus"] = options["user_status"]
-    _call(ctx, RequestCode.AUTH_UPDATE_USER, {"username": username}, info, change=True)
-    click.echo(f"user {username} updated")
+    brokers = _call(ctx, RequestCode.AUTH_UPDATE_USER, {"username": username}, info, change=True)
+    _done(as_json, f"user {username} updated", _user_change(info, "updated", brokers))
 
 
 @user_group.command("delete")
 @click.argument("username")
+@json_option
 @_target
 @click.pass_context
-def user_delete(ctx: click.Context, /, username: str, **_: Any) -> None:
+def user_delete(ctx: click.Context, /, username: str, as_json: bool, **_: Any) -> None:
     """Delete a user and its ACL (mqadmin deleteUser)."""
-    _call(ctx, RequestCode.AUTH_DELETE_USER, {"username": username}, change=True)
-    click.echo(f"user {username} deleted")
+    brokers = _call(ctx, RequestCode.AUTH_DELETE_USER, {"username": username}, change=True)
+    info = {"username": username}
+    _done(as_json, f"user {username} deleted", _user_change(info, "deleted", brokers))
+
+
+def _done(as_json: bool, text: str, change: dict[str, Any]) -> None:
+    """A change's one line, or with `--json` what was done as one JSON object."""
+    if as_json:
+        emit_json(change)
+    else:
+        click.echo(text)
+
+
+def _user_change(info: dict[str, str], done: str, brokers: list[str]) -> dict[str, Any]:
+    """What a user change did (never the password)."""
+    shown = {k: v for k, v in info.items() if k != "password"}
+    return {**shown, "passwordSet": "password" in info, done: True, "brokers": brokers}
 
 
 def _user_rows(users: list[dict[str, str]]) -> list[list[str]]:
@@ -184,7 +206,10 @@ def acl_group() -> None:
     """ACL 2.0 policies of a subject (`User:name`)."""
 
 
-def _acl_change(ctx: click.Context, code: int, subject: str, options: dict[str, Any]) -> None:
+def _acl_change(
+    ctx: click.Context, code: int, subject: str, options: dict[str, Any]
+) -> dict[str, Any]:
+    """Send an ACL create or update; what was sent, with the brokers that took it."""
     resources = [r for r in options["resources"].split(",") if r.strip()]
     actions = [a for a in options["actions"].split(",") if a.strip()]
     ips = [ip for ip in (options["source_ip"] or "").split(",") if ip.strip()]
@@ -209,7 +234,8 @@ def _acl_change(ctx: click.Context, code: int, subject: str, options: dict[str, 
             }
         ],
     }
-    _call(ctx, code, {"subject": subject}, info, change=True)
+    brokers = _call(ctx, code, {"subject": subject}, info, change=True)
+    return {**info, "brokers": brokers}
 
 
 def _acl_options(command: Any) -> Any:
@@ -228,31 +254,36 @@ def _acl_options(command: Any) -> Any:
 @acl_group.command("create")
 @click.argument("subject")
 @_acl_options
+@json_option
 @_target
 @click.pass_context
-def acl_create(ctx: click.Context, /, subject: str, **options: Any) -> None:
+def acl_create(ctx: click.Context, /, subject: str, as_json: bool, **options: Any) -> None:
     """Add entries to a subject's ACL (mqadmin createAcl)."""
-    _acl_change(ctx, RequestCode.AUTH_CREATE_ACL, subject, options)
-    click.echo(f"acl of {subject} created")
+    change = _acl_change(ctx, RequestCode.AUTH_CREATE_ACL, subject, options)
+    _done(as_json, f"acl of {subject} created", {**change, "created": True})
 
 
 @acl_group.command("update")
 @click.argument("subject")
 @_acl_options
+@json_option
 @_target
 @click.pass_context
-def acl_update(ctx: click.Context, /, subject: str, **options: Any) -> None:
+def acl_update(ctx: click.Context, /, subject: str, as_json: bool, **options: Any) -> None:
     """Replace the entries of those resources in a subject's ACL (mqadmin updateAcl)."""
-    _acl_change(ctx, RequestCode.AUTH_UPDATE_ACL, subject, options)
-    click.echo(f"acl of {subject} updated")
+    change = _acl_change(ctx, RequestCode.AUTH_UPDATE_ACL, subject, options)
+    _done(as_json, f"acl of {subject} updated", {**change, "updated": True})
 
 
 @acl_group.command("delete")
 @click.argument("subject")
 @click.option("--resources", default="", help="Only these entries (default: the whole ACL).")
+@json_option
 @_target
 @click.pass_context
-def acl_delete(ctx: click.Context, /, subject: str, resources: str, **_: Any) -> None:
+def acl_delete(
+    ctx: click.Context, /, subject: str, resources: str, as_json: bool, **_: Any
+) -> None:
     """Delete a subject's ACL or some of its entries (mqadmin deleteAcl)."""
     try:
         for key in resources.split(","):
@@ -261,8 +292,9 @@ def acl_delete(ctx: click.Context, /, subject: str, resources: str, **_: Any) ->
     except Acl2Error as exc:
         raise click.BadParameter(str(exc)) from None
     fields = {"subject": subject, "resource": resources}
-    _call(ctx, RequestCode.AUTH_DELETE_ACL, fields, change=True)
-    click.echo(f"acl of {subject} deleted")
+    brokers = _call(ctx, RequestCode.AUTH_DELETE_ACL, fields, change=True)
+    change = {"subject": subject, "resources": [r for r in resources.split(",") if r.strip()]}
+    _done(as_json, f"acl of {subject} deleted", {**change, "deleted": True, "brokers": brokers})
 
 
 def _acl_rows(acls: list[dict[str, Any]]) -> list[list[str]]:

@@ -220,21 +220,25 @@ def broker_drain(
 @click.command("forget")
 @click.argument("broker_name")
 @click.option("--topic", help="Only this topic's segments.")
+@json_option
 @click.pass_context
-def broker_forget(ctx: click.Context, broker_name: str, topic: str | None) -> None:
+def broker_forget(ctx: click.Context, broker_name: str, topic: str | None, as_json: bool) -> None:
     """Drop a drained group's read-only queues (after consumers read them to their end)."""
     header = ControllerReassignRequestHeader(
         action=ReassignAction.FORGET, topic=topic, broker_name=broker_name
     )
 
-    async def main() -> int:
+    async def main() -> list[str]:
         async with AdminClient(str(ctx.obj["namesrv"])) as admin:
-            return len((await admin.reassign(header)).topics)
+            return [t.topic for t in (await admin.reassign(header)).topics]
 
     try:
-        count = asyncio.run(main())
+        topics = asyncio.run(main())
     except RemoteError as exc:
         raise click.ClickException(exc.remark or str(exc)) from None
     except FerryError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"{broker_name}: read-only queues of {count} topic(s) forgotten")
+    if as_json:
+        emit_json({"brokerName": broker_name, "forgotten": topics})
+        return
+    click.echo(f"{broker_name}: read-only queues of {len(topics)} topic(s) forgotten")
