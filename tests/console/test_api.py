@@ -59,6 +59,7 @@ async def test_pages_numbers_match_the_admin_api(console: tuple[LocalCluster, Co
         found_id = by_key["messages"][0]["offset_msg_id"]
         by_id = await http.get("/api/messages", params={"id": found_id})
         assert by_id.json()["messages"][0]["keys"] == ["k3"]
+        assert by_id.json()["messages"][0]["broker_name"] == by_key["messages"][0]["broker_name"]
 
         reset = await http.post(
             "/api/actions/reset-offsets",

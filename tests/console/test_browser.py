@@ -2,8 +2,10 @@
 
 One test walks every page (a screenshot of each in artefacts/console/, path printed), reads the
 numbers the pages show from the live DOM over the DevTools protocol and checks them against the
-admin API, creates a topic through the page's confirmation dialog, and kills broker-a's master
-in the middle of the load: the SyncStateSet page must show the new master within a few seconds.
+admin API, and kills broker-a's master in the middle of the load: the SyncStateSet page must show
+the new master within a few seconds. After the load: the groups page's lag chart follows the
+admin API's lag while messages are produced and not consumed, a message is looked up by its id,
+and offsets are reset and a topic created through the pages' confirmation dialogs.
 """
 
 import asyncio
@@ -116,6 +118,12 @@ async def shows(page: Page, selector: str, attribute: str) -> Any:
     )
 
 
+async def admin_lag(admin: AdminClient) -> int:
+    """The group's lag as the admin API gives it: queue ends less committed offsets."""
+    progress = await admin.consumer_progress(GROUP)
+    return sum(max(0, e.broker_offset - max(e.consumer_offset, 0)) for e in progress)
+
+
 async def test_console_pages_under_load_with_a_failover(tmp_path: Path) -> None:
     if chromium_path() is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
@@ -126,6 +134,7 @@ async def test_console_pages_under_load_with_a_failover(tmp_path: Path) -> None:
         connect_url = info["connect"][0]["url"]
         async with (
             AdminClient(namesrv) as admin,
+            Producer(namesrv) as producer,
             PullConsumer(namesrv, GROUP) as consumer,
             httpx.AsyncClient(timeout=30) as http,
         ):
@@ -229,7 +238,54 @@ async def test_console_pages_under_load_with_a_failover(tmp_path: Path) -> None:
                 "([...document.querySelectorAll('tr[data-lag]')])"
             )
             assert shown_lags == lags
+
+            # the lag chart: its points, and its latest one the admin API's lag, as it grows
+            lag_line = f'[data-chart="Consumer lag (messages)"] path[data-key="{GROUP}"]'
+            charted = (
+                f"(p => p && Number(p.dataset.points) >= 2 && Number(p.dataset.latest))"
+                f"(document.querySelector({json.dumps(lag_line)}))"
+            )
+            group_lag = await admin_lag(admin)
+            assert group_lag == sum(lags.values())
+            assert await page.wait_for(f"{charted} === {group_lag} && {charted}") == group_lag
+            points = int(await shows(page, lag_line, "data-points"))
+            extra = [
+                await producer.send(TOPIC, b"after %d" % i, keys=f"after-{i}") for i in range(20)
+            ]
+            assert await admin_lag(admin) == group_lag + len(extra)  # nothing consumes now
+            grown = group_lag + len(extra)
+            assert await page.wait_for(f"{charted} === {grown} && {charted}") == grown
+            assert int(await shows(page, lag_line, "data-points")) > points
             await page.screenshot(ARTEFACTS / "groups.png")
+
+            # reset offsets, behind a confirmation that lists each queue's move
+            await page.evaluate(
+                "(() => { const f = document.getElementById('reset-offsets');"
+                f"f.topic.value = '{TOPIC}'; f.to.value = 'latest'; f.requestSubmit(); }})()"
+            )
+            planned = await page.wait_for(
+                "(rows => !document.getElementById('confirm').hidden && rows.length === 4 && "
+                "Object.fromEntries(rows.map(r => [r.dataset.resetQueue, "
+                "[Number(r.dataset.from), Number(r.dataset.to)]])))"
+                "([...document.querySelectorAll('[data-reset-queue]')])"
+            )
+            await page.screenshot(ARTEFACTS / "reset-offsets-confirm.png")
+            before = await admin.consumer_progress(GROUP, TOPIC)
+            assert planned == {
+                f"{e.broker_name}/{e.queue_id}": [e.consumer_offset, e.broker_offset]
+                for e in before
+            }
+            text = await page.evaluate("document.getElementById('confirm-text').textContent")
+            assert text == (
+                f"Move group {GROUP}'s offsets in {TOPIC} to the latest? Lag {grown} → 0."
+            )
+            await page.evaluate("document.getElementById('confirm-yes').click()")
+            await page.wait_for("document.getElementById('notice').dataset.kind === 'ok'")
+            after = await admin.consumer_progress(GROUP, TOPIC)
+            assert {f"{e.broker_name}/{e.queue_id}": e.consumer_offset for e in after} == {
+                queue: to for queue, (_, to) in planned.items()
+            }
+            assert await admin_lag(admin) == 0
 
             await page.goto(f"{url}/messages")
             await page.evaluate(
@@ -241,6 +297,26 @@ async def test_console_pages_under_load_with_a_failover(tmp_path: Path) -> None:
             (found,) = await admin.messages_by_key(TOPIC, acked[7])
             assert await shows(page, "[data-message]", "data-message") == found.offset_msg_id
             await page.screenshot(ARTEFACTS / "messages.png")
+            sent = extra[5]  # stored after the failover: its id names the live master
+            await page.evaluate(
+                "(() => { const f = document.getElementById('by-id');"
+                f"f.id.value = '{sent.offset_msg_id}'; f.requestSubmit(); }})()"
+            )
+            row = f'[data-message="{sent.offset_msg_id}"]'
+            shown_fields = await page.wait_for(
+                f"(r => r && Object.fromEntries([...r.querySelectorAll('[data-field]')]"
+                f".map(c => [c.dataset.field, c.textContent])))(document.querySelector('{row}'))"
+            )
+            assert shown_fields == {
+                "topic": TOPIC,
+                "queue": f"{sent.queue.broker_name}/{sent.queue.queue_id}",
+                "offset": str(sent.queue_offset),
+                "keys": "after-5",
+                "tags": "",
+                "id": sent.offset_msg_id,
+                "body": "after 5",
+            }
+            await page.screenshot(ARTEFACTS / "message-by-id.png")
 
             await page.goto(f"{url}/connectors")
             await page.wait_for("!!document.querySelector('[data-connector=\"files-out\"]')")

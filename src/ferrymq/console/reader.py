@@ -21,12 +21,14 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.controller_admin import ControllerAdmin
 from ferrymq.client.message import Message
 from ferrymq.errors import FerryError, ProtocolError, RemoteError, RpcError
-from ferrymq.model import validate_group, validate_topic
+from ferrymq.model import format_address, validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
 from ferrymq.security.tls import process_client_tls
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.msgid import decode_offset_msg_id
+from ferrymq.wire.records import unpack_host
 from ferrymq.wire.topics import is_broker_local_topic
 
 __all__ = ["ConsoleError", "ConsoleReader", "is_user_topic"]
@@ -363,7 +365,10 @@ class ConsoleReader:
         """Messages by offset message id, or by key (unique keys included) within a topic."""
         async with _answers():
             if msg_id:
-                return [_message(await self.admin.message_by_id(msg_id.strip()))]
+                found_by_id = await self.admin.message_by_id(msg_id.strip())
+                if not found_by_id.broker_name:  # the id names the storing broker's address
+                    found_by_id.broker_name = await self._group_of(msg_id.strip())
+                return [_message(found_by_id)]
             if not topic or not key:
                 raise ConsoleError(
                     400, "bad_request", "give a message id, or a topic and a key to look up"
@@ -371,6 +376,16 @@ class ConsoleReader:
             validate_topic(topic)
             found = await self.admin.messages_by_key(topic, key, max_count=MAX_LOOKUP)
         return [_message(m) for m in found]
+
+    async def _group_of(self, offset_msg_id: str) -> str:
+        """The broker group of the broker that stored a message ("" if no live group has it)."""
+        store_host, _ = decode_offset_msg_id(offset_msg_id)
+        address = format_address(*unpack_host(store_host))
+        info = await self.admin.cluster_info()
+        for name, data in sorted(info.broker_addr_table.items()):
+            if address in data.broker_addrs.values():
+                return name
+        return ""
 
     async def connectors(self) -> dict[str, Any]:
         """Connect's connectors with their and their tasks' states (when a URL is configured)."""

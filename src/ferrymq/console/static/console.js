@@ -52,9 +52,12 @@ function notice(kind, text) {
   el.textContent = text;
 }
 
-function confirmThen(text, action) {
+// The dialog says what the action will do: a sentence, and optionally one line per thing it changes.
+function confirmThen(what, action) {
   const box = document.getElementById("confirm");
+  const { text, detail } = typeof what === "string" ? { text: what, detail: [] } : what;
   document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-detail").replaceChildren(...detail);
   box.hidden = false;
   const close = () => { box.hidden = true; yes.onclick = null; no.onclick = null; };
   const yes = document.getElementById("confirm-yes");
@@ -77,10 +80,11 @@ function form(id, fields, label, describe, run) {
     ? h("select", { name: f.name }, f.options.map((o) => h("option", { value: o }, o)))
     : h("input", { name: f.name, placeholder: f.placeholder || f.name, type: f.type || "text", value: f.value }));
   const el = h("form", { id }, h("strong", {}, label), inputs, h("button", { type: "submit" }, label));
-  el.addEventListener("submit", (event) => {
+  el.addEventListener("submit", async (event) => {
     event.preventDefault();
     const values = Object.fromEntries(new FormData(el).entries());
-    confirmThen(describe(values), () => run(values));
+    const described = describe(values);  // a promise when it reads the cluster first
+    confirmThen(described instanceof Promise ? await described : described, () => run(values));
   });
   return el;
 }
@@ -111,8 +115,11 @@ function chart(title, history, unit) {
       const points = history.values[key].map((v, j) => v === null ? null
         : [pad + (times[j] - t0) / span * (width - pad - 8), height - 16 - v / top * (height - 32)]);
       const d = points.filter((p) => p).map((p, j) => (j ? "L" : "M") + p[0].toFixed(1) + "," + p[1].toFixed(1)).join(" ");
+      const drawn = history.values[key].filter((v) => v !== null);
       const path = document.createElementNS(svg.namespaceURI, "path");
       path.setAttribute("d", d); path.setAttribute("fill", "none");
+      path.setAttribute("data-key", key); path.setAttribute("data-points", drawn.length);
+      if (drawn.length) path.setAttribute("data-latest", drawn[drawn.length - 1]);
       path.setAttribute("stroke", COLORS[i]); path.setAttribute("stroke-width", "2");
       svg.append(path);
     });
@@ -120,7 +127,10 @@ function chart(title, history, unit) {
   return h("div", { class: "chart-box", "data-chart": title },
     h("h2", {}, title),
     svg,
-    h("div", { class: "legend" }, keys.map((k, i) => h("span", { style: "color:" + COLORS[i] }, "■ " + k))));
+    h("div", { class: "legend" }, keys.map((k, i) => {
+      const last = history.values[k].filter((v) => v !== null).pop();
+      return h("span", { style: "color:" + COLORS[i], "data-key": k }, "■ " + k + ": " + fmt(last) + " " + unit);
+    })));
 }
 
 // ------------------------------------------------------------------ pages
@@ -189,11 +199,37 @@ pages.topics = {
   },
 };
 
+// What a reset will do, queue by queue: the committed offset now and the queue's earliest or latest
+// offset it moves to (the bounds the reset itself reads).
+async function resetPreview(v) {
+  const text = `Move group ${v.group}'s offsets in ${v.topic} to the ${v.to}?`;
+  let topic, group;
+  try {
+    [topic, group] = await Promise.all([api("/api/topics/" + encodeURIComponent(v.topic)),
+      api("/api/groups/" + encodeURIComponent(v.group) + "?topic=" + encodeURIComponent(v.topic))]);
+  } catch (err) {
+    return { text, detail: [h("p", { class: "warn" }, "Cannot show the queues: " + err.message)] };
+  }
+  const committed = new Map(group.queues.map((q) => [`${q.broker_name}/${q.queue_id}`, q.consumer_offset]));
+  let lagAfter = 0;
+  const rows = topic.queues.map((q) => {
+    const queue = `${q.broker_name}/${q.queue_id}`;
+    const from = committed.has(queue) ? committed.get(queue) : null;
+    const to = v.to === "latest" ? q.max_offset : q.min_offset;
+    lagAfter += q.max_offset - to;
+    return h("tr", { "data-reset-queue": queue, "data-from": from, "data-to": to },
+      h("td", {}, queue), num(from), num(to));
+  });
+  return {
+    text: `${text} Lag ${group.lag} → ${lagAfter}.`,
+    detail: [table(["queue", "committed now", "moves to"], rows)],
+  };
+}
+
 pages.groups = {
   forms() {
     return [form("reset-offsets", [{ name: "group", value: params.get("group") || "" }, { name: "topic" },
-      { name: "to", options: ["earliest", "latest"] }], "Reset offsets",
-      (v) => `Move group ${v.group}'s offsets in ${v.topic} to the ${v.to}?`,
+      { name: "to", options: ["earliest", "latest"] }], "Reset offsets", resetPreview,
       (v) => api("/api/actions/reset-offsets", { group: v.group, topic: v.topic, to: v.to }))];
   },
   async live() {
@@ -252,10 +288,13 @@ pages.messages = {
       live.replaceChildren(h("h2", {}, `${data.messages.length} message(s)`),
         table(["topic", "broker group/queue", "offset", "keys", "tags", "stored", "offset msg id", "body"],
           data.messages.map((m) => h("tr", { "data-message": m.offset_msg_id },
-            h("td", {}, m.topic), h("td", {}, `${m.broker_name}/${m.queue_id}`), num(m.queue_offset),
-            h("td", {}, m.keys.join(" ")), h("td", {}, m.tags || ""),
-            h("td", {}, new Date(m.store_timestamp_ms).toLocaleString()), h("td", {}, m.offset_msg_id),
-            h("td", {}, h("pre", {}, m.body))))));
+            h("td", { "data-field": "topic" }, m.topic),
+            h("td", { "data-field": "queue" }, `${m.broker_name}/${m.queue_id}`),
+            num(m.queue_offset, { "data-field": "offset" }),
+            h("td", { "data-field": "keys" }, m.keys.join(" ")), h("td", { "data-field": "tags" }, m.tags || ""),
+            h("td", {}, new Date(m.store_timestamp_ms).toLocaleString()),
+            h("td", { "data-field": "id" }, m.offset_msg_id),
+            h("td", { "data-field": "body" }, h("pre", {}, m.body))))));
     };
     const lookup = (id, fields, label, query) => {
       const el = h("form", { id }, h("strong", {}, label),
