@@ -34,6 +34,15 @@ async def test_mqadmin_names_and_flags_run_the_ferry_commands(cluster: LocalClus
     assert "broker-a" in moved
     async with PullConsumer(ns, "MqG") as consumer:
         assert await consumer.committed((await consumer.queues("Mq"))[0]) == 0
+    progress = await ferry("consumerProgress", "-n", ns, "-g", "MqG", "-t", "Mq", "--json")
+    same = await Ferry(ns)("consumer", "progress", "MqG", "--topic", "Mq", "--json")
+    assert progress["offsetTable"] == same["offsetTable"]
+    assert {(e["queueId"], e["consumerOffset"]) for e in progress["offsetTable"]} == {
+        (q, 0) for q in range(4)
+    }
+    clusters = await ferry("clusterList", "-n", ns, "--json")
+    assert clusters == await Ferry(ns)("cluster", "list", "--json")
+    assert clusters["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": addr}
     listed = await ferry("aliases", "--json")
     assert {"updateTopic", "updateSubGroup", "haStatus", "printMsg"} <= {
         a["mqadmin"] for a in listed
