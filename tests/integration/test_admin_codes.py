@@ -3,6 +3,7 @@ with RocketMQ's body shapes (FastJSON's field order, checked against recorded Ja
 
 import asyncio
 import json
+import re
 import time
 
 from ferrymq.client.consumer import PullConsumer
@@ -17,6 +18,7 @@ from ferrymq.wire.bodies import (
     ConsumerConnection,
     GroupList,
     HeartbeatData,
+    KVTable,
     ProducerConnection,
     ProducerData,
     ProducerTableInfo,
@@ -37,6 +39,7 @@ from ferrymq.wire.broker import (
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 
+from ..unit.broker.test_runtime import exporter_parse
 from ..unit.wire.rocketmq_recorded import HEARTBEAT_SUBSCRIPTION_4X
 from .remoting import command, create_topic
 from .test_admin_cli import Ferry
@@ -219,3 +222,49 @@ async def test_one_topic_and_one_group_config(cluster: LocalCluster, client: Rpc
         5,
     )
     assert missing.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+
+
+async def test_runtime_info_parses_as_rocketmq_exporter_parses_it(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    addr = cluster.broker.address
+    state = cluster.broker.state
+
+    async def runtime() -> dict[str, object]:
+        answer = await client.call(addr, command(RequestCode.GET_BROKER_RUNTIME_INFO), 5)
+        table = decode_body(answer.body, KVTable).table
+        assert table["getTransferredTps"] == table["getTransferedTps"]
+        return exporter_parse(table)  # raises where the exporter's constructor would throw
+
+    await create_topic(client, addr, "Timed", queues=1)
+    before = await runtime()
+    boot = before["bootTimestamp"]
+    assert isinstance(boot, int)
+    assert 0 < boot <= time.time() * 1000
+    assert re.fullmatch(r"\[ 0 days, 0 hours, \d+ minutes, \d+ seconds \]", str(before["runtime"]))
+    capacity = before["commitLogDirCapacity"]
+    assert isinstance(capacity, tuple)
+    assert 0 < capacity[1] <= capacity[0]  # free, total
+    morning = before["msgPutTotalTodayMorning"]  # the totals at start (system records too)
+    assert isinstance(morning, int)
+    assert morning <= before["msgPutTotalTodayNow"]  # type: ignore[operator]
+    async with Producer(cluster.namesrv_addr) as producer:
+        for i in range(16):  # one send in 8 is timed: 2 in the distribution
+            await producer.send("Timed", b"x" * 100 + str(i).encode().rjust(4, b"0"))
+    after = await runtime()
+    assert after["putMessageTimesTotal"] == 16
+    assert after["msgPutTotalTodayNow"] >= before["msgPutTotalTodayNow"] + 16  # type: ignore[operator]
+    assert after["putMessageSizeTotal"] == 16 * 104
+    assert after["putMessageAverageSize"] == 104.0
+    assert after["msgPutTotalTodayMorning"] == after["msgPutTotalYesterdayMorning"] == morning
+    assert sum(after["putMessageDistributeTime"].values()) == 2  # type: ignore[attr-defined]
+    assert 0 < int(after["earliestMessageTimeStamp"]) <= time.time() * 1000  # type: ignore[call-overload]
+    assert after["commitLogMaxOffset"] > before["commitLogMaxOffset"]  # type: ignore[operator]
+    real = state.wall_ms
+    state.wall_ms = lambda: real() + 86_400_000  # a midnight passes (no other way in a test)
+    try:
+        tomorrow = await runtime()
+    finally:
+        state.wall_ms = real
+    assert tomorrow["msgPutTotalTodayMorning"] == tomorrow["msgPutTotalTodayNow"]
+    assert tomorrow["msgPutTotalYesterdayMorning"] == morning

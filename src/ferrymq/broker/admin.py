@@ -32,7 +32,7 @@ import dataclasses
 import logging
 from typing import Any, Final
 
-from ferrymq.broker import retention
+from ferrymq.broker import retention, runtime
 from ferrymq.broker.consumer import push_to_group
 from ferrymq.broker.fence import FENCED_ATTRIBUTE
 from ferrymq.broker.metadata import GroupConfig, GroupFile
@@ -414,6 +414,8 @@ async def get_runtime_info(
             ack = replication.state.ack_of(broker_id)
             table[f"slaveAckOffset.{broker_id}"] = "" if ack is None else str(ack)
     table.update(state.stats.runtime_keys(state.clock()))  # putTps, getTransferedTps, ...
+    table["getTransferredTps"] = table["getTransferedTps"]  # RocketMQ 5's spelling
+    table.update(runtime.runtime_keys(state))  # every other key rocketmq-exporter reads
     return _ok(request, encode_body(KVTable(table)))
 
 

@@ -45,6 +45,7 @@ from ferrymq.broker import (
     query,
     queuemap,
     retention,
+    runtime,
     send,
     switchover,
 )
@@ -397,6 +398,7 @@ class Broker:
             wake_clients=self._clients_wake.set,
             stats=BrokerStats(self._clock()),
             auth=self.auth,
+            boot_ms=self._wall_ms(),
         )
         store.observe_flushes(self._state.stats.flush_latency.observe)
         store.keep_log_offset = self._state.fences.keep_log_offset
@@ -921,6 +923,7 @@ class Broker:
     async def _stats_loop(self) -> None:
         """Snapshot the throughput counts, so rates cover the last seconds, minute, 10 minutes."""
         while True:
+            runtime.roll_days(self.state)  # the midnight totals (GET_BROKER_RUNTIME_INFO)
             await asyncio.sleep(_STATS_SAMPLE_S)
             self.state.stats.sample(self._clock())
 

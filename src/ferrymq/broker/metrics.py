@@ -27,7 +27,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.metrics_core import Metric
 
-from ferrymq.metrics.stats import Latency, StatsTable
+from ferrymq.broker.runtime import DISTRIBUTE_BOUNDS_S
+from ferrymq.metrics.stats import DEFAULT_LATENCY_BUCKETS_S, Latency, StatsTable
 
 if TYPE_CHECKING:
     from ferrymq.broker.state import BrokerState
@@ -54,7 +55,8 @@ class BrokerStats:
         """Pull answers by whether they found messages (getFoundTps, getMissTps)."""
         self.send_seq = 0
         """Sends handled (the latency sample picks one in `LATENCY_SAMPLE_EVERY`)."""
-        self.send_latency = Latency()
+        self.send_latency = Latency(sorted({*DEFAULT_LATENCY_BUCKETS_S, *DISTRIBUTE_BOUNDS_S}))
+        """RocketMQ's put-latency buckets among its bounds (`runtime.distribute_text`)."""
         self.pull_latency = Latency()
         self.flush_latency = Latency()
 

@@ -29,6 +29,7 @@ from ferrymq.broker.metadata import (
 )
 from ferrymq.broker.metrics import BrokerStats
 from ferrymq.broker.pop import PopState
+from ferrymq.broker.runtime import DailyTotals
 from ferrymq.errors import RequestError
 from ferrymq.model import parse_address, validate_group
 from ferrymq.replication.master import ReplicationMaster
@@ -143,6 +144,10 @@ class BrokerState:
     """POP consumption progress (`pop.py`), replicated through the metadata log."""
     auth: AuthStore = field(default_factory=AuthStore)
     """ACL 2.0 users and ACLs (`security/acl2guard.py`), replicated through the metadata log."""
+    boot_ms: int = 0
+    """`wall_ms()` when the broker started (`bootTimestamp`)."""
+    days: DailyTotals = field(default_factory=DailyTotals)
+    """Put and get totals at the last local midnights (`runtime.py`)."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
     _dispatch_retry: asyncio.TimerHandle | None = field(default=None, repr=False)
 
