@@ -1,5 +1,6 @@
 """In-process: a broker's endpoint against what a produce/consume run did."""
 
+import asyncio
 from pathlib import Path
 
 from ferrymq.broker.metrics import LATENCY_SAMPLE_EVERY
@@ -10,7 +11,15 @@ from ferrymq.metrics.exporter import MetricsExporterType
 from ferrymq.rpc.client import RpcClient
 from ferrymq.testing import LocalCluster
 from tests.integration.remoting import create_topic
-from tests.metrics.scrape import scrape, value
+from tests.metrics.scrape import Samples, scrape, value
+
+
+async def _poll(address: str, histogram: str) -> Samples:
+    """Scrape until `histogram` counted something (the flusher thread observes after an fsync)."""
+    async with asyncio.timeout(30):
+        while value(samples := await scrape(address), f"{histogram}_count") == 0:
+            await asyncio.sleep(0.05)
+    return samples
 
 
 async def test_broker_counts_sends_pulls_and_lag(tmp_path: Path) -> None:
@@ -37,10 +46,20 @@ async def test_broker_counts_sends_pulls_and_lag(tmp_path: Path) -> None:
             assert len(got.messages) == 5
             await consumer.commit(queue, 5)
             samples = await scrape(broker.metrics.address)
+            more = await consumer.pull(queue, 5, max_messages=3)  # stored bytes, as pulled
+            grown = await scrape(broker.metrics.address)
+            flushed = await _poll(broker.metrics.address, "rocketmq_storage_flush_latency_seconds")
 
         assert value(samples, "rocketmq_messages_in_total", topic="M") == 30
         assert value(samples, "rocketmq_throughput_in_total", topic="M") == 3000
         assert value(samples, "rocketmq_messages_out_total", topic="M", consumer_group="G") == 5
+        out = {"topic": "M", "consumer_group": "G"}
+        stored = [len(broker.state.store.read_record(m.log_offset)) for m in got.messages]
+        assert value(samples, "rocketmq_throughput_out_total", **out) == sum(stored)
+        grew = sum(len(broker.state.store.read_record(m.log_offset)) for m in more.messages)
+        assert len(more.messages) == 3
+        assert value(grown, "rocketmq_throughput_out_total", **out) == sum(stored) + grew
+        assert value(flushed, "rocketmq_storage_flush_latency_seconds_count") > 0
         lag = value(
             samples,
             "rocketmq_consumer_lag_messages",
@@ -57,8 +76,8 @@ async def test_broker_counts_sends_pulls_and_lag(tmp_path: Path) -> None:
         async with AdminClient(cluster.namesrv_addr) as admin:
             progress = await admin.consume_stats("G", "M")
             runtime = await admin.runtime_info(broker.address)
-        assert progress.consume_tps > 0  # 5 messages since the broker started, a second ago
+        assert progress.consume_tps > 0  # 8 messages since the broker started, a second ago
         put_10s, put_1m, put_10m = (float(x) for x in runtime["putTps"].split(" "))
         assert min(put_10s, put_1m, put_10m) > 0
         assert float(runtime["getTransferedTps"].split(" ")[0]) > 0
-        assert runtime["msgGetTotalTodayNow"] == "5"
+        assert runtime["msgGetTotalTodayNow"] == "8"  # 5 + 3 pulled

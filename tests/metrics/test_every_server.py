@@ -67,12 +67,19 @@ async def test_every_server_counts_what_the_load_did(tmp_path: Path) -> None:
         entries = [*brokers, *controllers, *workers, *namesrvs]
         assert all(entry["metrics"] for entry in entries), entries
         master = next(b for b in brokers if b["role"] != "SLAVE")
+        raft = str(controllers[0]["metrics"])
+        committed = value(await scrape(raft), "rocketmq_controller_raft_commit_index")
         async with AdminClient(namesrv) as admin:
-            await admin.create_topic("Metered", queues=2)
+            await admin.create_topic("Metered", queues=2)  # a write through the controller
             deadline = time.monotonic() + 30
             while await admin.route("Metered") is None:
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
+        await _poll(
+            raft,
+            "the topic's Raft entry committed",
+            lambda s: value(s, "rocketmq_controller_raft_commit_index") > committed,
+        )
 
         acked = 0
         mid_load: Samples = {}
@@ -91,6 +98,17 @@ async def test_every_server_counts_what_the_load_did(tmp_path: Path) -> None:
                 assert pulled.status is PullStatus.FOUND
                 await consumer.commit(queue, len(pulled.messages))
                 consumed += len(pulled.messages)
+
+        # clusterList's InTPS and OutTPS are 10 s rates: read them while the load is fresh
+        deadline = time.monotonic() + 30
+        while True:
+            listing = await _ferry("admin", "--namesrv", namesrv, "cluster", "list")
+            (row,) = [line for line in listing.splitlines() if str(master["addr"]) in line]
+            in_tps, out_tps = (float(c.strip()) for c in row.strip(" │\n").split("│")[-2:])
+            if in_tps > 0 and out_tps > 0:
+                break
+            assert time.monotonic() < deadline, f"clusterList shows no TPS: {row}"
+            await asyncio.sleep(0.2)
 
         samples = await _poll(
             str(master["metrics"]),
@@ -117,21 +135,18 @@ async def test_every_server_counts_what_the_load_did(tmp_path: Path) -> None:
             samples, "rocketmq_brokeruntime_commitlog_maxoffset"
         )
 
-        # the same counts as RocketMQ's tools read them: consumeTps and clusterList's TPS
+        # the same counts as RocketMQ's tools read them: consumeTps (clusterList's TPS above)
         progress = await _ferry(
             "admin", "--namesrv", namesrv, "consumer", "progress", "MeterGroup", "--json"
         )
         assert json.loads(progress)["consumeTps"] > 0
-        listing = await _ferry("admin", "--namesrv", namesrv, "cluster", "list")
-        (row,) = [line for line in listing.splitlines() if str(master["addr"]) in line]
-        in_tps, out_tps = (cell.strip() for cell in row.strip(" │\n").split("│")[-2:])
-        assert float(in_tps) >= 0  # figures, not blanks: the master answered its runtime info
-        assert float(out_tps) >= 0
 
         node = await scrape(str(controllers[0]["metrics"]))
         assert value(node, "rocketmq_controller_raft_term") >= 1
         assert value(node, "rocketmq_controller_raft_leader_changes_total") >= 1
-        assert value(node, "rocketmq_controller_raft_applied_index") >= 1
+        applied = value(node, "rocketmq_controller_raft_applied_index")
+        assert applied >= 1
+        assert value(node, "rocketmq_controller_raft_commit_index") >= applied
         assert value(node, "rocketmq_controller_sync_state_set_size", broker="broker-a") == 2
         assert value(node, "rocketmq_controller_role") == 1
         routes = await scrape(str(namesrvs[0]["metrics"]))
