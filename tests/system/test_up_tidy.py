@@ -1,5 +1,5 @@
 """`ferry up` on a laptop: small commit-log segments, its own temporary directory removed at exit,
-and a disk too full to start said in one line (issue 22's small fixes)."""
+and a disk too full to start said in one line, by `ferry demo` too (issue 22's small fixes)."""
 
 import json
 import os
@@ -52,12 +52,15 @@ def test_up_without_data_dir_uses_small_segments_and_removes_its_directory(
     assert list(temp_root.iterdir()) == []
 
 
-def test_up_on_a_disk_too_full_says_so_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [("up", *SMALL), ("demo",)], ids=["up", "demo"])
+def test_up_and_demo_on_a_disk_too_full_say_so_in_one_line(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
     free = shutil.disk_usage(tmp_path).free
     # one broker's first segment cannot fit on this disk
     too_big = ("--mapped-file-size-commit-log", str(free + 1024**3))
     done = subprocess.run(
-        [*FERRY, "up", *SMALL, "--data-dir", str(tmp_path / "data"), *too_big],
+        [*FERRY, *command, "--data-dir", str(tmp_path / "data"), *too_big],
         capture_output=True,
         text=True,
         timeout=60,

@@ -50,7 +50,7 @@ from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
 from ferrymq.client.push import ConsumeFrom, PushConsumer
-from ferrymq.cmd.up import ProcessCluster, UpConfig
+from ferrymq.cmd.up import ProcessCluster, UpConfig, disk_shortage
 from ferrymq.connectors.pgserver import (
     Database,
     PostgresServer,
@@ -203,10 +203,22 @@ async def run_demo(
     console: Console,
     segment_bytes: int = DEMO_SEGMENT_BYTES,
 ) -> DemoReport:
-    """Run the whole demo; returns its report."""
+    """Run the whole demo; returns its report.
+
+    Raises:
+        FerryError: the disk is too full for the brokers (`ferry up`'s check, one line);
+            nothing was started.
+    """
     workdir = data_dir or Path(tempfile.mkdtemp(prefix="ferrymq-demo-"))
+    config = demo_config(workdir, segment_bytes)
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+    shortage = disk_shortage((await asyncio.to_thread(shutil.disk_usage, workdir)).free, config)
+    if shortage is not None:
+        if data_dir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise FerryError(shortage)
     report = DemoReport()
-    cluster = ProcessCluster(demo_config(workdir, segment_bytes))
+    cluster = ProcessCluster(config)
     console.print(f"[bold]ferrymq demo[/bold] in {workdir}")
     # PostgreSQL's initdb and start (a few seconds) beside the cluster's
     postgres = asyncio.create_task(asyncio.to_thread(_start_postgres))
