@@ -27,6 +27,7 @@ from ferrymq.wire.bodies import (
     encode_body,
 )
 from ferrymq.wire.broker import (
+    ConsumerSendMsgBackRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
@@ -177,6 +178,18 @@ async def test_broker_stats_data_and_stats_all(cluster: LocalCluster, client: Rp
     assert (stats.stats_minute.sum, stats.stats_hour.sum, stats.stats_day.sum) == (5, 5, 5)
     got = decode_body((await view("GROUP_GET_NUMS", "Counted@Counter")).body, BrokerStatsData)
     assert got.stats_day.sum == 5
+    cluster_name = cluster.broker.state.config.broker_cluster_name
+    for name, expected in (("BROKER_PUT_NUMS", 5), ("BROKER_GET_NUMS", 5)):
+        broker_wide = decode_body((await view(name, cluster_name)).body, BrokerStatsData)
+        assert (broker_wide.stats_minute.sum, broker_wide.stats_day.sum) == (expected, expected)
+    assert (await view("SNDBCK_PUT_NUMS", "Counted@Counter")).code == ResponseCode.SYSTEM_ERROR
+    back = ConsumerSendMsgBackRequestHeader(
+        offset=pulled[1].log_offset, group="Counter", delay_level=0
+    )
+    sent_back = await client.call(addr, command(RequestCode.CONSUMER_SEND_MSG_BACK, back), 5)
+    assert sent_back.code == ResponseCode.SUCCESS, sent_back.remark
+    resent = decode_body((await view("SNDBCK_PUT_NUMS", "Counted@Counter")).body, BrokerStatsData)
+    assert (resent.stats_minute.sum, resent.stats_day.sum) == (1, 1)
     missing = await view("GROUP_GET_NUMS", "Counted@Nobody")
     assert (missing.code, missing.remark) == (
         ResponseCode.SYSTEM_ERROR,

@@ -47,6 +47,7 @@ from ferrymq.broker import (
     retention,
     runtime,
     send,
+    statsdata,
     switchover,
 )
 from ferrymq.broker.clients import ClientTable, QueueLocks
@@ -151,7 +152,7 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.GET_ALL_PRODUCER_INFO: admin.get_all_producer_info,
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.reset_offset,
-    RequestCode.VIEW_BROKER_STATS_DATA: admin.view_broker_stats,
+    RequestCode.VIEW_BROKER_STATS_DATA: statsdata.view_broker_stats,
     RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
     RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
     RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: admin.get_subscription_group_config,

@@ -750,5 +750,7 @@ async def consumer_send_back(
         sys_flag=record.sys_flag,
         reconsume_times=reconsume_times,
     )
+    if code == ResponseCode.SUCCESS:  # RocketMQ incSendBackNums, by the original topic
+        state.sendbacks.add((properties[props.RETRY_TOPIC], header.group), 1, 0)
     remark = _NOT_COMMITTED if code == ResponseCode.FLUSH_SLAVE_TIMEOUT else None
     return request.make_response(code, remark=remark)
