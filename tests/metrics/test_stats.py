@@ -26,6 +26,24 @@ def test_a_key_new_since_the_last_snapshot_counts_from_zero() -> None:
     assert table.grand_total() == (50, 500)
 
 
+def test_a_forgotten_key_leaves_counts_and_snapshots_and_comes_back_from_zero() -> None:
+    """A deleted topic's or group's stats (`BrokerStats.forget_topic` / `forget_group`): gone
+    from the totals and every snapshot, so created again its rate is not negative."""
+    stats = BrokerStats(0.0)
+    stats.sent("T", 40, 400)
+    stats.pulled("T", "G", 40, 400)
+    stats.pulled("U", "G", 5, 50)
+    stats.pulled("T", "H", 7, 70)
+    stats.sample(10.0)
+    stats.forget_group("G")
+    assert [k for k, _, _ in stats.get.items()] == [("T", "H")]
+    stats.forget_topic("T")
+    assert (list(stats.put.items()), list(stats.get.items())) == ([], [])
+    stats.sent("T", 10, 100)
+    assert stats.put.rate("T", 20.0).count_per_s == 0.5  # 10 since t=0, the old 40 forgotten
+    assert stats.put.rate_all(20.0, 10.0).count_per_s == 1.0
+
+
 def test_latency_buckets_are_cumulative() -> None:
     latency = Latency((0.001, 0.01))
     for seconds in (0.0005, 0.001, 0.005, 2.0):

@@ -372,14 +372,16 @@ async def update_group(
 async def delete_group(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
-    """DELETE_SUBSCRIPTIONGROUP (207)."""
+    """DELETE_SUBSCRIPTIONGROUP (207).
+
+    The group's POP state and its stats (metric series) go with it (`metalog`, on every
+    replica); with `cleanOffset` its offsets too, as replicated deletes (RocketMQ's
+    `AdminBrokerProcessor.deleteSubscriptionGroup`).
+    """
     header = from_ext_fields(DeleteSubscriptionGroupRequestHeader, request.ext_fields)
     state.groups.delete(header.group_name)
     if header.clean_offset:
-        for topic in state.offsets.of_group(header.group_name):
-            key = state.offsets.key(topic, header.group_name)
-            state.offsets.offsets.pop(key, None)
-            state.offsets.dirty = True
+        state.offsets.delete_group(header.group_name)
     return await _ok_once_committed(state, request)
 
 

@@ -354,6 +354,14 @@ class OffsetTable:
                     self.listener(key, queue_id, -1)
             self.dirty = True
 
+    def delete_group(self, group: str) -> None:
+        """Forget a group's offsets in every topic."""
+        for key in [k for k in self.offsets if k.endswith("@" + group)]:
+            for queue_id in self.offsets.pop(key):
+                if self.listener is not None:
+                    self.listener(key, queue_id, -1)
+            self.dirty = True
+
     def apply(self, key: str, queue_id: int, queue_offset: int) -> None:
         """Adopt one replicated change (offset -1 deletes)."""
         if queue_offset < 0:

@@ -245,8 +245,9 @@ class MetadataLog:
             self.snapshot()
 
     def _topic_changed(self, topic: str, config: TopicConfig | None) -> None:
-        if config is None:  # its POP progress goes with it, here as on every replay (below)
-            self._state.pop.forget_topic(topic)
+        if config is None:  # its POP progress and stats go with it, here as on every replay
+            self._before_delete()
+            _forget_topic(self._state, topic)
         self._append(TopicChange(topic, config))
 
     def _topic_version_changed(self, version: int) -> None:
@@ -256,7 +257,19 @@ class MetadataLog:
         self._append(AuthChange(event_to_json(event)))
 
     def _group_changed(self, group: str, config: GroupConfig | None) -> None:
+        if config is None:  # likewise
+            self._before_delete()
+            _forget_group(self._state, group)
         self._append(GroupChange(group, config))
+
+    def _before_delete(self) -> None:
+        """Write the pending changes first.
+
+        A slave must not apply a POP event of a deleted topic or group after its delete (it
+        would bring its state back).
+        """
+        if self._flush_scheduled:
+            self._flush()
 
     def _offset_changed(self, key: str, queue_id: int, queue_offset: int) -> None:
         self._offsets[(key, queue_id)] = queue_offset
@@ -456,7 +469,7 @@ class MetadataFollower:
         if isinstance(change, TopicChange):
             if change.config is None:
                 state.topics.delete(change.topic)
-                state.pop.forget_topic(change.topic)
+                _forget_topic(state, change.topic)
                 self._drop_queues(change.topic, log_offset)
             else:
                 state.topics.put(change.config)
@@ -466,6 +479,7 @@ class MetadataFollower:
         elif isinstance(change, GroupChange):
             if change.config is None:
                 state.groups.delete(change.group)
+                _forget_group(state, change.group)
             else:
                 state.groups.put(change.config)
         elif isinstance(change, OffsetChanges):
@@ -489,6 +503,9 @@ class MetadataFollower:
         else:
             for topic in sorted(state.topics.configs.keys() - change.topics.keys()):
                 self._drop_queues(topic, log_offset)
+                state.stats.forget_topic(topic)
+            for group in state.groups.configs.keys() - change.groups.keys():
+                state.stats.forget_group(group)
             state.topics.replace_all(change.topics)
             version = change.controller_topic_version
             if version is not None and version > state.topics.controller_version:
@@ -533,3 +550,15 @@ def _is_snapshot(records: list[bytes]) -> bool:
         return isinstance(_decode(decode_record(records[0]).body), Snapshot)
     except msgspec.DecodeError:
         return False
+
+
+def _forget_topic(state: BrokerState, topic: str) -> None:
+    """A deleted topic's POP progress and stats (RocketMQ's `deleteTopicInBroker`)."""
+    state.pop.forget_topic(topic)
+    state.stats.forget_topic(topic)
+
+
+def _forget_group(state: BrokerState, group: str) -> None:
+    """A deleted group's POP progress and stats (RocketMQ's `deleteSubscriptionGroup`)."""
+    state.pop.forget_group(group)
+    state.stats.forget_group(group)

@@ -70,6 +70,18 @@ class BrokerStats:
             self.get.add((topic, group), count, size)
         self.pulls.add(count > 0, 1, 0)
 
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic: its put counts and every group's get counts of it go.
+
+        RocketMQ's `BrokerStatsManager.onTopicDeleted`; its metric series go with them.
+        """
+        self.put.forget(lambda key: key == topic)
+        self.get.forget(lambda key: key[0] == topic)
+
+    def forget_group(self, group: str) -> None:
+        """A deleted group: its get counts in every topic go (`onGroupDeleted`)."""
+        self.get.forget(lambda key: key[1] == group)
+
     def sample(self, now: float) -> None:
         """Snapshot the counts (the broker calls this every few seconds)."""
         self.put.sample(now)

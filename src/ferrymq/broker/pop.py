@@ -310,3 +310,12 @@ class PopState:
         """A deleted topic: its progress goes (not logged: the topic delete record is)."""
         for key in [k for k in self.queues if k[1] == topic]:
             del self.queues[key]
+
+    def forget_group(self, group: str) -> None:
+        """A deleted subscription group: its progress in every queue goes, in flight or not.
+
+        Its POP retry topic's too. Not logged: the group delete record is. A group created
+        again pops from its committed offset, or as its `initMode` says.
+        """
+        for key in [k for k in self.queues if k[0] == group]:
+            del self.queues[key]

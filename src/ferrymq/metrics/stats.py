@@ -10,7 +10,8 @@ Rules:
    send or pull); times come in as `now` (seconds, any monotonic origin) to `sample` and `rate`.
 2. A rate is (count now - count at the oldest snapshot inside the window) / the time between;
    snapshots are taken by `sample` at most every `sample_s`, and kept for `window_s`. A key
-   missing from a snapshot had count 0 then (keys only appear, never go back).
+   missing from a snapshot had count 0 then (keys only appear, never go back, until `forget`
+   drops a key of a deleted topic or group from the counts and every snapshot at once).
 3. Latency histograms (`Latency`) count observations into fixed buckets: `bisect` and one list
    increment, so the send path never touches prometheus-client's locks.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Final, Generic, TypeVar
 
 __all__ = ["DEFAULT_LATENCY_BUCKETS_S", "Latency", "Rates", "StatsTable"]
@@ -93,6 +94,14 @@ class StatsTable(Generic[K]):
         """Every key with its cumulative (messages, bytes)."""
         for key, cell in list(self._cells.items()):
             yield key, cell[0], cell[1]
+
+    def forget(self, doomed: Callable[[K], bool]) -> None:
+        """Drop every key `doomed` is true of, from the counts and the snapshots (rule 2)."""
+        for key in [k for k in self._cells if doomed(k)]:
+            del self._cells[key]
+        for _, counts in self._snapshots:
+            for key in [k for k in counts if doomed(k)]:
+                del counts[key]
 
     def grand_total(self) -> tuple[int, int]:
         """(messages, bytes) over every key."""
