@@ -33,7 +33,7 @@ import hashlib
 import hmac
 import ipaddress
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Final
@@ -216,6 +216,11 @@ class AclConfig:
 
     accounts: Mapping[str, Account]
     global_white_remote_addresses: tuple[str, ...] = ()
+    verdicts: dict[tuple[str, Hashable], str | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """(access key, `decide`'s resource key) -> `refused_resource`'s answer, remembered for this
+    file's accounts only (a reload parses a new `AclConfig`), at most `_VERDICTS_LIMIT`."""
 
 
 def _text(value: Any, where: str, *, required: bool = False) -> str:
@@ -320,6 +325,8 @@ _HMAC_BLOCK: Final = 64
 """SHA-1's block size: HMAC's key is padded (or first hashed) to it (RFC 2104)."""
 _IPAD: Final = bytes(x ^ 0x36 for x in range(256))
 _OPAD: Final = bytes(x ^ 0x5C for x in range(256))
+_VERDICTS_LIMIT: Final = 65536
+"""`AclConfig.verdicts` entries; past it they are forgotten (each is a signed request's)."""
 _GETTERS_LIMIT: Final = 1024
 """Key orders remembered (`_values_of`) per version kind; past it they are forgotten, so odd
 requests cannot grow the memory."""
@@ -449,11 +456,14 @@ def decide(
     host: str,
     needs_admin: bool,
     resources: Callable[[], Iterable[tuple[str, Perm]]],
+    resource_key: Hashable | None = None,
 ) -> str | None:
     """None if the request may run, else the remark of its NO_PERMISSION answer.
 
     `needs_admin` and `resources` come from the request's kind (`aclcodes.py`); `resources` is
     called only once the signature is right (whatever it raises goes to the caller).
+    `resource_key` (`aclcodes.resource_key`), when given, stands for everything `resources`
+    depends on: the answer on resources is then remembered per account and key in `acl.verdicts`.
     """
     white = acl.global_white_remote_addresses
     if white and any(address_matches(p, host) for p in white):
@@ -474,7 +484,17 @@ def decide(
             f"Need admin permission for request code={code}, "
             f"but accessKey={shown_key(access_key)} is not"
         )
-    refused = refused_resource(access_key, account, resources)
+    if resource_key is None:
+        refused = refused_resource(access_key, account, resources)
+    else:
+        verdicts, key = acl.verdicts, (access_key, resource_key)
+        try:
+            refused = verdicts[key]
+        except KeyError:
+            refused = refused_resource(access_key, account, resources)
+            if len(verdicts) >= _VERDICTS_LIMIT:
+                verdicts.clear()
+            verdicts[key] = refused
     return None if refused is None else f"{refused} (request code={code})"
 
 

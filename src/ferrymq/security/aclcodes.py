@@ -32,7 +32,7 @@ from ferrymq.wire.bodies import HeartbeatData, decode_body
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.pop import BatchAckMessageRequestBody
 
-__all__ = ["KINDS", "USER_CODES", "Kind", "kind_of", "resources"]
+__all__ = ["KINDS", "USER_CODES", "Kind", "kind_of", "resource_key", "resources"]
 
 
 class Kind(enum.StrEnum):
@@ -183,6 +183,21 @@ def resources(code: int, fields: Mapping[str, str], body: bytes) -> list[tuple[s
         if group:
             needed.append((_retry(group), Perm.SUB))
     return needed
+
+
+def resource_key(code: int, fields: Mapping[str, str]) -> tuple[object, ...] | None:
+    """What `resources(code, fields, body)` depends on, or None when it reads the body.
+
+    Two requests with one key need the same perms (`acl.decide` remembers the answer by it).
+    """
+    plan = _PLANS.get(code)
+    if plan is None:
+        return None
+    topic_field, _, group_checked = plan
+    topic = fields.get(topic_field) if topic_field is not None else None
+    if group_checked:  # resources' group: the first of _GROUP_FIELDS that is not empty
+        return code, topic, fields.get("consumerGroup") or fields.get("group")
+    return code, topic
 
 
 def _body_resources(code: int, body: bytes) -> list[tuple[str, Perm]]:

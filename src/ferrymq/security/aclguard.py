@@ -25,7 +25,7 @@ from typing import Final, Generic, Protocol, TypeVar
 from ferrymq.config import ConfigError
 from ferrymq.errors import ProtocolError
 from ferrymq.security.acl import ACL_TEXT_LIMIT, AclConfig, AclConfigError, decide, parse_acl
-from ferrymq.security.aclcodes import USER_CODES, resources
+from ferrymq.security.aclcodes import USER_CODES, resource_key, resources
 from ferrymq.wire.codes import ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 
@@ -208,6 +208,7 @@ class AclGuard(RefusingGuard[C, R]):
                 host=_peer_host(conn.peer),
                 needs_admin=code not in USER_CODES,
                 resources=functools.partial(resources, code, fields, body),
+                resource_key=resource_key(code, fields),
             )
         except ProtocolError as exc:
             return f"request code={request.code}: {str(exc)[:200]}"
