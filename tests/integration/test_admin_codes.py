@@ -22,6 +22,7 @@ from ferrymq.wire.bodies import (
     ProducerConnection,
     ProducerData,
     ProducerTableInfo,
+    TopicList,
     decode_body,
     decode_consume_stats,
     encode_body,
@@ -281,3 +282,15 @@ async def test_runtime_info_parses_as_rocketmq_exporter_parses_it(
         state.wall_ms = real
     assert tomorrow["msgPutTotalTodayMorning"] == tomorrow["msgPutTotalTodayNow"]
     assert tomorrow["msgPutTotalYesterdayMorning"] == morning
+
+
+async def test_system_topic_list_from_the_name_server(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    answer = await client.call(
+        cluster.namesrv_addr, command(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS), 5
+    )
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    found = decode_body(answer.body, TopicList)
+    assert found.topic_list == [cluster.broker.state.config.broker_cluster_name, "broker-a"]
+    assert found.broker_addr == cluster.broker.address

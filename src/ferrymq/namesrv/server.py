@@ -3,6 +3,7 @@
 Handlers (RocketMQ `DefaultRequestProcessor`, `ClientRequestProcessor`):
 REGISTER_BROKER, UNREGISTER_BROKER, BROKER_HEARTBEAT, GET_ROUTEINFO_BY_TOPIC,
 GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER, GET_TOPICS_BY_CLUSTER,
+GET_SYSTEM_TOPIC_LIST_FROM_NS (the Dashboard's topic list asks it),
 DELETE_TOPIC_IN_NAMESRV, GET_KV_CONFIG, WIPE_WRITE_PERM_OF_BROKER, ADD_WRITE_PERM_OF_BROKER (a
 wiped group stays read-only in routes until added back or this NameServer restarts: the state is
 in memory, as RocketMQ's). A broker whose connection drops leaves the routes at
@@ -160,6 +161,7 @@ class NameServer:
         add(RequestCode.GET_BROKER_CLUSTER_INFO, self._cluster_info)
         add(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self._all_topics)
         add(RequestCode.GET_TOPICS_BY_CLUSTER, self._topics_by_cluster)
+        add(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, self._system_topics)
         add(RequestCode.DELETE_TOPIC_IN_NAMESRV, self._delete_topic)
         add(RequestCode.GET_KV_CONFIG, self._kv_config)
         add(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self._wipe_write_perm)
@@ -287,6 +289,27 @@ class NameServer:
     async def _all_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206)."""
         return _ok(request, body=encode_body(TopicList(self.routes.topics())))
+
+    async def _system_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS (304): RocketMQ `RouteInfoManager.getSystemTopicList`.
+
+        Each cluster's name and its broker names (what a broker answers routes for besides its
+        topics), and the address of one registered broker, where the Dashboard asks next.
+        """
+        info = self.routes.cluster_info()
+        names: dict[str, None] = {}
+        for cluster, brokers in info.cluster_addr_table.items():
+            names[cluster] = None
+            names.update(dict.fromkeys(brokers))
+        broker_addr = next(
+            (
+                data.broker_addrs[min(data.broker_addrs)]
+                for data in info.broker_addr_table.values()
+                if data.broker_addrs
+            ),
+            None,
+        )
+        return _ok(request, body=encode_body(TopicList(list(names), broker_addr)))
 
     async def _topics_by_cluster(
         self, conn: Connection, request: RemotingCommand

@@ -116,6 +116,11 @@ TOPIC_LIST = b'{"topicList":["T1","T2"]}'
 """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) and GET_TOPICS_BY_CLUSTER (224) answers:
 `TopicList` (`brokerAddr` null, left out)."""
 
+SYSTEM_TOPIC_LIST = b'{"brokerAddr":"127.0.0.1:10911","topicList":["DefaultCluster","broker-a"]}'
+"""GET_SYSTEM_TOPIC_LIST_FROM_NS (304) answer: `TopicList` from RocketMQ's
+`RouteInfoManager.getSystemTopicList` (cluster names and broker names, one broker's address);
+FastJSON writes fields by name."""
+
 CLUSTER_INFO = (
     b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.0.1:10911"},'
     b'"brokerName":"broker-a","cluster":"DefaultCluster","enableActingMaster":false}},'

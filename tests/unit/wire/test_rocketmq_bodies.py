@@ -433,6 +433,14 @@ ROWS: list[Row] = [
         exact=False,
     ),
     Row(
+        (R.GET_SYSTEM_TOPIC_LIST_FROM_NS,),
+        "answer",
+        derived.SYSTEM_TOPIC_LIST,
+        TopicList(["DefaultCluster", "broker-a"], "127.0.0.1:10911"),
+        encode_body,
+        _struct(TopicList),
+    ),
+    Row(
         (
             R.CONTROLLER_ALTER_SYNC_STATE_SET,
             R.CONTROLLER_GET_REPLICA_INFO,
