@@ -1,9 +1,10 @@
 """A Connect task's Spark driver in its own process, for the crash tests: `python driver.py JSON`.
 
 It does what a worker's task runtime does for its tasks: one local SparkSession
-(`ferrymq.spark.session.local_session`), and for each task the plugin's `build` with a
-`TaskContext`; then it waits. The test kills this process tree by PID (or a test crash point
-does); a query that fails ends the driver with exit code 3 and the trace on stderr.
+(`ferrymq.spark.session.local_session` on the worker's default master), and for each task the
+plugin's `build` with a `TaskContext`; then it waits. The test kills this process tree by PID
+(or a test crash point does); a query that fails ends the driver with exit code 3 and the trace
+on stderr.
 
 JSON keys: plugin (`PostgresSink` or `PostgresSource`), config (the connector config), servers,
 connector, incarnation, tasks: [{task, generation, checkpoint}].
@@ -16,6 +17,7 @@ import traceback
 from typing import Any
 
 from ferrymq.connect.plugin import ConnectorPlugin, Plugins, TaskContext
+from ferrymq.connectors.runtime import SPARK_MASTER
 from ferrymq.spark.session import local_session
 
 
@@ -23,7 +25,7 @@ def main() -> None:
     args = json.loads(sys.argv[1])
     _, plugin_class = Plugins().resolve(args["plugin"])
     plugin: ConnectorPlugin = plugin_class()
-    spark = local_session("ferrymq-connector-driver", "local[2]")
+    spark = local_session("ferrymq-connector-driver", SPARK_MASTER)  # a worker's default
     configs = plugin.task_configs(args["config"], len(args["tasks"]))
     queries: list[Any] = []
     for task in args["tasks"]:

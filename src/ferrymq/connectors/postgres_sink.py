@@ -50,23 +50,23 @@ Exactly once, whatever Spark replays or whoever owns the task (rules):
    the fence and the offsets are the same either way (tests/connectors/test_sink_bulk.py
    stores the same messages both ways and compares the tables).
 
-8. Ranges (`ferrymq.read.mode=ranges`; the default is `rows`): the query's source is the same
+8. Ranges (`ferrymq.read.mode=ranges`, the default): the query's source is the same
    `readStream.format("ferrymq")` planning the same queue ranges from the same offsets (the
    checkpoint, initialOffsets, maxOffsetsPerTrigger, route changes, queue moves), with
    `rowsAs=ranges`: a Spark task gets one row naming its range, and the writer pulls the range's
    messages itself with the reader's code (`source.read_partition`: failover waits,
-   failOnDataLoss) and hands them to rules 1-7 as message rows. A replayed batch names the same
-   ranges, so rule 1 skips what it wrote. `rows` reads the message rows through Spark instead.
-   `ranges` is measured faster (docs/benchmarks.md) but not the default: in one CI run the
-   kill -9 crash test failed in it with java.io.OptionalDataException in Spark's task
-   deserialization, in both of the driver's queries at once after the restart (never seen in
-   `rows`). The one mechanism found that gives exactly that (spark/registration.py): the
-   registered source's env HashMap, shared by every task binary of every query, corrupted by
-   two queries' source runners putting their keys at once; every data source is now registered
-   with those keys already in it. That race was not reproduced here (5 driver restarts in
-   `ranges` before the fix, 17 after, all clean; 60 rounds of provoked concurrent starts), so it
-   is not shown to be the CI failure's cause: `rows` stays the default until `ranges` has run
-   clean in CI.
+   failOnDataLoss) and hands them to rules 1-7 as message rows. A replayed batch or a retried
+   task names the same ranges, so rule 1 skips what it wrote. `rows` reads the message rows
+   through Spark instead (slower, docs/benchmarks.md). `ranges` was the default once and set
+   back after one CI run of the kill -9 crash test failed in it with
+   java.io.OptionalDataException in Spark's task deserialization, in both of the driver's
+   queries at once after the restart. The one mechanism found that gives exactly that
+   (spark/registration.py, fixed): the registered source's env HashMap, shared by every task
+   binary of every query, corrupted by two queries' source runners putting their keys at once.
+   It was never reproduced here; since the fix the sink's exactly-once tests (test_postgres_sink,
+   the crash test, test_sink_retry) pass in `ranges`, and workers retry failed tasks
+   (`runtime.SPARK_MASTER`; a corrupted map would fail every retry too, so retries do not hide
+   that failure).
 
 Task split: `tasks.max` tasks; with one, the query subscribes to the topics (queues that appear
 later join). With more, a task reads the queues whose `(crc32(topic) + stable partition) %
@@ -150,6 +150,7 @@ __all__ = [
     "FAIL_FIRST_ATTEMPTS_ENV",
     "FORMAT",
     "OFFSETS_TABLE",
+    "READ_MODES",
     "PostgresSink",
     "PostgresSinkDataSource",
     "PostgresStreamWriter",
@@ -197,9 +198,8 @@ CREATE TABLE IF NOT EXISTS {CHANGES_TABLE} (
 _DDL_LOCK: Final = 0x4645525259  # "FERRY": serialises CREATE TABLE IF NOT EXISTS across tasks
 _PASSED_READ_OPTIONS: Final = ("failOnDataLoss",)
 """Sink config keys that are ferrymq read options (of the reader, or of a ranges writer)."""
-READ_MODES: Final = ("rows", "ranges")
-"""The first is the default: `rows` until `ranges` has run clean in CI since the fix of the one
-mechanism found for its failure (rule 8)."""
+READ_MODES: Final = ("ranges", "rows")
+"""The first is the default (rule 8)."""
 _KEY: Final = "connector = %s AND incarnation = %s AND topic = %s AND broker = %s AND queue = %s"
 
 
