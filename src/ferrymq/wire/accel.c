@@ -899,7 +899,10 @@ static void sha1_update(sha1_ctx *c, const uint8_t *p, size_t n) {
     if (c->used) {
         size_t take = SHA1_BLOCK - c->used;
         if (take > n) take = n;
-        memcpy(c->buf + c->used, p, take);
+        if (take <= 16) /* most fields' values: a loop costs less than the call */
+            for (size_t i = 0; i < take; i++) c->buf[c->used + i] = p[i];
+        else
+            memcpy(c->buf + c->used, p, take);
         c->used += take;
         p += take;
         n -= take;
@@ -909,7 +912,10 @@ static void sha1_update(sha1_ctx *c, const uint8_t *p, size_t n) {
     }
     for (; n >= SHA1_BLOCK; p += SHA1_BLOCK, n -= SHA1_BLOCK) sha1_block(c->h, p);
     if (n) {
-        memcpy(c->buf, p, n);
+        if (n <= 16)
+            for (size_t i = 0; i < n; i++) c->buf[i] = p[i];
+        else
+            memcpy(c->buf, p, n);
         c->used = n;
     }
 }
@@ -1026,7 +1032,16 @@ static int acl_sign_into(PyObject *const *args, char out[ACL_SIGNATURE_CHARS]) {
         items[count].value = value;
         count++;
     }
-    qsort(items, (size_t)count, sizeof *items, acl_item_order);
+    if (count > ACL_SORT_ON_STACK) {
+        qsort(items, (size_t)count, sizeof *items, acl_item_order);
+    } else { /* a request's dozen fields: insertion sort, no calls through a pointer */
+        for (Py_ssize_t i = 1; i < count; i++) {
+            acl_item item = items[i];
+            Py_ssize_t j = i;
+            for (; j > 0 && acl_item_order(&items[j - 1], &item) > 0; j--) items[j] = items[j - 1];
+            items[j] = item;
+        }
+    }
     const uint32_t *states = (const uint32_t *)PyBytes_AS_STRING(pads);
     sha1_ctx c = {.total = SHA1_BLOCK, .used = 0};
     memcpy(c.h, states, sizeof c.h);
