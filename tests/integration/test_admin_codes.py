@@ -6,6 +6,7 @@ import json
 import re
 import time
 
+from ferrymq.broker.cloneoffset import CloneGroupOffsetRequestHeader
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
@@ -36,6 +37,7 @@ from ferrymq.wire.broker import (
     GetSubscriptionGroupConfigRequestHeader,
     GetTopicConfigRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
     ViewBrokerStatsDataRequestHeader,
 )
 from ferrymq.wire.codes import RequestCode, ResponseCode
@@ -294,3 +296,27 @@ async def test_system_topic_list_from_the_name_server(
     found = decode_body(answer.body, TopicList)
     assert found.topic_list == [cluster.broker.state.config.broker_cluster_name, "broker-a"]
     assert found.broker_addr == cluster.broker.address
+
+
+async def test_clone_group_offset(cluster: LocalCluster, client: RpcClient) -> None:
+    addr = cluster.broker.address
+    offsets = cluster.broker.state.offsets
+    await create_topic(client, addr, "Cloned", queues=2)
+    for queue_id, offset in ((0, 3), (1, 7)):
+        header = UpdateConsumerOffsetRequestHeader(
+            consumer_group="Src", topic="Cloned", queue_id=queue_id, commit_offset=offset
+        )
+        done = await client.call(addr, command(RequestCode.UPDATE_CONSUMER_OFFSET, header), 5)
+        assert done.code == ResponseCode.SUCCESS, done.remark
+
+    async def clone(dest: str, topic: str | None) -> None:
+        header = CloneGroupOffsetRequestHeader(src_group="Src", dest_group=dest, topic=topic)
+        done = await client.call(addr, command(RequestCode.CLONE_GROUP_OFFSET, header), 5)
+        assert done.code == ResponseCode.SUCCESS, done.remark
+
+    await clone("Dest", "Cloned")  # as mqadmin cloneGroupOffset -t sends it
+    await clone("AllTopics", None)
+    await clone("Missing", "NoSuchTopic")
+    for group in ("Dest", "AllTopics"):
+        assert offsets.of_group(group) == {"Cloned": {0: 3, 1: 7}}
+    assert offsets.of_group("Missing") == {}

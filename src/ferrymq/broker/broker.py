@@ -39,6 +39,7 @@ from ferrymq import clock as process_clock
 from ferrymq.broker import (
     admin,
     auth_admin,
+    cloneoffset,
     consumer,
     metrics,
     pull,
@@ -153,6 +154,7 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.reset_offset,
     RequestCode.VIEW_BROKER_STATS_DATA: statsdata.view_broker_stats,
+    RequestCode.CLONE_GROUP_OFFSET: cloneoffset.clone_group_offset,
     RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
     RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
     RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: admin.get_subscription_group_config,

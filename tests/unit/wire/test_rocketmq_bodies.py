@@ -619,6 +619,7 @@ NOT_JSON: frozenset[int] = frozenset(
         R.GET_BROKER_CONFIG,
         R.UPDATE_BROKER_CONFIG,
         R.DELETE_EXPIRED_COMMITLOG,
+        R.CLONE_GROUP_OFFSET,
         R.POP_MESSAGE,
         R.ACK_MESSAGE,
         R.CHANGE_MESSAGE_INVISIBLETIME,
