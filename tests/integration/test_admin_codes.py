@@ -274,6 +274,9 @@ async def test_runtime_info_parses_as_rocketmq_exporter_parses_it(
     assert after["putMessageAverageSize"] == 104.0
     assert after["msgPutTotalTodayMorning"] == after["msgPutTotalYesterdayMorning"] == morning
     assert sum(after["putMessageDistributeTime"].values()) == 2  # type: ignore[attr-defined]
+    slowest = state.stats.send_latency.max_s  # of the 2 timed sends
+    assert slowest > 0
+    assert after["putMessageEntireTimeMax"] == int(slowest * 1000)
     assert 0 < int(after["earliestMessageTimeStamp"]) <= time.time() * 1000  # type: ignore[call-overload]
     assert after["commitLogMaxOffset"] > before["commitLogMaxOffset"]  # type: ignore[operator]
     real = state.wall_ms

@@ -53,6 +53,8 @@ class BrokerStats:
         """Messages and bytes returned per (topic, group) (GROUP_GET_NUMS, GROUP_GET_SIZE)."""
         self.pulls: StatsTable[bool] = StatsTable(now, window_s=_WINDOWS_S[-1])
         """Pull answers by whether they found messages (getFoundTps, getMissTps)."""
+        self.sendbacks: StatsTable[tuple[str, str]] = StatsTable(now, window_s=_WINDOWS_S[-1])
+        """Consumer send-backs stored per (original topic, group) (SNDBCK_PUT_NUMS)."""
         self.send_seq = 0
         """Sends handled (the latency sample picks one in `LATENCY_SAMPLE_EVERY`)."""
         self.send_latency = Latency(sorted({*DEFAULT_LATENCY_BUCKETS_S, *DISTRIBUTE_BOUNDS_S}))
@@ -77,16 +79,19 @@ class BrokerStats:
         """
         self.put.forget(lambda key: key == topic)
         self.get.forget(lambda key: key[0] == topic)
+        self.sendbacks.forget(lambda key: key[0] == topic)
 
     def forget_group(self, group: str) -> None:
         """A deleted group: its get counts in every topic go (`onGroupDeleted`)."""
         self.get.forget(lambda key: key[1] == group)
+        self.sendbacks.forget(lambda key: key[1] == group)
 
     def sample(self, now: float) -> None:
         """Snapshot the counts (the broker calls this every few seconds)."""
         self.put.sample(now)
         self.get.sample(now)
         self.pulls.sample(now)
+        self.sendbacks.sample(now)
 
     def consume_tps(self, topic: str | None, group: str, now: float) -> float:
         """Messages per second `group` pulled over the last minute (all topics when None)."""

@@ -751,6 +751,6 @@ async def consumer_send_back(
         reconsume_times=reconsume_times,
     )
     if code == ResponseCode.SUCCESS:  # RocketMQ incSendBackNums, by the original topic
-        state.sendbacks.add((properties[props.RETRY_TOPIC], header.group), 1, 0)
+        state.stats.sendbacks.add((properties[props.RETRY_TOPIC], header.group), 1, 0)
     remark = _NOT_COMMITTED if code == ResponseCode.FLUSH_SLAVE_TIMEOUT else None
     return request.make_response(code, remark=remark)

@@ -31,7 +31,6 @@ from ferrymq.broker.metrics import BrokerStats
 from ferrymq.broker.pop import PopState
 from ferrymq.broker.runtime import DailyTotals
 from ferrymq.errors import RequestError
-from ferrymq.metrics.stats import StatsTable
 from ferrymq.model import parse_address, validate_group
 from ferrymq.replication.master import ReplicationMaster
 from ferrymq.rpc.connection import Connection
@@ -149,10 +148,6 @@ class BrokerState:
     """`wall_ms()` when the broker started (`bootTimestamp`)."""
     days: DailyTotals = field(default_factory=DailyTotals)
     """Put and get totals at the last local midnights (`runtime.py`)."""
-    sendbacks: StatsTable[tuple[str, str]] = field(
-        default_factory=lambda: StatsTable(process_clock.mono(), window_s=600.0)
-    )
-    """Consumer send-backs stored, per (original topic, group): SNDBCK_PUT_NUMS (`statsdata.py`)."""
     _dispatch_scheduled: bool = field(default=False, repr=False)
     _dispatch_retry: asyncio.TimerHandle | None = field(default=None, repr=False)
 

@@ -3,8 +3,8 @@
 Owns the handler the broker routes 315 to: BROKER_PUT_NUMS and BROKER_GET_NUMS (RocketMQ
 `BrokerStatsManager.incBrokerPutNums` / `incBrokerGetNums`: every message put or got, keyed
 by the cluster name) and SNDBCK_PUT_NUMS (`incSendBackNums`: consumer send-backs stored, keyed
-`topic@group` by the message's original topic), read from `BrokerStats` and the broker's
-send-back counts; every other stats name goes to `admin.view_broker_stats`. Sums and TPS per
+`topic@group` by the message's original topic), read from `BrokerStats` (`put`, `get`,
+`sendbacks`); every other stats name goes to `admin.view_broker_stats`. Sums and TPS per
 minute, hour and day follow `admin._stats_item`'s rule (exact while the broker is younger than
 the period, else the kept window's rate times the period); `avgpt` is not kept (0).
 """
@@ -59,7 +59,7 @@ def stats_data(state: BrokerState, name: str, key: str) -> BrokerStatsData | Non
 
     else:
         topic, _, group = key.partition("@")
-        sendbacks = state.sendbacks
+        sendbacks = stats.sendbacks
         pair = (topic, group)
         if pair not in {k for k, _, _ in sendbacks.items()}:
             return None

@@ -156,19 +156,22 @@ class StatsTable(Generic[K]):
 
 
 class Latency:
-    """A latency histogram: counts per bucket, their sum, cheap to observe."""
+    """A latency histogram: counts per bucket, their sum and maximum, cheap to observe."""
 
-    __slots__ = ("bounds", "counts", "sum_s")
+    __slots__ = ("bounds", "counts", "max_s", "sum_s")
 
     def __init__(self, bounds: Sequence[float] = DEFAULT_LATENCY_BUCKETS_S) -> None:
         self.bounds = tuple(bounds)
         self.counts = [0] * (len(self.bounds) + 1)
         self.sum_s = 0.0
+        self.max_s = 0.0
 
     def observe(self, seconds: float) -> None:
         """Count one observation of `seconds`."""
         self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
         self.sum_s += seconds
+        if seconds > self.max_s:
+            self.max_s = seconds
 
     @property
     def count(self) -> int:

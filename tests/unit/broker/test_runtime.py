@@ -135,6 +135,7 @@ def test_formats_are_rocketmqs() -> None:
     for seconds in (0.0002, 0.003, 0.004, 0.15, 2.5, 60.0):
         latency.observe(seconds)
     text = distribute_text(latency)
+    assert latency.max_s == 60.0  # putMessageEntireTimeMax: 60000
     assert text == (
         "[<=0ms]:1 [0~10ms]:2 [10~50ms]:0 [50~100ms]:0 [100~200ms]:1 [200~500ms]:0 "
         "[500ms~1s]:0 [1~2s]:0 [2~3s]:1 [3~4s]:0 [4~5s]:0 [5~10s]:0 [10s~]:1 "
