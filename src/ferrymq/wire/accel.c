@@ -810,8 +810,9 @@ done:
  * extFields sorted by key (code point order, as acl.py's `sorted`), Signature left out (and
  * _UNIQUE_KEY_QUERY for requests up to V4_9_3), in UTF-8 (lone surrogates as surrogatepass
  * writes them), then the body. It is hashed as it is read, never joined into one buffer.
- * SHA-1 is here (FIPS 180-4) so that the build needs no libcrypto; acl.py keeps the reference
- * in Python (hashlib) and a unit test holds the two equal. */
+ * SHA-1's block function is OpenSSL's when Python's _hashlib has loaded libcrypto (dlsym, no
+ * build dependency), else the portable one here (FIPS 180-4); acl.py keeps the reference in
+ * Python (hashlib) and unit tests hold all of them equal. */
 
 #define SHA1_BLOCK 64
 #define ACL_PADS_BYTES 40       /* HMAC's inner and outer SHA-1 states after the key block */
@@ -829,7 +830,7 @@ typedef struct {
 
 /* One 64-byte block into the state: the rounds unrolled over a 16-word schedule, as in Steve
  * Reid's public-domain SHA-1 (a loop over an 80-word schedule ran twice the instructions). */
-static void sha1_block(uint32_t h[5], const uint8_t *p) {
+static void sha1_block_c(uint32_t h[5], const uint8_t *p) {
     uint32_t w[16], a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
 #define SHA1_W0(i) (w[i] = (uint32_t)p[4 * (i)] << 24 | (uint32_t)p[4 * (i) + 1] << 16 | \
                            (uint32_t)p[4 * (i) + 2] << 8 | (uint32_t)p[4 * (i) + 3])
@@ -891,6 +892,28 @@ static void sha1_block(uint32_t h[5], const uint8_t *p) {
     h[4] += e;
 }
 
+/* OpenSSL's `SHA1_Transform` (its assembly block function), found in the libcrypto Python's
+ * _hashlib has loaded (as zlib-ng's CRC is found), else NULL and sha1_block_c does it. Only
+ * the state words h0..h4 at the start of its SHA_CTX are read and written. */
+typedef struct {
+    uint32_t h[5], nl, nh, data[16];
+    unsigned int num;
+} openssl_sha_ctx;
+typedef void (*sha1_transform_fn)(openssl_sha_ctx *, const uint8_t *);
+static sha1_transform_fn openssl_sha1 = NULL;
+static int sha1_portable = 0; /* set by sha1() for the tests of sha1_block_c */
+
+static void sha1_block(uint32_t h[5], const uint8_t *p) {
+    if (openssl_sha1 == NULL || sha1_portable) {
+        sha1_block_c(h, p);
+        return;
+    }
+    openssl_sha_ctx c;
+    memcpy(c.h, h, sizeof c.h);
+    openssl_sha1(&c, p);
+    memcpy(h, c.h, sizeof c.h);
+}
+
 static const uint32_t sha1_init[5] = {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u,
                                       0xC3D2E1F0u};
 
@@ -930,6 +953,27 @@ static void sha1_final(sha1_ctx *c, uint8_t out[20]) {
 }
 
 static PyObject *str_signature, *str_unique_key_query; /* interned field names */
+
+/* sha1(data: bytes, portable: bool) -> bytes: SHA-1 of `data` by the block function in use,
+ * or by sha1_block_c; for the tests, which hold both to hashlib. */
+static PyObject *sha1(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int portable;
+    if (!PyArg_ParseTuple(args, "y*p", &view, &portable)) return NULL;
+    sha1_ctx c = {.total = 0, .used = 0};
+    memcpy(c.h, sha1_init, sizeof c.h);
+    sha1_portable = portable;
+    sha1_update(&c, view.buf, (size_t)view.len);
+    uint8_t out[20];
+    sha1_final(&c, out);
+    sha1_portable = 0;
+    PyBuffer_Release(&view);
+    return PyBytes_FromStringAndSize((const char *)out, sizeof out);
+}
+
+static PyObject *sha1_source(PyObject *self, PyObject *unused) {
+    return PyUnicode_FromString(openssl_sha1 != NULL ? "openssl" : "c");
+}
 
 /* acl_pads(key: bytes) -> bytes: HmacSHA1's two key states for `key` (RFC 2104), opaque. */
 static PyObject *acl_pads(PyObject *self, PyObject *arg) {
@@ -1121,6 +1165,8 @@ static PyMethodDef methods[] = {
     {"record_infos", record_infos, METH_VARARGS, "What dispatch indexes of records in a row."},
     {"index_put", index_put, METH_VARARGS, "Add keys to a mapped key-index file."},
     {"acl_pads", acl_pads, METH_O, "HmacSHA1's key states for a secret key."},
+    {"sha1", sha1, METH_VARARGS, "SHA-1 of data (portable: by the C block function)."},
+    {"sha1_source", sha1_source, METH_NOARGS, "Where SHA-1's blocks go: openssl or c."},
     {"acl_signature", (PyCFunction)(void (*)(void))acl_signature, METH_FASTCALL,
      "ACL 1.0's request signature (security/acl.py)."},
     {"acl_verify", (PyCFunction)(void (*)(void))acl_verify, METH_FASTCALL,
@@ -1150,6 +1196,26 @@ static void find_zlib_ng(void) {
     PyErr_Clear();
 }
 
+static void find_openssl_sha1(void) {
+    PyObject *mod = PyImport_ImportModule("_hashlib");
+    PyObject *file = mod != NULL ? PyObject_GetAttrString(mod, "__file__") : NULL;
+    Py_XDECREF(mod);
+    const char *path = file != NULL && PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : NULL;
+    void *handle = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (handle != NULL) { /* searched with its dependencies: the libcrypto it links */
+        openssl_sha1 = (sha1_transform_fn)dlsym(handle, "SHA1_Transform");
+        uint8_t block[SHA1_BLOCK] = {0x80}; /* SHA-1(""): one padded block */
+        uint32_t a[5], b[5];
+        memcpy(a, sha1_init, sizeof a);
+        memcpy(b, sha1_init, sizeof b);
+        if (openssl_sha1 != NULL) sha1_block(a, block);
+        sha1_block_c(b, block);
+        if (memcmp(a, b, sizeof a) != 0) openssl_sha1 = NULL; /* not the function it should be */
+    }
+    Py_XDECREF(file);
+    PyErr_Clear();
+}
+
 PyMODINIT_FUNC PyInit_accel(void) {
     str_body = PyUnicode_InternFromString("body");
     str_properties = PyUnicode_InternFromString("properties");
@@ -1161,5 +1227,6 @@ PyMODINIT_FUNC PyInit_accel(void) {
         return NULL;
     crc_table_init();
     find_zlib_ng();
+    find_openssl_sha1();
     return PyModule_Create(&module);
 }

@@ -8,6 +8,7 @@ SHA-1 block size, non-bytes bodies, non-dict mappings, wrong types and huge fiel
 
 from __future__ import annotations
 
+import hashlib
 import random
 import types
 from collections.abc import Iterator, Mapping
@@ -129,3 +130,13 @@ def test_decide_in_c_refuses_missing_huge_and_non_ascii_signatures_with_a_remark
     assert decide({k: v for k, v in fields.items() if k != SIGNATURE}) == failed
     for sent in ["\u00e9" * 28, "\ud800", "x" * 1_000_000]:
         assert decide({**fields, SIGNATURE: sent}) == failed
+
+
+@pytest.mark.parametrize("portable", [False, True])
+def test_both_sha1_block_functions_equal_hashlib(portable: bool) -> None:
+    """The signature's SHA-1 blocks go to OpenSSL's function when found, else to the C one."""
+    assert accel.sha1_source() in ("openssl", "c")
+    r = random.Random(1)
+    for size in [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1000, 65536]:
+        data = r.randbytes(size)
+        assert accel.sha1(data, portable) == hashlib.sha1(data).digest(), size
