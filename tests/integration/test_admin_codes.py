@@ -287,6 +287,12 @@ async def test_runtime_info_parses_as_rocketmq_exporter_parses_it(
         state.wall_ms = real
     assert tomorrow["msgPutTotalTodayMorning"] == tomorrow["msgPutTotalTodayNow"]
     assert tomorrow["msgPutTotalYesterdayMorning"] == morning
+    async with Producer(cluster.namesrv_addr) as producer:
+        await producer.send("Timed", b"later", delay_level=1)  # 1 s
+    deadline = time.monotonic() + 20
+    while (await runtime()).get("scheduleMessageOffset_1") != (1, 1):  # delivered, stored
+        assert time.monotonic() < deadline, "the delayed message was never delivered"
+        await asyncio.sleep(0.1)
 
 
 async def test_system_topic_list_from_the_name_server(

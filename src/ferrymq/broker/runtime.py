@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from ferrymq.broker.metadata import SCHEDULE_TOPIC
 from ferrymq.errors import FerryError
 from ferrymq.metrics.stats import Latency
 from ferrymq.wire.frame import ROCKETMQ_VERSION
@@ -206,6 +207,10 @@ def runtime_keys(state: BrokerState) -> dict[str, str]:
     capacity = _capacity(root)
     if capacity is not None:
         table["commitLogDirCapacity"] = capacity
+    for level, delivered in sorted(state.delay_offsets.offsets.items()):
+        # ScheduleMessageService.buildRunningStats: "<delivered offset>,<max offset>" per level
+        high = store.max_queue_offset(SCHEDULE_TOPIC, level - 1)
+        table[f"scheduleMessageOffset_{level}"] = f"{delivered},{high}"
     for pool in ("send", "pull", "query"):
         for what in ("Size", "Capacity", "HeadWaitTimeMills"):
             table[f"{pool}ThreadPoolQueue{what}"] = _NO_POOL

@@ -90,7 +90,11 @@ def _machine_bytes(human: str) -> float:
 
 def exporter_parse(table: dict[str, str]) -> dict[str, object]:
     """What `BrokerRuntimeStats(kvTable)` does with the table: raises where Java would throw."""
-    parsed: dict[str, object] = {}
+    parsed: dict[str, object] = {
+        key: tuple(_java_long(part) for part in text.split(",")[:2])  # loadScheduleMessageOffsets
+        for key, text in table.items()
+        if key.startswith("scheduleMessageOffset")
+    }
     for key in EXPORTER_KEYS:
         text = table[key]  # a missing key is a NullPointerException there
         if key in _LONGS:
