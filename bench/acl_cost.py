@@ -13,6 +13,12 @@ them (fields `a`..`i`, a 100 B body), the best of `--repeats` passes, in microse
 Added per request = sign + (encode signed - encode plain) on the client, check + (decode signed -
 decode plain) + (guarded call - bare call) on the broker.
 
+`--steps-callgrind N` counts instructions of the two ACL steps alone instead: this script runs
+itself under callgrind once with 1 and once with 3 passes of N requests over `acl.sign` (client:
+a fresh copy of the fields, made before the passes) and over `AclGuard.check` (broker); the
+difference over 2N is each step's instructions a call, the setup cancelled out (with `--old-src
+DIR`, the same for the code under DIR).
+
 `--callgrind SENDS` counts a real broker process instead: a plain broker and an `aclEnable` one
 (and with `--old-src DIR`, an `aclEnable` broker running the `ferrymq` package under DIR, e.g. an
 older commit's `src` from `git archive`) each run under valgrind's callgrind, instrumentation
@@ -25,6 +31,7 @@ plain") has the commands and the numbers.
     .venv/bin/python bench/acl_cost.py [--requests 50000] [--repeats 5] [--size 100] [--json]
     .venv/bin/python bench/acl_cost.py --callgrind 4000 [--rounds 2] [--window 16]
         [--old-src DIR]
+    .venv/bin/python bench/acl_cost.py --steps-callgrind 2000 [--old-src DIR]
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -167,6 +175,71 @@ def _measure(acl: AclFile, requests: int, repeats: int, size: int) -> dict[str, 
     return out
 
 
+def _run_step(step: str, passes: int, requests: int) -> None:
+    """`passes` passes of `step` (sign or check) over `requests` requests (see the module)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "plain_acl.yml"
+        path.write_text(_ACL)
+        acl = AclFile(path)
+    body = bytes(range(100))
+    plain = [_fields(n) for n in range(requests)]
+    copies = [[dict(f) for f in plain] for _ in range(3)]  # as many whatever `passes` is
+    signed = [dict(f) for f in plain]
+    for fields in signed:
+        sign(fields, body, _CREDENTIALS, ROCKETMQ_VERSION)
+    code = RequestCode.SEND_MESSAGE_V2
+    frames = [encode_frame(RemotingCommand(code, ext_fields=f, body=body))[4:] for f in signed]
+    decoded = [decode_frame(f) for f in frames]
+
+    async def nothing(conn: _Conn, request: RemotingCommand) -> None:
+        return None
+
+    guard: AclGuard[_Conn, None] = AclGuard(nothing, acl, "bench")
+    conn = _Conn()
+    if guard.check(conn, decoded[0]) is not None:  # warm: imports, caches
+        raise AssertionError("the bench request was refused")
+    for number in range(passes):
+        if step == "sign":
+            for fields in copies[number]:
+                sign(fields, body, _CREDENTIALS, ROCKETMQ_VERSION)
+        else:
+            for request in decoded:
+                guard.check(conn, request)
+
+
+def _dump_total(dump: Path) -> int:
+    """A callgrind dump's `totals:` (all instructions of the run)."""
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dump}")
+
+
+def _steps_callgrind(requests: int, old_src: str | None) -> dict[str, dict[str, int]]:
+    """Instructions a call of sign and of check, by callgrind runs of 3 passes less 1."""
+    out: dict[str, dict[str, int]] = {}
+    for name, src in [("current", None), ("old", old_src)]:
+        if name == "old" and src is None:
+            continue
+        env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
+        with tempfile.TemporaryDirectory() as tmp:
+            counts: dict[str, int] = {}
+            for step in ("sign", "check"):
+                totals = []
+                for passes in (1, 3):
+                    dump = Path(tmp) / f"{step}-{passes}.callgrind"
+                    command = [
+                        "valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}",
+                        sys.executable, __file__, "--step", step, "--passes", str(passes),
+                        "--requests", str(requests),
+                    ]  # fmt: skip
+                    subprocess.run(command, check=True, env=env, capture_output=True, timeout=900)
+                    totals.append(_dump_total(dump))
+                counts[step] = round((totals[1] - totals[0]) / (2 * requests))
+        out[name] = counts
+    return out
+
+
 async def _counted_broker(
     workdir: Path, name: str, acl: bool, src: str | None, args: argparse.Namespace
 ) -> int:
@@ -264,7 +337,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--window", type=int, default=16)
     parser.add_argument("--old-src", metavar="DIR")
+    parser.add_argument("--steps-callgrind", type=int, metavar="N")
+    parser.add_argument("--step", choices=["sign", "check"], help=argparse.SUPPRESS)
+    parser.add_argument("--passes", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.step is not None:  # one counted run of --steps-callgrind
+        _run_step(args.step, args.passes, args.requests)
+        return
+    if args.steps_callgrind is not None:
+        old = os.path.abspath(args.old_src) if args.old_src else None
+        print(json.dumps(_steps_callgrind(args.steps_callgrind, old), indent=2))
+        return
     if args.callgrind is not None:
         if args.callgrind < args.window:
             parser.error("--callgrind needs at least --window sends")
