@@ -140,3 +140,26 @@ def test_both_sha1_block_functions_equal_hashlib(portable: bool) -> None:
     for size in [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1000, 65536]:
         data = r.randbytes(size)
         assert accel.sha1(data, portable) == hashlib.sha1(data).digest(), size
+
+
+def test_without_the_c_functions_sign_and_decide_run_the_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An extension built before the ACL functions (or none) leaves `_accel` None."""
+    config = parse_acl("accounts:\n- {accessKey: RocketMQ, secretKey: 12345678, admin: true}\n")
+    fields = {"a": "g", "b": "T"}
+    sign(fields, b"x", Credentials("RocketMQ", "12345678"), 479)
+    monkeypatch.setattr(acl, "_accel", None)
+    python = dict(fields)
+    sign(python, b"x", Credentials("RocketMQ", "12345678"), 479)
+    assert python == fields
+
+    def decide(fields: dict[str, str]) -> str | None:
+        return acl.decide(config, code=RequestCode.SEND_MESSAGE_V2, fields=fields, body=b"x",
+                          version=479, host="127.0.0.1", needs_admin=False,
+                          resources=list)  # fmt: skip
+
+    assert decide(fields) is None
+    assert decide({**fields, SIGNATURE: "\ud800"}) == (
+        "Check signature failed for accessKey=RocketMQ"
+    )
