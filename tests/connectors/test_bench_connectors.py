@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from ferrymq.cmd.bench_connectors import JDBC_JAR
+from ferrymq.connectors.runtime import SPARK_MASTER
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -57,6 +58,7 @@ def test_bench_connectors_reports_every_job_its_ratios_and_the_latency() -> None
     else:
         assert "libpostgresql-jdbc-java" in report["skipped"]["Spark JDBC"]
     assert set(systems) == expected
+    assert report["master"] == SPARK_MASTER  # a Connect worker's default, as the plugins' defaults
     assert all(
         r["rows"] == 1000 and r["seconds"] > 0 and len(r["runs"]) == 1 for r in systems.values()
     )

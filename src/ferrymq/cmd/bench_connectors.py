@@ -2,11 +2,14 @@
 
 One NameServer and one broker (`ferry` processes), one PostgreSQL server (Debian's package:
 `initdb` into a temporary directory, run as the `postgres` user when this is root, on a free
-loopback port, stopped by PID; `track_commit_timestamp=on` for the latency rows) and one local[2]
-SparkSession (`local_session`; with `/usr/share/java/postgresql.jar` on its class path when that
-file exists) measure, on the same rows:
+loopback port, stopped by PID; `track_commit_timestamp=on` for the latency rows) and one
+SparkSession on a Connect worker's default master (`local_session` on `runtime.SPARK_MASTER`,
+`local[*,4]`; with `/usr/share/java/postgresql.jar` on its class path when that file exists)
+measure, on the same rows:
 
-- PostgreSQL sink: `PostgresSink` (its plugin `build`, the query Connect runs: one micro-batch
+- PostgreSQL sink: `PostgresSink` with the plugin's defaults (`ferrymq.read.mode`, `ranges`;
+  `trigger.interval.ms`, 200) unless `_Bench.read_mode` names a mode; its plugin `build`, the
+  query Connect runs: one micro-batch
   of `rows` JSON messages from a 4-queue topic, exactly once) from its start until the stored
   offsets reach the topic's end, beside a plain psycopg `COPY` of the same rows (Python tuples
   made beforehand) into the same table shape, and beside Spark's own JDBC writer
@@ -18,7 +21,7 @@ file exists) measure, on the same rows:
   on the offsets table meanwhile, so no batch writes before the clock starts), timed from the
   moment they are all in the topic until the stored offsets reach its end; beside the same COPY,
   and beside Spark's JDBC writer in a running stream (`foreachBatch` + `write.jdbc`, held by a
-  lock on its table the same way);
+  lock on its table the same way, on the sink's default trigger interval);
 - stream write into ferrymq: `FileSource` (JSON lines files of `size`-byte rows into a topic
   through the exactly-once ferrymq sink, one micro-batch) and `PostgresSource` (a table into a
   topic), each from its start until the topic holds every row, beside `ferry bench produce
@@ -60,6 +63,7 @@ from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
 from ferrymq.cmd.local import FERRY, Child, spawn
 from ferrymq.connect.plugin import TaskContext
+from ferrymq.connectors.runtime import SPARK_MASTER, TRIGGER_INTERVAL_MS
 
 __all__ = [
     "JDBC_JAR",
@@ -151,6 +155,8 @@ class ConnectorsBenchResult:
     rows: list[ThroughputRow] = field(default_factory=list)
     latency: Latency | None = None
     skipped: dict[str, str] = field(default_factory=dict)
+    master: str = SPARK_MASTER
+    """The SparkSession's master (a Connect worker's default)."""
 
     def ratios(self) -> dict[str, float]:
         """The issue's ratios: each connector's rows/s over its baseline's."""
@@ -191,6 +197,7 @@ class ConnectorsBenchResult:
             "ratios": self.ratios(),
             "latency": None if self.latency is None else asdict(self.latency),
             "skipped": dict(self.skipped),
+            "master": self.master,
         }
 
 
@@ -643,7 +650,7 @@ class _Bench:
             .select("r.*")
             .writeStream.foreachBatch(append)
             .option("checkpointLocation", str(self.work / "checkpoints" / f"jdbc-{table}"))
-            .trigger(processingTime="1000 milliseconds")
+            .trigger(processingTime=f"{TRIGGER_INTERVAL_MS} milliseconds")  # the sink's
             .start()
         )
         try:
@@ -1079,7 +1086,7 @@ def _spark_session(jar: Path | None) -> Iterator[Any]:
     if jar is not None:
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jar} pyspark-shell"
     try:
-        spark = local_session("ferrymq-bench-connectors")
+        spark = local_session("ferrymq-bench-connectors", SPARK_MASTER)
     finally:
         if saved is None:
             os.environ.pop("PYSPARK_SUBMIT_ARGS", None)

@@ -732,7 +732,9 @@ def bench_connectors(
             json.dumps({"benchmark": "connectors", "machine": _machine(), **result.as_json()})
         )
         return
-    table = Table(title=f"ferry bench connectors ({rows:,} rows, local[2], median of {repeat})")
+    table = Table(
+        title=f"ferry bench connectors ({rows:,} rows, {result.master}, median of {repeat})"
+    )
     for column in ("group", "system", "rows", "body B", "seconds", "rows/s"):
         table.add_column(column, justify="left" if column in ("group", "system") else "right")
     for r in result.rows:
