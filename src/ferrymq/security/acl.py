@@ -15,8 +15,9 @@ Owns the pure core of issue 23's authentication and authorization on remoting:
   topic and group the request names (a group is its retry topic `%RETRY%group`).
 
 Rules: no I/O, no clock; a secret key never appears in a repr, an error or a remark. Per request
-only what varies is computed: each secret key's HMAC pads and each key order's value getter are
-remembered (bounded); what that saves is in docs/benchmarks.md ("ACL's cost per request").
+only what varies is computed: each secret key's HMAC pads, each key order's value getter and, per
+parsed file, the answer on each (account, resource key) are remembered (bounded); what that saves
+is in docs/benchmarks.md ("ACL's cost per request").
 When the C accelerator is built, `signature` and `decide`'s signature check run in it
 (`accel.acl_signature`, `accel.acl_verify`: the fields sorted, hashed as read, the comparison
 constant-time); the Python here stays the reference, and a unit test holds the two equal.
