@@ -1,5 +1,6 @@
-"""Admin codes the Dashboard and rocketmq-exporter call (203, 204, 300, 307, 315, 328), on sockets,
-with RocketMQ's body shapes (FastJSON's field order, checked against recorded Java bodies)."""
+"""Admin codes the Dashboard and rocketmq-exporter call (203, 204, 300, 305, 307, 309, 315,
+328), on sockets, with RocketMQ's body shapes (FastJSON's field order, checked against recorded
+Java bodies)."""
 
 import asyncio
 import json
@@ -10,12 +11,13 @@ from ferrymq.broker.cloneoffset import CloneGroupOffsetRequestHeader
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.message import Message
 from ferrymq.client.producer import Producer
-from ferrymq.client.push import PushConsumer
+from ferrymq.client.push import ConsumeFrom, PushConsumer
 from ferrymq.rpc.client import RpcClient
 from ferrymq.testing import LocalCluster
 from ferrymq.wire import fastjson
 from ferrymq.wire.bodies import (
     BrokerStatsData,
+    ConsumeMessageDirectlyResult,
     ConsumerConnection,
     GroupList,
     HeartbeatData,
@@ -29,6 +31,7 @@ from ferrymq.wire.bodies import (
     encode_body,
 )
 from ferrymq.wire.broker import (
+    ConsumeMessageDirectlyResultRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumerRunningInfoRequestHeader,
@@ -329,3 +332,93 @@ async def test_clone_group_offset(cluster: LocalCluster, client: RpcClient) -> N
     for group in ("Dest", "AllTopics"):
         assert offsets.of_group(group) == {"Cloned": {0: 3, 1: 7}}
     assert offsets.of_group("Missing") == {}
+
+
+async def test_consume_message_directly_runs_the_listener_and_commits_nothing(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    addr = cluster.broker.address
+    await create_topic(client, addr, "Resent", queues=1)
+    seen: list[bytes] = []
+
+    async def listener(message: Message) -> None:
+        seen.append(message.body)
+        if len(seen) > 2:  # the direct consume: takes a measurable time, then fails once
+            await asyncio.sleep(0.06)  # asyncio may wake a tick early: 50 ms is sure
+            if len(seen) > 3:
+                raise RuntimeError("not today")
+
+    consumer = PushConsumer(
+        cluster.namesrv_addr,
+        "CGD",
+        listener,
+        client_id="direct-1@127.0.0.1",
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        commit_interval=0.1,
+    )
+    consumer.subscribe("Resent")
+    async with Producer(cluster.namesrv_addr) as producer:
+        first = await producer.send("Resent", b"m0")
+        await producer.send("Resent", b"m1")
+    async with asyncio.timeout(60), consumer:
+        while cluster.broker.state.offsets.query("Resent", "CGD", 0) != 2:
+            await asyncio.sleep(0.05)  # both consumed and committed
+        assert seen == [b"m0", b"m1"]
+
+        async def directly(client_id: str) -> RemotingCommand:
+            header = ConsumeMessageDirectlyResultRequestHeader(
+                consumer_group="CGD", client_id=client_id, msg_id=first.offset_msg_id
+            )
+            return await client.call(
+                addr, command(RequestCode.CONSUME_MESSAGE_DIRECTLY, header), 10
+            )
+
+        answer = await directly("direct-1@127.0.0.1")
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        assert list(json.loads(answer.body)) == [  # ConsumeMessageDirectlyResult, by name
+            "autoCommit",
+            "consumeResult",
+            "order",
+            "spentTimeMills",
+        ]
+        result = decode_body(answer.body, ConsumeMessageDirectlyResult)
+        assert (result.consume_result, result.order, result.auto_commit) == (
+            "CR_SUCCESS",
+            False,
+            True,
+        )
+        assert result.spent_time_mills >= 50
+        assert seen == [b"m0", b"m1", b"m0"]  # the listener saw it once more
+        failed = decode_body(
+            (await directly("direct-1@127.0.0.1")).body, ConsumeMessageDirectlyResult
+        )
+        assert (failed.consume_result, failed.remark) == (
+            "CR_THROW_EXCEPTION",
+            "RuntimeError: not today",
+        )
+        await asyncio.sleep(0.5)  # five commit intervals
+        assert cluster.broker.state.offsets.query("Resent", "CGD", 0) == 2  # not moved
+        assert consumer.consumed == 2
+
+        unknown = await directly("nobody")
+        assert (unknown.code, unknown.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "The Consumer <CGD> <nobody> not online",
+        )
+    assert seen == [b"m0", b"m1", b"m0", b"m0"]  # never redelivered, never sent back
+
+
+async def test_system_topic_list_from_the_broker(cluster: LocalCluster, client: RpcClient) -> None:
+    answer = await client.call(
+        cluster.broker.address, command(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER), 5
+    )
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert list(json.loads(answer.body)) == ["topicList"]
+    topics = decode_body(answer.body, TopicList).topic_list
+    config = cluster.broker.state.config
+    assert {"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "BenchmarkTest"} <= set(
+        topics
+    )
+    assert {config.broker_cluster_name, config.broker_name} <= set(topics)
+    assert topics == sorted(topics)
+    assert not [t for t in topics if t.startswith(("%RETRY%", "%DLQ%"))]

@@ -6,7 +6,8 @@ DELETE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUME_STATS,
 QUERY_TOPIC_CONSUME_BY_WHO. Clients: GET_CONSUMER_CONNECTION_LIST,
 GET_PRODUCER_CONNECTION_LIST, GET_ALL_PRODUCER_INFO (RocketMQ's body shapes: what the Dashboard
 and rocketmq-exporter read); VIEW_BROKER_STATS_DATA (statsAll's and the exporter's TPS);
-GET_CONSUMER_RUNNING_INFO (relayed to the client); GET_TOPIC_CONFIG and
+GET_CONSUMER_RUNNING_INFO and CONSUME_MESSAGE_DIRECTLY (relayed to the client);
+GET_SYSTEM_TOPIC_LIST_FROM_BROKER; GET_TOPIC_CONFIG and
 GET_SUBSCRIPTIONGROUP_CONFIG (one topic's or group's config: 5.x mqadmin and the Dashboard);
 INVOKE_BROKER_TO_RESET_OFFSET (online offset reset: commits the new
 offsets and pushes them to the group's running clients; POP follows). Broker:
@@ -31,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 from typing import Any, Final
+
+import msgspec
 
 from ferrymq.broker import retention, runtime
 from ferrymq.broker.consumer import push_to_group
@@ -72,6 +75,7 @@ from ferrymq.wire.bodies import (
     encode_topic_stats,
 )
 from ferrymq.wire.broker import (
+    ConsumeMessageDirectlyResultRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
@@ -92,11 +96,13 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.fastjson import encode_sorted
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import from_ext_fields, to_ext_fields
+from ferrymq.wire.msgid import decode_offset_msg_id
 from ferrymq.wire.records import store_timestamp_of
 from ferrymq.wire.topics import alter_attributes, check_fenced, is_broker_local_topic
 
 __all__ = [
     "HOT_KEYS",
+    "consume_message_directly",
     "create_topic",
     "delete_expired_commit_log",
     "delete_group",
@@ -112,10 +118,12 @@ __all__ = [
     "get_producer_connections",
     "get_runtime_info",
     "get_subscription_group_config",
+    "get_system_topics",
     "get_topic_config",
     "get_topic_stats",
     "query_topic_consume_by_who",
     "reset_offset",
+    "system_topic_list",
     "update_broker_config",
     "update_group",
     "view_broker_stats",
@@ -703,34 +711,109 @@ RUNNING_INFO_TIMEOUT_S: Final = 5.0
 """How long a client gets to answer a relayed GET_CONSUMER_RUNNING_INFO."""
 
 
+async def _call_client(
+    state: BrokerState, request: RemotingCommand, group_name: str, client_id: str | None
+) -> RemotingCommand:
+    """Relay `request` to one online client of a group; its answer comes back as it is.
+
+    RocketMQ `Broker2Client.callClient`: a client not online is SYSTEM_ERROR "The Consumer
+    <group> <client id> not online"; one that does not answer in `RUNNING_INFO_TIMEOUT_S`
+    is SYSTEM_ERROR naming it.
+    """
+    group = state.clients.consumers.get(group_name)
+    channel = group.channels.get(client_id) if group is not None and client_id else None
+    if channel is None or channel.conn.is_closed:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, f"The Consumer <{group_name}> <{client_id}> not online"
+        )
+    try:
+        answer = await channel.conn.call(request, RUNNING_INFO_TIMEOUT_S)
+    except FerryError as exc:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, f"consumer {client_id} did not answer: {exc}"
+        ) from None
+    return answer
+
+
 async def get_consumer_running_info(
     state: BrokerState, conn: Connection, request: RemotingCommand
 ) -> RemotingCommand:
     """GET_CONSUMER_RUNNING_INFO (307): ask one client of a group for its running state.
 
-    RocketMQ `Broker2Client.callClient`: the request goes on to the client's connection and
-    its answer (a `ConsumerRunningInfo`) comes back as it is. A client not online is
-    SYSTEM_ERROR "The Consumer <group> <client id> not online".
+    The request goes on to the client's connection (`_call_client`) and its answer (a
+    `ConsumerRunningInfo`) comes back as it is.
     """
     header = from_ext_fields(GetConsumerRunningInfoRequestHeader, request.ext_fields)
-    group = state.clients.consumers.get(header.consumer_group)
-    channel = group.channels.get(header.client_id) if group is not None else None
-    if channel is None or channel.conn.is_closed:
-        raise RequestError(
-            ResponseCode.SYSTEM_ERROR,
-            f"The Consumer <{header.consumer_group}> <{header.client_id}> not online",
-        )
     relayed = RemotingCommand(
         code=RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields=to_ext_fields(header)
     )
-    try:
-        answer = await channel.conn.call(relayed, RUNNING_INFO_TIMEOUT_S)
-    except FerryError as exc:
-        raise RequestError(
-            ResponseCode.SYSTEM_ERROR,
-            f"consumer {header.client_id} did not answer: {exc}",
-        ) from None
+    answer = await _call_client(state, relayed, header.consumer_group, header.client_id)
     return request.make_response(answer.code, remark=answer.remark, body=answer.body)
+
+
+async def consume_message_directly(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """CONSUME_MESSAGE_DIRECTLY (309): have one client of a group consume one stored message.
+
+    RocketMQ `AdminBrokerProcessor.consumeMessageDirectly` (the Dashboard's resend, mqadmin
+    `queryMsgById -g G -d CLIENT`): the message at the offset message id's log offset goes to
+    the client with the request (`brokerName` set to this broker), and the client's
+    `ConsumeMessageDirectlyResult` comes back as it is. Nothing is committed.
+    """
+    header = from_ext_fields(ConsumeMessageDirectlyResultRequestHeader, request.ext_fields)
+    try:
+        _, log_offset = decode_offset_msg_id(header.msg_id or "")
+        body = state.store.read_record(log_offset)
+    except (ValueError, FerryError) as exc:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, f"no message with id {header.msg_id}: {exc}"
+        ) from None
+    relayed = RemotingCommand(
+        code=RequestCode.CONSUME_MESSAGE_DIRECTLY,
+        ext_fields=to_ext_fields(
+            msgspec.structs.replace(header, broker_name=state.config.broker_name)
+        ),
+        body=body,
+    )
+    answer = await _call_client(state, relayed, header.consumer_group, header.client_id)
+    return request.make_response(answer.code, remark=answer.remark, body=answer.body)
+
+
+ROCKETMQ_SYSTEM_TOPICS: Final = (
+    "BenchmarkTest",
+    "OFFSET_MOVED_EVENT",
+    "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "SCHEDULE_TOPIC_XXXX",
+    "SELF_TEST_TOPIC",
+    "TBW102",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+)
+"""RocketMQ `TopicValidator`'s fixed system topics (its `SYSTEM_TOPIC_SET`)."""
+
+
+async def get_system_topics(
+    state: BrokerState, conn: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305): the system topics, as a `TopicList`.
+
+    RocketMQ answers `TopicValidator.getSystemTopicSet()`: the fixed set, the broker's cluster
+    and broker name (its `TopicConfigManager` adds them) and the `rmq_sys_` topics it made.
+    Here likewise: the fixed set, both names and this broker's `rmq_sys_`/`RMQ_SYS_` topics
+    (ferrymq's own system topics among them), sorted (RocketMQ's is a hash set). The body is a
+    `TopicList` with no `brokerAddr` (FastJSON leaves the null out).
+    """
+    config = state.config
+    names = {*ROCKETMQ_SYSTEM_TOPICS, config.broker_cluster_name, config.broker_name}
+    names.update(t for t in state.topics.configs if t.startswith(("rmq_sys_", "RMQ_SYS_")))
+    return _ok(request, system_topic_list(names))
+
+
+def system_topic_list(names: set[str]) -> bytes:
+    """The 305 answer: a `TopicList` of `names` sorted, no `brokerAddr` (FastJSON omits null)."""
+    return encode_sorted({"topicList": sorted(names)})
 
 
 async def get_topic_config(

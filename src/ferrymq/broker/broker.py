@@ -156,6 +156,8 @@ _HANDLERS: dict[int, Handler] = {
     RequestCode.VIEW_BROKER_STATS_DATA: statsdata.view_broker_stats,
     RequestCode.CLONE_GROUP_OFFSET: cloneoffset.clone_group_offset,
     RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: admin.consume_message_directly,
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: admin.get_system_topics,
     RequestCode.GET_TOPIC_CONFIG: admin.get_topic_config,
     RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: admin.get_subscription_group_config,
     RequestCode.GET_GROUP_MEMBERS: consumer.get_group_members,

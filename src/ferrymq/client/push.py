@@ -17,6 +17,9 @@ RocketMQ's `DefaultMQPushConsumer`, in asyncio:
   the last commit come again. Offsets are committed every `commit_interval` and on `close`;
 - GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus, through the broker) is answered with
   RocketMQ's `ConsumerRunningInfo`: properties, subscriptions and each owned queue's state;
+- CONSUME_MESSAGE_DIRECTLY (the Dashboard's resend, through the broker) runs the listener on
+  the message once more and answers RocketMQ's `ConsumeMessageDirectlyResult`; it commits
+  nothing;
 - an online offset reset (mqadmin resetOffsetByTime: the broker pushes RESET_CONSUMER_CLIENT_OFFSET
   with the new offsets) drops the named queues without committing their old position and
   starts them again at the new offsets.
@@ -36,7 +39,7 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Self
 
-from ferrymq.client.consumer import PullConsumer, PullStatus
+from ferrymq.client.consumer import PullConsumer, PullStatus, decode_messages
 from ferrymq.client.message import Message
 from ferrymq.errors import FerryError
 from ferrymq.model import MessageQueue, validate_group, validate_topic
@@ -44,6 +47,7 @@ from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
 from ferrymq.security.acl import credentials_of
 from ferrymq.wire.bodies import (
+    ConsumeMessageDirectlyResult,
     ConsumerData,
     ConsumerIdList,
     HeartbeatData,
@@ -54,8 +58,10 @@ from ferrymq.wire.bodies import (
     decode_body,
     decode_reset_offsets,
     encode_body,
+    encode_directly_result,
 )
 from ferrymq.wire.broker import (
+    ConsumeMessageDirectlyResultRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     GetConsumerListByGroupRequestHeader,
     ResetOffsetRequestHeader,
@@ -260,6 +266,8 @@ class PushConsumer:
             return None
         if request.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             return request.make_response(ResponseCode.SUCCESS, body=self.running_info())
+        if request.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            return await self._consume_directly(request)
         if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             offsets = _reset_offsets_of(request, self.group)
             if offsets:
@@ -268,6 +276,37 @@ class PushConsumer:
                 task.add_done_callback(self._resets.discard)
             return None  # RocketMQ's client answers nothing (the broker sends it oneway)
         return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not served")
+
+    async def _consume_directly(self, request: RemotingCommand) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY (309): run the listener on the message the broker sent.
+
+        RocketMQ's `consumeMessageDirectly` (ConsumeMessageConcurrentlyService and
+        OrderlyService): the answer is a `ConsumeMessageDirectlyResult`; no offset is
+        committed, nothing is sent back and `consumed` does not count it. A listener that
+        raises is CR_THROW_EXCEPTION with the error as remark.
+        """
+        header = from_ext_fields(ConsumeMessageDirectlyResultRequestHeader, request.ext_fields)
+        if header.consumer_group != self.group:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The Consumer Group <{header.consumer_group}> not exist in this consumer",
+            )
+        try:
+            (message,) = decode_messages(request.body, header.broker_name or "")
+        except (FerryError, ValueError) as exc:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, remark=f"the message does not decode: {exc}"
+            )
+        result = ConsumeMessageDirectlyResult(order=self.orderly)
+        started = time.monotonic()
+        try:
+            await self.listener(message)
+            result.consume_result = "CR_SUCCESS"
+        except Exception as exc:  # noqa: BLE001 - the failure is the answer
+            result.consume_result = "CR_THROW_EXCEPTION"
+            result.remark = f"{type(exc).__name__}: {exc}"
+        result.spent_time_mills = int((time.monotonic() - started) * 1000)
+        return request.make_response(ResponseCode.SUCCESS, body=encode_directly_result(result))
 
     def running_info(self) -> bytes:
         """RocketMQ's `ConsumerRunningInfo` of this client, as FastJSON writes it.

@@ -16,6 +16,7 @@ from ferrymq.wire.headers import I32, I64, CommandHeader
 
 __all__ = [
     "CheckTransactionStateRequestHeader",
+    "ConsumeMessageDirectlyResultRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
     "DeleteSubscriptionGroupRequestHeader",
@@ -462,6 +463,20 @@ class GetConsumerRunningInfoRequestHeader(CommandHeader):
     consumer_group: str
     client_id: str
     jstack_enable: bool = False
+
+
+class ConsumeMessageDirectlyResultRequestHeader(CommandHeader):
+    """CONSUME_MESSAGE_DIRECTLY (309): admin -> broker, then broker -> the client.
+
+    `msg_id` is the offset message id (it names the log offset); the broker sets `broker_name`
+    before relaying, as RocketMQ's `AdminBrokerProcessor.consumeMessageDirectly` does.
+    """
+
+    consumer_group: str
+    client_id: str | None = None
+    msg_id: str | None = None
+    broker_name: str | None = None
+    topic: str | None = None
 
 
 class GetTopicConfigRequestHeader(CommandHeader):

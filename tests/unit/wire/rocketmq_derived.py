@@ -121,6 +121,27 @@ SYSTEM_TOPIC_LIST = b'{"brokerAddr":"127.0.0.1:10911","topicList":["DefaultClust
 `RouteInfoManager.getSystemTopicList` (cluster names and broker names, one broker's address);
 FastJSON writes fields by name."""
 
+SYSTEM_TOPIC_LIST_FROM_BROKER = b'{"topicList":["SCHEDULE_TOPIC_XXXX","TBW102"]}'
+"""GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305) answer: `TopicList` from RocketMQ's
+`AdminBrokerProcessor.getSystemTopicListFromBroker` (`TopicValidator.getSystemTopicSet()`, no
+`brokerAddr`: the null is left out)."""
+
+CONSUME_DIRECTLY_RESULT = (
+    b'{"autoCommit":true,"consumeResult":"CR_SUCCESS","order":false,"spentTimeMills":12}'
+)
+"""CONSUME_MESSAGE_DIRECTLY (309) answer (the client's, relayed by the broker as it is):
+`ConsumeMessageDirectlyResult` (remoting/protocol/body/ConsumeMessageDirectlyResult.java:
+`isOrder`, `isAutoCommit`, `consumeResult` a `CMResult` by name, `remark`, `spentTimeMills`),
+filled as `ConsumeMessageConcurrentlyService.consumeMessageDirectly` fills it; the null remark
+is left out."""
+
+CONSUME_DIRECTLY_THREW = (
+    b'{"autoCommit":true,"consumeResult":"CR_THROW_EXCEPTION","order":true,"remark":"boom",'
+    b'"spentTimeMills":3}'
+)
+"""The same from an orderly consumer (`ConsumeMessageOrderlyService` sets `order`) whose
+listener threw: the remark is the error."""
+
 CLUSTER_INFO = (
     b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.0.1:10911"},'
     b'"brokerName":"broker-a","cluster":"DefaultCluster","enableActingMaster":false}},'

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from ferrymq.broker import auth_admin
+from ferrymq.broker import admin, auth_admin
 from ferrymq.broker.broker import _HANDLERS as BROKER_HANDLERS
 from ferrymq.broker.metadata import GroupConfig, GroupFile
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
@@ -30,6 +30,7 @@ from ferrymq.wire.bodies import (
     BrokerStatsItem,
     ClientConnection,
     ClusterInfo,
+    ConsumeMessageDirectlyResult,
     ConsumerConnection,
     ConsumerData,
     ConsumerIdList,
@@ -62,6 +63,7 @@ from ferrymq.wire.bodies import (
     decode_topic_stats,
     encode_body,
     encode_consume_stats,
+    encode_directly_result,
     encode_register_body,
     encode_reset_offsets,
     encode_topic_stats,
@@ -439,6 +441,32 @@ ROWS: list[Row] = [
         TopicList(["DefaultCluster", "broker-a"], "127.0.0.1:10911"),
         encode_body,
         _struct(TopicList),
+    ),
+    Row(
+        (R.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,),
+        "answer",
+        derived.SYSTEM_TOPIC_LIST_FROM_BROKER,
+        TopicList(["SCHEDULE_TOPIC_XXXX", "TBW102"]),
+        lambda body: admin.system_topic_list(set(body.topic_list)),
+        _struct(TopicList),
+    ),
+    Row(
+        (R.CONSUME_MESSAGE_DIRECTLY,),
+        "answer (the client's, relayed)",
+        derived.CONSUME_DIRECTLY_RESULT,
+        ConsumeMessageDirectlyResult(consume_result="CR_SUCCESS", spent_time_mills=12),
+        encode_directly_result,
+        _struct(ConsumeMessageDirectlyResult),
+    ),
+    Row(
+        (R.CONSUME_MESSAGE_DIRECTLY,),
+        "answer (a listener that threw)",
+        derived.CONSUME_DIRECTLY_THREW,
+        ConsumeMessageDirectlyResult(
+            order=True, consume_result="CR_THROW_EXCEPTION", remark="boom", spent_time_mills=3
+        ),
+        encode_directly_result,
+        _struct(ConsumeMessageDirectlyResult),
     ),
     Row(
         (
