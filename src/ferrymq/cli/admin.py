@@ -490,11 +490,69 @@ def message_by_key(ctx: click.Context, topic: str, key: str, max_count: int, as_
 
 @message_group.command("by-id")
 @click.argument("offset_msg_id")
+@click.option("--group", help="With --client-id: that client consumes it (consume-directly).")
+@click.option("--client-id", help="With --group: the consumer client that consumes it.")
 @json_option
 @click.pass_context
-def message_by_id(ctx: click.Context, offset_msg_id: str, as_json: bool) -> None:
-    """The message with an offset message id (as a send returns it)."""
+def message_by_id(
+    ctx: click.Context,
+    offset_msg_id: str,
+    group: str | None,
+    client_id: str | None,
+    as_json: bool,
+) -> None:
+    """The message with an offset message id (as a send returns it).
+
+    With --group and --client-id, as mqadmin's `queryMsgById -g -d`: that client consumes it
+    (`message consume-directly`).
+    """
+    if group is not None or client_id is not None:
+        if group is None or client_id is None:
+            raise click.UsageError("--group and --client-id go together")
+        ctx.invoke(
+            message_consume_directly,
+            offset_msg_id=offset_msg_id,
+            group=group,
+            client_id=client_id,
+            as_json=as_json,
+        )
+        return
     _show_messages([_run(_namesrv(ctx), lambda a: a.message_by_id(offset_msg_id))], as_json)
+
+
+@message_group.command("consume-directly")
+@click.argument("offset_msg_id")
+@click.option("--group", required=True, help="The consumer group.")
+@click.option("--client-id", required=True, help="The client of the group that consumes it.")
+@json_option
+@click.pass_context
+def message_consume_directly(
+    ctx: click.Context, offset_msg_id: str, group: str, client_id: str, as_json: bool
+) -> None:
+    """Have one consumer client run its listener on a stored message once more.
+
+    The Dashboard's resend (CONSUME_MESSAGE_DIRECTLY): the client answers how its listener
+    did (CR_SUCCESS, CR_THROW_EXCEPTION...) and how long it took. No offset is committed.
+    """
+    result = _run(_namesrv(ctx), lambda a: a.consume_directly(offset_msg_id, group, client_id))
+    found = {
+        "msgId": offset_msg_id,
+        "group": group,
+        "clientId": client_id,
+        "consumeResult": result.consume_result,
+        "order": result.order,
+        "autoCommit": result.auto_commit,
+        "spentTimeMills": result.spent_time_mills,
+        "remark": result.remark,
+    }
+    if as_json:
+        emit_json(found)
+        return
+    emit_table(
+        f"consumed directly by {client_id}",
+        ["result", "spent ms", "order", "remark"],
+        [(result.consume_result, result.spent_time_mills, result.order, result.remark or "")],
+    )
 
 
 admin_group.add_command(controller_group)

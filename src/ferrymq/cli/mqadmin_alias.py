@@ -237,7 +237,15 @@ ALIASES: tuple[Alias, ...] = (
         ),
     ),
     Alias("queryMsgByKey", ("message", "by-key"), (_TOPIC, Flag("-k", "--msgKey", "key", True))),
-    Alias("queryMsgById", ("message", "by-id"), (Flag("-i", "--msgId", "offset_msg_id", True),)),
+    Alias(
+        "queryMsgById",
+        ("message", "by-id"),
+        (
+            Flag("-i", "--msgId", "offset_msg_id", True),
+            Flag("-g", "--consumerGroup", "group"),  # with -d: CONSUME_MESSAGE_DIRECTLY
+            Flag("-d", "--clientId", "client_id"),
+        ),
+    ),
     Alias("getNamesrvConfig", ("namesrv", "config", "get")),
     Alias(
         "updateNamesrvConfig",

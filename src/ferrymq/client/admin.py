@@ -34,6 +34,7 @@ from ferrymq.model import format_address, validate_group, validate_topic
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import (
     ClusterInfo,
+    ConsumeMessageDirectlyResult,
     ConsumeStats,
     ConsumeStatsEntry,
     KVTable,
@@ -45,6 +46,7 @@ from ferrymq.wire.bodies import (
     decode_topic_stats,
 )
 from ferrymq.wire.broker import (
+    ConsumeMessageDirectlyResultRequestHeader,
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumeStatsRequestHeader,
@@ -752,3 +754,25 @@ class AdminClient:
         )
         (message,) = decode_messages(response.body, "")
         return message
+
+    async def consume_directly(
+        self, offset_msg_id: str, group: str, client_id: str
+    ) -> ConsumeMessageDirectlyResult:
+        """Have one client of `group` consume a stored message once more; nothing is committed.
+
+        Mqadmin `queryMsgById -g -d`, the Dashboard's resend: CONSUME_MESSAGE_DIRECTLY to the
+        broker the id names, which relays it to the client.
+        """
+        store_host, _ = decode_offset_msg_id(offset_msg_id)
+        address = format_address(*unpack_host(store_host))
+        header = ConsumeMessageDirectlyResultRequestHeader(
+            consumer_group=validate_group(group), client_id=client_id, msg_id=offset_msg_id
+        )
+        request = RemotingCommand(
+            code=RequestCode.CONSUME_MESSAGE_DIRECTLY, ext_fields=to_ext_fields(header)
+        )
+        # the broker gives the client its own 5 s: wait for the broker's answer past that
+        response = await self._rpc.call(address, request, self._timeout + 5.0)
+        if response.code != ResponseCode.SUCCESS:
+            raise RemoteError(response.code, response.remark)
+        return decode_body(response.body, ConsumeMessageDirectlyResult)
