@@ -5,7 +5,9 @@ name is the short name users may give as `connector.class`, e.g. `PostgresSink`)
 its config keys, validates a config (Kafka's ConfigInfos shape, for
 `PUT /connector-plugins/{p}/config/validate`), splits the work into task configs for
 `tasks.max`, and builds one Spark Structured Streaming query per task (`build`, run by the task
-runtime; the worker owns checkpoints, trigger, query name and the task's generation).
+runtime; the worker owns checkpoints, trigger, query name and the task's generation: a plugin
+ends `build` with `start_query`, which names the query and sets its trigger as `TaskContext`
+says).
 
 Keys every connector has (Kafka Connect's): `name`, `connector.class`, `tasks.max`.
 """
@@ -34,6 +36,7 @@ __all__ = [
     "Plugins",
     "TaskContext",
     "config_infos",
+    "query_name",
     "task_checkpoint_dir",
 ]
 
@@ -173,6 +176,16 @@ class TaskContext:
     namesrv_addr: str
     checkpoint_dir: str
     extra: Mapping[str, Any] = field(default_factory=dict)
+    query_name: str | None = None
+    """The query's name (the runtime's: `query_name`); None: that rule applied by the plugin."""
+    trigger_interval_ms: int | None = None
+    """The micro-batch interval (the runtime's: `ConnectorPlugin.trigger_interval` of the task's
+    config); None: the same rule applied by the plugin (contexts built outside a worker)."""
+
+
+def query_name(connector: str, task: int) -> str:
+    """A task's query name: `<connector>-<task>`."""
+    return f"{connector}-{task}"
 
 
 def task_checkpoint_dir(
@@ -200,6 +213,8 @@ class ConnectorPlugin(ABC):
     version: ClassVar[str] = "1.0"
     keys: ClassVar[tuple[ConfigKey, ...]] = ()
     """Plugin-specific keys (COMMON_KEYS are added)."""
+    trigger_interval_ms: ClassVar[int] = 1000
+    """`trigger.interval.ms`'s default for this plugin's queries."""
 
     @classmethod
     def config_keys(cls) -> tuple[ConfigKey, ...]:
@@ -217,6 +232,18 @@ class ConnectorPlugin(ABC):
     def build(self, spark: Any, config: Mapping[str, str], context: TaskContext) -> Any:
         """The task's streaming query, started (a `pyspark.sql.streaming.StreamingQuery`)."""
         raise PluginError(f"{type(self).__name__} has no data path in this version")
+
+    def trigger_interval(self, config: Mapping[str, str]) -> int:
+        """A task's micro-batch interval in ms: `trigger.interval.ms`, else the plugin's default."""
+        return int(config.get("trigger.interval.ms") or self.trigger_interval_ms)
+
+    def start_query(self, writer: Any, config: Mapping[str, str], context: TaskContext) -> Any:
+        """Start a task's `DataStreamWriter` with the query name and trigger `context` carries."""
+        name = context.query_name or query_name(context.connector, context.task)
+        interval = context.trigger_interval_ms
+        if interval is None:
+            interval = self.trigger_interval(config)
+        return writer.queryName(name).trigger(processingTime=f"{interval} milliseconds").start()
 
     def check_offsets(self, config: Mapping[str, str], entries: Sequence[OffsetEntry]) -> list[str]:
         """What is wrong with a PATCH /offsets body's entries (none: it may be written)."""

@@ -479,13 +479,12 @@ class FileSource(ConnectorPlugin):
                     f"({', '.join(frame.columns)})"
                 )
             columns.append(functions.col(f"`{key_field}`").cast("string").alias("key"))
-        interval = int(config.get("trigger.interval.ms") or "1000")
         topic, fence = config["topic"].strip(), sink_id(context)
         owner = WriteOptions(
             servers=context.namesrv_addr, topic=topic, sink_id=fence, generation=context.generation
         )
         asyncio.run(start_sink(owner))  # rule 3
-        return (
+        writer = (
             frame.select(*columns)
             .writeStream.format("ferrymq")
             .option("servers", context.namesrv_addr)
@@ -493,10 +492,8 @@ class FileSource(ConnectorPlugin):
             .option("sinkId", fence)
             .option("generation", str(context.generation))
             .option("checkpointLocation", context.checkpoint_dir)
-            .queryName(f"{context.connector}-{context.task}")
-            .trigger(processingTime=f"{interval} milliseconds")
-            .start()
         )
+        return self.start_query(writer, config, context)
 
 
 def _missing(plugin: ConnectorPlugin, config: Mapping[str, str]) -> dict[str, list[str]]:
@@ -786,10 +783,5 @@ class FileSink(ConnectorPlugin):
             writer = writer.option("header", str(_bool(config, "csv.header", False)).lower())
         if form == "json":
             writer = writer.option("ignoreNullFields", "false")  # every line has every column
-        interval = int(config.get("trigger.interval.ms") or "1000")
-        return (
-            writer.option("checkpointLocation", context.checkpoint_dir)
-            .queryName(f"{context.connector}-{context.task}")
-            .trigger(processingTime=f"{interval} milliseconds")
-            .start()
-        )
+        writer = writer.option("checkpointLocation", context.checkpoint_dir)
+        return self.start_query(writer, config, context)

@@ -1091,6 +1091,7 @@ class PostgresSink(ConnectorPlugin):
     """ferrymq topics into PostgreSQL tables, exactly once (module docstring)."""
 
     type = "sink"
+    trigger_interval_ms = TRIGGER_INTERVAL_MS
     version = "1.0"
     keys = (
         ConfigKey("topics", ConfigType.LIST, "Topics to read, comma-separated (or topics.regex)."),
@@ -1296,7 +1297,6 @@ class PostgresSink(ConnectorPlugin):
             for name, value in spec.read_options.items():
                 reader = reader.option(name, value)
             rows = reader.load().select(*_MESSAGE_COLUMNS)
-        interval = int(config.get("trigger.interval.ms") or TRIGGER_INTERVAL_MS)
         log.info(
             "PostgresSink %s task %d (generation %d): %d queues into %s",
             spec.connector,
@@ -1305,15 +1305,13 @@ class PostgresSink(ConnectorPlugin):
             sum(len(k) for k in mine.values()),
             spec.target.display,
         )
-        return (
+        writer = (
             rows.writeStream.format(FORMAT)
             .option("spec", msgspec.json.encode(spec).decode())
             .option("password", password)
             .option("checkpointLocation", context.checkpoint_dir)
-            .queryName(f"{context.connector}-{context.task}")
-            .trigger(processingTime=f"{interval} milliseconds")
-            .start()
         )
+        return self.start_query(writer, config, context)
 
     def offsets(self, config: Mapping[str, str], incarnation: str) -> list[dict[str, Any]]:
         """GET /connectors/{c}/offsets: the stored next offset of every queue (KIP-875 shape).

@@ -640,6 +640,8 @@ class PostgresSource(ConnectorPlugin):
     """PostgreSQL rows into ferrymq topics, exactly once (module docstring)."""
 
     type = "source"
+    trigger_interval_ms = 5000
+    """`poll.interval.ms`'s default: the micro-batch interval is the poll interval."""
     version = "1.0"
     keys = (
         *CONNECTION_KEYS,
@@ -763,7 +765,6 @@ class PostgresSource(ConnectorPlugin):
             .option("password", password)
             .load()
         )
-        interval = int(config.get("poll.interval.ms") or "5000")
         log.info(
             "PostgresSource %s task %d: %s from %s into ferrymq (sink id %s)",
             spec.connector,
@@ -772,16 +773,18 @@ class PostgresSource(ConnectorPlugin):
             spec.target.display,
             sink_id,
         )
-        return (
+        writer = (
             rows.writeStream.format("ferrymq")
             .option("servers", context.namesrv_addr)
             .option("sinkId", sink_id)
             .option("generation", str(context.generation))
             .option("checkpointLocation", context.checkpoint_dir)
-            .queryName(f"{context.connector}-{context.task}")
-            .trigger(processingTime=f"{interval} milliseconds")
-            .start()
         )
+        return self.start_query(writer, config, context)
+
+    def trigger_interval(self, config: Mapping[str, str]) -> int:
+        """`poll.interval.ms` (default 5000): one poll per micro-batch."""
+        return int(config.get("poll.interval.ms") or self.trigger_interval_ms)
 
     def check_offsets(self, config: Mapping[str, str], entries: Sequence[OffsetEntry]) -> list[str]:
         """What is wrong with a PATCH /offsets body's entries (none: it may be written)."""

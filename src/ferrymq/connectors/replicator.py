@@ -87,6 +87,7 @@ class FerrymqReplicator(ConnectorPlugin):
     """ferrymq topics to ferrymq topics, exactly once."""
 
     type = "source"
+    trigger_interval_ms = TRIGGER_INTERVAL_MS
     version = "1.0"
     keys = (
         ConfigKey("topics", ConfigType.LIST, "Source topics, comma-separated.", required=True),
@@ -240,17 +241,14 @@ class FerrymqReplicator(ConnectorPlugin):
             functions.col("queueId").alias("sourceQueueId"),
             functions.col("offset").alias("sourceOffset"),
         )
-        interval = int(config.get("trigger.interval.ms") or TRIGGER_INTERVAL_MS)
-        return (
+        writer = (
             out.writeStream.format("ferrymq")
             .option("servers", target)
             .option("sinkId", sink_id)
             .option("generation", str(context.generation))
             .option("checkpointLocation", context.checkpoint_dir)
-            .queryName(f"{context.connector}-{context.task}")
-            .trigger(processingTime=f"{interval} milliseconds")
-            .start()
         )
+        return self.start_query(writer, config, context)
 
 
 def _topics(config: Mapping[str, str]) -> list[str]:

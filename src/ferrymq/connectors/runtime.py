@@ -8,9 +8,11 @@ through the session of the calling thread, and the event loop must never block o
 
 The runtime owns what a plugin's query must not choose: the checkpoint
 (`<storePathRootDir>/<cluster>/<connector>/<incarnation>/<task>`, created afresh when an offsets
-change is applied), the query name (`<connector>-<task>`), and the task's fencing generation
-(passed in `TaskContext`). A task's state comes from its query: active or not, its exception,
-its last progress (batch id, rows/s).
+change is applied), the query name (`plugin.query_name`: `<connector>-<task>`), the trigger
+interval (`trigger.interval.ms`, else the plugin's default: `ConnectorPlugin.trigger_interval`),
+and the task's fencing generation, all passed in `TaskContext` (a plugin starts its writer with
+`ConnectorPlugin.start_query`, which applies them). A task's state comes from its query: active
+or not, its exception, its last progress (batch id, rows/s).
 
 A session from `session_factory` belongs to the caller (tests share one between in-process
 workers): `close` stops the runner's queries but not that session.
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ferrymq.connect.plugin import Plugins, TaskContext, task_checkpoint_dir
+from ferrymq.connect.plugin import Plugins, TaskContext, query_name, task_checkpoint_dir
 from ferrymq.connect.state import TaskKey
 from ferrymq.connect.tasks import TaskSpec
 
@@ -159,6 +161,8 @@ class SparkTaskRunner:
             namesrv_addr=self._namesrv_addr,
             checkpoint_dir=str(checkpoint),
             extra={"offsets": spec.offsets},
+            query_name=query_name(spec.key[0], spec.key[2]),
+            trigger_interval_ms=plugin.trigger_interval(spec.task_config),
         )
 
         def run() -> _Query:
