@@ -1,4 +1,4 @@
-"""ACL 1.0 on a broker and a NameServer (issue 23): in-process servers, real sockets, real files."""
+"""ACL 1.0 on a broker, NameServer, controller, endpoint (issue 23): in-process, real sockets."""
 
 from __future__ import annotations
 
@@ -14,12 +14,16 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
+from ferrymq.cmd.controller import ControllerServer
+from ferrymq.controller.config import ControllerConfig
 from ferrymq.errors import RemoteError, SendFailedError
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.proxy.remoting import RemotingRelay
 from ferrymq.rpc.client import RpcClient
 from ferrymq.security.acl import ACCESS_KEY, SIGNATURE, Credentials, sign
 from ferrymq.security.aclcodes import Kind, kind_of
 from ferrymq.security.aclcredentials import install_credentials
+from ferrymq.security.aclguard import AclFile
 from ferrymq.testing import LocalCluster
 from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
@@ -100,26 +104,39 @@ async def test_every_handled_code_is_refused_without_credentials_and_admin_codes
     acl_file = tmp_path / "plain_acl.yml"
     acl_file.write_text(ACL)
     namesrv = NameServer(NamesrvConfig(listen_port=0, acl_enable=True, acl_file=acl_file))
+    controller = ControllerServer(
+        "n1", {"n1": "127.0.0.1:0"}, tmp_path / "n1", ControllerConfig(), acl_file=acl_file
+    )
+    relay = RemotingRelay("127.0.0.1:9", acl=AclFile(acl_file))  # refused before any relaying
     async with (
         LocalCluster(tmp_path, acl_enable=True, acl_file=acl_file) as cluster,
         namesrv,
+        controller,
         RpcClient() as rpc,
         RpcClient(credentials=Credentials("producer1", "producer-secret")) as signed,
     ):
-        servers = [(cluster.broker.address, cluster.broker.router.codes),
-                   (namesrv.address, namesrv.router.codes)]  # fmt: skip
-        checked = 0
-        for addr, codes in servers:
-            for code in sorted(codes):
-                response = await _raw(rpc, addr, code, {"topic": "topicA"})
-                assert response.code == ResponseCode.NO_PERMISSION, (addr, code, response)
-                assert response.remark == "No accessKey is configured"
-                if kind_of(code) in (Kind.ADMIN, Kind.INTERNAL):
-                    response = await _raw(signed, addr, code, {"topic": "topicA"})
-                    assert response.code == ResponseCode.NO_PERMISSION, (addr, code)
-                    assert (response.remark or "").startswith("Need admin permission"), code
-                checked += 1
-        assert checked == len(cluster.broker.router.codes) + len(namesrv.router.codes)
+        await relay.start()
+        try:
+            servers = [(cluster.broker.address, cluster.broker.router.codes),
+                       (namesrv.address, namesrv.router.codes),
+                       (controller.address, controller.router.codes),
+                       (relay.address, relay._router.codes)]  # fmt: skip
+            checked = 0
+            for addr, codes in servers:
+                for code in sorted(codes):
+                    response = await _raw(rpc, addr, code, {"topic": "topicA"})
+                    assert response.code == ResponseCode.NO_PERMISSION, (addr, code, response)
+                    assert response.remark == "No accessKey is configured"
+                    if kind_of(code) in (Kind.ADMIN, Kind.INTERNAL):
+                        response = await _raw(signed, addr, code, {"topic": "topicA"})
+                        assert response.code == ResponseCode.NO_PERMISSION, (addr, code)
+                        assert (response.remark or "").startswith("Need admin permission"), code
+                    checked += 1
+        finally:
+            await relay.close()
+        assert checked == sum(len(codes) for _, codes in servers)
+        assert RequestCode.CONTROLLER_APPLY_BROKER_ID in controller.router.codes
+        assert RequestCode.SEND_MESSAGE_V2 in relay._router.codes
 
 
 async def test_malformed_huge_and_replayed_credentials_are_refused_and_the_broker_keeps_serving(

@@ -18,11 +18,16 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
+from ferrymq.cmd.controller import ControllerServer
 from ferrymq.cmd.ferry import cli
+from ferrymq.controller.config import ControllerConfig
 from ferrymq.errors import RemoteError, SendFailedError
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.proxy.remoting import RemotingRelay
+from ferrymq.raft.config import RaftConfig
 from ferrymq.rpc.client import RpcClient
 from ferrymq.security.acl import Credentials
+from ferrymq.security.acl2guard import Acl2Config
 from ferrymq.security.aclcodes import Kind, kind_of
 from ferrymq.security.aclcredentials import install_credentials
 from ferrymq.testing import LocalCluster
@@ -187,16 +192,25 @@ async def test_a_slave_replicates_users_and_acls_and_enforces_them_after_failove
         await namesrv.close()
 
 
-async def test_every_broker_code_is_refused_unsigned_and_admin_codes_for_normal_users(
+async def test_every_code_is_refused_unsigned_and_admin_codes_for_normal_users(
     tmp_path: Path,
 ) -> None:
+    """On the broker, a controller and the endpoint's remoting port (one of each, ACL 2.0)."""
+    init_user = '{"username": "root", "password": "root-pw"}'
+    controller = ControllerServer(
+        "n1", {"n1": "127.0.0.1:0"}, tmp_path / "n1", ControllerConfig(),
+        raft_config=RaftConfig(tick_interval=0.02, election_ticks=5, heartbeat_ticks=1),
+        auth=Acl2Config(authentication_enabled=True, authorization_enabled=True,
+                        init_authentication_user=init_user),
+    )  # fmt: skip
     async with (
         LocalCluster(
             tmp_path,
             authentication_enabled=True,
             authorization_enabled=True,
-            init_authentication_user='{"username": "root", "password": "root-pw"}',
+            init_authentication_user=init_user,
         ) as cluster,
+        controller,
         RpcClient() as unsigned,
         RpcClient(credentials=ROOT) as root,
         RpcClient(credentials=Credentials("bob", "b-pw")) as bob,
@@ -204,16 +218,34 @@ async def test_every_broker_code_is_refused_unsigned_and_admin_codes_for_normal_
         broker = cluster.broker.address
         user = {"username": "bob", "password": "b-pw"}
         assert (await _admin(root, broker, RequestCode.AUTH_CREATE_USER, {}, user)).code == 0
-        codes = sorted(cluster.broker.router.codes)
-        for code in codes:
-            response = await _admin(unsigned, broker, code, {"topic": "t"})
-            assert response.code == ResponseCode.NO_PERMISSION, (code, response)
-            assert response.remark == "No accessKey is configured"
-            if kind_of(code) in (Kind.ADMIN, Kind.INTERNAL):
-                response = await _admin(bob, broker, code, {"topic": "t"})
-                assert response.code == ResponseCode.NO_PERMISSION, code
-                assert "needs a Super user" in (response.remark or ""), code
+        deadline = time.monotonic() + 15
+        while not controller.parts.node.is_serving:
+            assert time.monotonic() < deadline, "the controller never led"
+            await asyncio.sleep(0.02)
+        made = await _admin(root, controller.address, RequestCode.AUTH_CREATE_USER, {}, user)
+        assert made.code == ResponseCode.SUCCESS, made.remark
+        relay = RemotingRelay("127.0.0.1:9", users=cluster.broker.state.auth)
+        await relay.start()
+        try:
+            servers = [(broker, cluster.broker.router.codes),
+                       (controller.address, controller.router.codes),
+                       (relay.address, relay._router.codes)]  # fmt: skip
+            for address, codes in servers:
+                for code in sorted(codes):
+                    response = await _admin(unsigned, address, code, {"topic": "t"})
+                    assert response.code == ResponseCode.NO_PERMISSION, (address, code, response)
+                    assert response.remark == "No accessKey is configured"
+                    if kind_of(code) in (Kind.ADMIN, Kind.INTERNAL):
+                        response = await _admin(bob, address, code, {"topic": "t"})
+                        assert response.code == ResponseCode.NO_PERMISSION, (address, code)
+                        assert "User:bob is not" in (response.remark or ""), (address, code)
+                        assert "Super" in (response.remark or ""), (address, code)
+        finally:
+            await relay.close()
+        codes = cluster.broker.router.codes
         assert RequestCode.AUTH_CREATE_ACL in codes
+        assert RequestCode.CONTROLLER_REGISTER_BROKER in controller.router.codes
+        assert RequestCode.PULL_MESSAGE in relay._router.codes
         bad_bodies = [
             b"{not json",
             json.dumps({"username": "x" * 5000, "password": "p"}).encode(),
