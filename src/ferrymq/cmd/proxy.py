@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from prometheus_client.metrics_core import Metric
@@ -28,10 +28,43 @@ from prometheus_client.metrics_core import Metric
 from ferrymq.cmd.metrics import metrics_endpoint, metrics_options
 from ferrymq.cmd.process import fail, run_until_signal, setup_logging, write_ready
 from ferrymq.cmd.tlsflags import install_tls, tls_server_options
+from ferrymq.config import ConfigError
 from ferrymq.errors import FerryError
 from ferrymq.metrics.exporter import MetricsExporterType
+from ferrymq.security.tls import TlsMode, process_server_tls
 
-__all__ = ["InProcessProxy", "proxy_command", "proxy_metrics", "run_proxy"]
+if TYPE_CHECKING:
+    from ferrymq.proxy.server import TlsFiles
+
+__all__ = ["InProcessProxy", "endpoint_tls", "proxy_command", "proxy_metrics", "run_proxy"]
+
+
+def endpoint_tls(tls: tuple[Path, Path] | None) -> TlsFiles | None:
+    """The gRPC port's TLS, with the process's client auth and trust.
+
+    `tls`'s certificate and key, else the process's listeners' when they use TLS (a broker's
+    enableProxy; `permissive` too: the gRPC port cannot tell plain text apart, so TLS only).
+
+    Raises:
+        ConfigError: `tls.server.need.client.auth=optional` (grpcio cannot serve it), or
+            listeners with TLS but no certificate file (`tls.test.mode.enable`).
+    """
+    from ferrymq.proxy.server import TlsFiles  # grpcio only where the endpoint runs
+
+    source = process_server_tls().source
+    if tls is None:
+        if source is None or source.server_mode is TlsMode.DISABLED:
+            return None
+        cert, key = source.server_cert_path, source.server_key_path
+        if cert is None or key is None:
+            raise ConfigError(
+                "tls.server.certPath", "the gRPC endpoint serves TLS from a certificate file"
+            )
+        tls = (cert, key)
+    if source is None:
+        return TlsFiles(*tls)
+    trust, need = source.server_trust_cert_path, source.server_need_client_auth
+    return TlsFiles(*tls, trust=trust, client_auth=need)
 
 
 class InProcessProxy:
@@ -57,11 +90,11 @@ class InProcessProxy:
         # imported here: grpcio loads only in the processes that serve it
         from ferrymq.namesrv.auth import AuthPull
         from ferrymq.proxy.remoting import RemotingRelay
-        from ferrymq.proxy.server import GrpcEndpoint, TlsFiles
+        from ferrymq.proxy.server import GrpcEndpoint
         from ferrymq.security.acl2guard import AuthStore
         from ferrymq.security.aclguard import AclFile
 
-        files = TlsFiles(*tls) if tls is not None else None
+        files = endpoint_tls(tls) if grpc_port >= 0 else None
         acl = AclFile(acl_file) if acl_file is not None else None
         self.users = AuthStore() if controllers else None
         """ACL 2.0: the controllers' users and ACLs (None: not on)."""
@@ -275,6 +308,11 @@ def proxy_command(
     if (grpc_tls_cert is None) != (grpc_tls_key is None):
         fail("--grpc-tls-cert and --grpc-tls-key go together")
     tls = (grpc_tls_cert, grpc_tls_key) if grpc_tls_cert and grpc_tls_key else None
+    if grpc_port >= 0:
+        try:  # client auth the gRPC port cannot honour: refused before anything listens
+            endpoint_tls(tls)
+        except ConfigError as exc:
+            fail(str(exc))
     if acl_enable and acl_file is None:
         fail("--acl-enable true needs --acl-file (the brokers' plain_acl.yml)")
     if acl_file is not None and not acl_enable:
@@ -282,7 +320,6 @@ def proxy_command(
     controllers = [a.strip() for a in controller_addr.split(";") if a.strip()]
     _check_acl2(authentication_enabled, authorization_enabled, controllers, acl_enable)
     if inner_client_authentication_credentials:
-        from ferrymq.config import ConfigError
         from ferrymq.security.acl2guard import parse_inner_credentials
         from ferrymq.security.aclcredentials import install_credentials
 

@@ -32,7 +32,7 @@ from ferrymq.cmd.controller import (
 )
 from ferrymq.cmd.metrics import metrics_endpoint, metrics_options
 from ferrymq.cmd.process import fail, kebab, run_until_signal, setup_logging, write_ready
-from ferrymq.cmd.proxy import InProcessProxy, proxy_metrics
+from ferrymq.cmd.proxy import InProcessProxy, endpoint_tls, proxy_metrics
 from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.config import ConfigError, build_config, config_keys, parse_properties
 from ferrymq.controller import metrics as controller_metrics
@@ -309,6 +309,8 @@ def broker_command(
         values["brokerId"] = "1"
     try:
         config, ignored = build_config(BrokerConfig, values)
+        if config.enable_proxy and config.grpc_server_port >= 0:
+            endpoint_tls(None)  # the endpoint's gRPC TLS: refused before anything listens
         if config.inner_client_authentication_credentials:  # the broker's own calls sign so
             install_credentials(
                 parse_inner_credentials(config.inner_client_authentication_credentials)

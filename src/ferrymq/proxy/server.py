@@ -1,10 +1,10 @@
 """The gRPC server of the endpoint: grpcio's asyncio server on a port, TLS optional.
 
 Owns the listening side: the port (0 picks a free one; the bound port is read back), server
-limits (message size, metadata size, concurrent streams), the TLS seam (a certificate chain
-and key in PEM; `ferrymq.security` helpers plug in here when present) and ACL 1.0 (`acl`: every
-call checked against the client's credentials, `proxy/auth.py`) or ACL 2.0 (`users`: the
-controllers' users and ACLs).
+limits (message size, metadata size, concurrent streams), TLS (a certificate chain and key in
+PEM, and the CAs a required client certificate must chain to: `TlsFiles`, reloaded by
+`security/tlsreload.py`) and ACL 1.0 (`acl`: every call checked against the client's
+credentials, `proxy/auth.py`) or ACL 2.0 (`users`: the controllers' users and ACLs).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from ferrymq.proxy.service import MessagingService
 from ferrymq.proxy.stubs import load
 from ferrymq.security.acl2guard import AuthSource
 from ferrymq.security.aclguard import AclFile
-from ferrymq.security.tlsreload import GrpcCertificates
+from ferrymq.security.tls import ClientAuth
+from ferrymq.security.tlsreload import GrpcCertificates, grpc_client_auth
 
 __all__ = ["GrpcEndpoint", "TlsFiles"]
 
@@ -31,10 +32,20 @@ _MAX_METADATA: Final = 16 * 1024
 
 @dataclass(frozen=True, slots=True)
 class TlsFiles:
-    """The server's certificate chain and private key (PEM files)."""
+    """The server's certificate chain and private key (PEM files), and who may connect.
+
+    `client_auth` REQUIRE: a client certificate chaining to `trust` (PEM CAs) is required.
+    OPTIONAL is refused (ConfigError naming `tls.server.need.client.auth`): grpcio cannot ask
+    for a certificate without requiring one, and a security setting never fails open.
+    """
 
     cert: Path
     key: Path
+    trust: Path | None = None
+    client_auth: ClientAuth = ClientAuth.NONE
+
+    def __post_init__(self) -> None:
+        grpc_client_auth(self.client_auth, self.trust)  # refused here, before anything binds
 
 
 class GrpcEndpoint:
@@ -84,8 +95,9 @@ class GrpcEndpoint:
         bind = f"{self.host}:{self.port}"
         if self.tls is not None:
             # read again at a handshake when the files changed: new certificates, no restart
-            credentials = GrpcCertificates(self.tls.cert, self.tls.key).credentials()
-            port = server.add_secure_port(bind, credentials)
+            tls = self.tls
+            credentials = GrpcCertificates(tls.cert, tls.key, tls.trust, tls.client_auth)
+            port = server.add_secure_port(bind, credentials.credentials())
         else:
             port = server.add_insecure_port(bind)
         if port == 0:

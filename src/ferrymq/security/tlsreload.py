@@ -8,7 +8,9 @@ theirs. The files are first loaded into a scratch context, so a half-written fil
 does not match its certificate leaves the certificate in use (one warning) until the next change.
 A trust file's new CAs are added; one removed from it stays trusted until a restart (OpenSSL
 cannot take a loaded CA out of a context). gRPC's listener (the RocketMQ 5 endpoint) asks
-`GrpcCertificates` at each handshake, which reads the files again only when they changed.
+`GrpcCertificates` at each handshake, which reads the files again only when they changed (its
+trust file included: there a removed CA is no longer trusted), and owns which client-auth modes
+that listener can honour (`grpc_client_auth`: grpcio cannot ask for an optional certificate).
 """
 
 from __future__ import annotations
@@ -23,9 +25,17 @@ from typing import Final, cast
 
 import grpc
 
-from ferrymq.security.tls import ServerTls, TlsConfig
+from ferrymq.config import ConfigError
+from ferrymq.security.tls import ClientAuth, ServerTls, TlsConfig
 
-__all__ = ["CHECK_EVERY_S", "FileStamp", "GrpcCertificates", "ServerCertificates", "watch"]
+__all__ = [
+    "CHECK_EVERY_S",
+    "FileStamp",
+    "GrpcCertificates",
+    "ServerCertificates",
+    "grpc_client_auth",
+    "watch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -111,21 +121,53 @@ async def watch(tls: ServerTls, every_s: float = CHECK_EVERY_S) -> None:
         files.check()
 
 
+def grpc_client_auth(need: ClientAuth, trust: Path | None) -> bool:
+    """Whether a gRPC listener requires a client certificate for `tls.server.need.client.auth`.
+
+    Raises:
+        ConfigError: `optional` (grpcio's server either does not ask for a certificate or
+            requires one: serving it as either would not be what was asked, and `none` would
+            let a wrong certificate in), or a requirement without `tls.server.trustCertPath`.
+    """
+    if need is ClientAuth.OPTIONAL:
+        raise ConfigError(
+            "tls.server.need.client.auth",
+            "optional is not served on the gRPC endpoint's port (grpcio can only not ask for a "
+            "client certificate or require one): use require or none, or turn the gRPC port off",
+        )
+    if need is ClientAuth.REQUIRE and trust is None:
+        raise ConfigError("tls.server.trustCertPath", "required by tls.server.need.client.auth")
+    return need is ClientAuth.REQUIRE
+
+
 class GrpcCertificates:
-    """A gRPC server's certificate and key, read again at a handshake when the files changed.
+    """A gRPC server's certificate, key and trust, read again at a handshake when files changed.
 
     grpcio calls the instance from its own threads (`dynamic_ssl_server_credentials`); a file
-    that does not read leaves the configuration in use.
+    that does not read leaves the configuration in use. `trust` (the CAs client certificates
+    must chain to) is required with `client_auth=REQUIRE`; `OPTIONAL` is refused
+    (`grpc_client_auth`).
     """
 
-    def __init__(self, cert: Path, key: Path) -> None:
-        self._paths = (cert, key)
+    def __init__(
+        self,
+        cert: Path,
+        key: Path,
+        trust: Path | None = None,
+        client_auth: ClientAuth = ClientAuth.NONE,
+    ) -> None:
+        self.require_client_auth = grpc_client_auth(client_auth, trust)
+        self._trust = trust
+        self._paths = (cert, key) if trust is None else (cert, key, trust)
         self._seen = _stamp(self._paths)
         self.initial = self._read()
 
     def _read(self) -> grpc.ServerCertificateConfiguration:
-        cert, key = self._paths
-        return grpc.ssl_server_certificate_configuration([(key.read_bytes(), cert.read_bytes())])
+        cert, key = self._paths[:2]
+        roots = None if self._trust is None else self._trust.read_bytes()
+        return grpc.ssl_server_certificate_configuration(
+            [(key.read_bytes(), cert.read_bytes())], root_certificates=roots
+        )
 
     def __call__(self) -> grpc.ServerCertificateConfiguration | None:
         """Called by grpcio: a new configuration when the files changed and load, else None."""
@@ -134,7 +176,10 @@ class GrpcCertificates:
             return None
         self._seen = now
         try:
-            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(*self._paths)
+            scratch = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            scratch.load_cert_chain(*self._paths[:2])
+            if self._trust is not None:
+                scratch.load_verify_locations(cafile=self._trust)
             fresh = self._read()
         except (ssl.SSLError, OSError) as exc:
             log.warning("gRPC TLS files changed but do not read, the certificate stays: %s", exc)
@@ -146,4 +191,6 @@ class GrpcCertificates:
         """Server credentials that ask this instance at each new handshake."""
         # grpcio documents None as "keep the configuration in use"; its stubs type it out
         fetcher = cast(Callable[[], grpc.ServerCertificateConfiguration], self)
-        return grpc.dynamic_ssl_server_credentials(self.initial, fetcher)
+        return grpc.dynamic_ssl_server_credentials(
+            self.initial, fetcher, require_client_authentication=self.require_client_auth
+        )
