@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
 from ferrymq.client.controller_admin import ControllerAdmin
 from ferrymq.cmd.controller import ControllerParts, ControllerServer
 from ferrymq.controller.config import ControllerConfig
 from ferrymq.errors import RemoteError
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.raft.config import RaftConfig
 from ferrymq.rpc.client import RpcClient
 from ferrymq.rpc.connection import Connection
@@ -22,7 +25,14 @@ from ferrymq.rpc.server import Router, RpcServer
 from ferrymq.security.acl import Credentials
 from ferrymq.security.aclcredentials import install_credentials
 from ferrymq.security.aclguard import AclFile, AclGuard
-from ferrymq.wire.codes import ResponseCode
+from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.controller import (
+    ApplyBrokerIdRequestHeader,
+    RegisterBrokerToControllerRequestHeader,
+)
+from ferrymq.wire.frame import RemotingCommand
+from ferrymq.wire.headers import to_ext_fields
+from ferrymq.wire.namesrv import BrokerHeartbeatRequestHeader
 
 ACL = """
 accounts:
@@ -109,3 +119,86 @@ async def test_a_controller_peer_with_a_wrong_secret_gets_none_of_its_raft_messa
             await asyncio.sleep(0.05)
         assert not parts["n3"].node.is_serving
         assert guards["n3"].denied == 0  # n1 and n2 sign right: n3 hears them
+
+
+def _controller_broker(tmp_path: Path, name: str, controller: str, namesrv: str) -> Broker:
+    return Broker(
+        BrokerConfig(
+            broker_name="broker-a",
+            enable_controller_mode=True,
+            controller_addr=controller,
+            namesrv_addr=namesrv,
+            store_path_root_dir=tmp_path / name,
+            listen_port=0,
+            mapped_file_size_commit_log=1024 * 1024,
+            broker_heartbeat_interval=100,
+            busy_poll_micros=0,
+        )
+    )
+
+
+async def test_a_broker_with_a_wrong_secret_gets_no_id_no_registration_and_no_heartbeat_in(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(ACL)
+    controller = ControllerServer(
+        "n1", {"n1": "127.0.0.1:0"}, tmp_path / "n1", ControllerConfig(), raft_config=RAFT,
+        acl_file=acl_file,
+    )  # fmt: skip
+    wrong = Credentials("cluster-admin", "wrong-secret")
+    async with (
+        controller,
+        NameServer(NamesrvConfig(listen_port=0)) as namesrv,
+        RpcClient(credentials=Credentials("cluster-admin", "cluster-secret")) as right_rpc,
+        ControllerAdmin(controller.address, timeout=3.0, rpc=right_rpc) as admin,
+        RpcClient(credentials=wrong) as wrong_rpc,
+    ):
+        deadline = time.monotonic() + 10
+        while not (await admin.metadata()).is_leader:
+            assert time.monotonic() < deadline, "the controller never led"
+            await asyncio.sleep(0.05)
+        assert controller.acl is not None
+        install_credentials(wrong)  # the broker process's own account, with a wrong secret
+        try:
+            broker = _controller_broker(tmp_path, "wrong", controller.address, namesrv.address)
+        finally:
+            install_credentials(None)
+        async with broker:
+            deadline = time.monotonic() + 15
+            while controller.acl.denied < 2:  # it asked for an id, was refused, asked again
+                assert time.monotonic() < deadline, "the broker never tried to register"
+                await asyncio.sleep(0.05)
+            assert not broker.state.is_master
+        assert "GetNextBrokerId: the controller answered 16" in caplog.text
+        assert "wrong-secret" not in caplog.text
+        cluster, name, addr = "DefaultCluster", "broker-a", "127.0.0.1:1"
+        for code, header in (  # what a stranger that skipped GetNextBrokerId would send
+            (RequestCode.CONTROLLER_APPLY_BROKER_ID,
+             ApplyBrokerIdRequestHeader(cluster, name, 1, f"{addr};0")),
+            (RequestCode.CONTROLLER_REGISTER_BROKER,
+             RegisterBrokerToControllerRequestHeader(
+                 cluster_name=cluster, broker_name=name, broker_id=1, broker_address=addr)),
+            (RequestCode.BROKER_HEARTBEAT, BrokerHeartbeatRequestHeader(cluster, addr, name, 1)),
+        ):  # fmt: skip
+            request = RemotingCommand(code=code, ext_fields=to_ext_fields(header))
+            answer = await wrong_rpc.call(controller.address, request, 5.0)
+            assert answer.code == ResponseCode.NO_PERMISSION, (code, answer.remark)
+            assert (answer.remark or "").startswith("Check signature failed"), code
+        assert await admin.next_broker_id("DefaultCluster", "broker-a") == 1  # no id was given
+        with pytest.raises(RemoteError):
+            await admin.replica_info("broker-a")  # no such group: nothing registered
+
+        install_credentials(Credentials("cluster-admin", "cluster-secret"))
+        try:
+            broker = _controller_broker(tmp_path, "right", controller.address, namesrv.address)
+        finally:
+            install_credentials(None)
+        async with broker:
+            deadline = time.monotonic() + 15
+            while not broker.state.is_master:
+                assert time.monotonic() < deadline, "the right secret never registered"
+                await asyncio.sleep(0.05)
+            replicas = await admin.replica_info("broker-a")
+            assert replicas.master_address == broker.address
+            assert await admin.next_broker_id("DefaultCluster", "broker-a") == 2
