@@ -13,12 +13,21 @@ import grpc
 import pytest
 from click.testing import CliRunner
 
+from ferrymq.broker.config import BrokerConfig
 from ferrymq.cmd.ferry import cli
 from ferrymq.cmd.proxy import endpoint_tls
+from ferrymq.cmd.servers import _start_proxy
 from ferrymq.config import ConfigError
 from ferrymq.proxy.server import GrpcEndpoint, TlsFiles
 from ferrymq.proxy.stubs import load
-from ferrymq.security.tls import TLS_ENV, ClientAuth, install, settings_for, tls_config_from
+from ferrymq.security.tls import (
+    TLS_ENV,
+    ClientAuth,
+    install,
+    restore,
+    settings_for,
+    tls_config_from,
+)
 from ferrymq.security.tlscerts import LocalCa, issue_certificate, make_ca
 
 from .raw import rpc
@@ -99,6 +108,39 @@ async def test_a_required_client_certificate_is_enforced_on_the_grpc_port(pki: P
         assert await _heartbeat(address, _credentials(pki.ca.cert_path, pki.client))
         assert not await _heartbeat(address, _credentials(pki.ca.cert_path))
         assert await _heartbeat(address, _credentials(pki.ca.cert_path, pki.client))
+
+
+async def test_a_brokers_enable_proxy_endpoint_serves_the_brokers_tls_and_client_auth(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """Before, the in-broker endpoint's gRPC port served plain text whatever the broker's TLS."""
+    values = {
+        "tlsEnable": "true",
+        "tls.server.certPath": str(pki.server[0]),
+        "tls.server.keyPath": str(pki.server[1]),
+        "tls.server.trustCertPath": str(pki.ca.cert_path),
+        "tls.server.need.client.auth": "require",
+    }
+    token = install(settings_for(tls_config_from(values)))
+    try:
+        config = BrokerConfig(
+            namesrv_addr="127.0.0.1:9",
+            store_path_root_dir=tmp_path,
+            enable_proxy=True,
+            grpc_server_port=0,
+            remoting_listen_port=-1,
+        )
+        proxy = await _start_proxy(config)
+    finally:
+        restore(token)
+    try:
+        assert proxy.endpoint is not None
+        address = proxy.endpoint.address
+        assert not await _heartbeat(address, None)
+        assert not await _heartbeat(address, _credentials(pki.ca.cert_path))
+        assert await _heartbeat(address, _credentials(pki.ca.cert_path, pki.client))
+    finally:
+        await proxy.close()
 
 
 def test_the_endpoint_takes_client_auth_from_the_process_and_refuses_optional(pki: Pki) -> None:
