@@ -13,10 +13,15 @@ step goes over REST (httpx) as a user's would.
 - a malformed message goes to the dead-letter topic with its reason (errors.tolerance=all) or
   fails the task (none); a wrong password, an unreachable database or a missing table is a
   FAILED task with a clear trace that stays FAILED (no crash loop); after the fix,
-  `restart?onlyFailed=true&includeTasks=true` restarts only the failed task, and it runs.
+  `restart?onlyFailed=true&includeTasks=true` restarts only the failed task, and it runs;
+  POST .../tasks/0/restart restarts task 0's query only (a new query run id), task 1 keeps its
+  run, and both go on exactly (each row written once);
+- one SparkSession per worker, started lazily: w1 has no Java process below it until its first
+  task, and one while it runs several tasks (/proc).
 """
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -35,7 +40,7 @@ from ferrymq.cmd.up import ProcessCluster, UpConfig
 from ferrymq.spark.plan import stable_partition
 
 from ..connectors.postgres import Database, PostgresServer, start_postgres
-from ..spark.conftest import spark_env
+from ..spark.conftest import descendants, spark_env
 from .connect_cluster import FAST, SMALL_LOG, url
 
 pytestmark = [
@@ -71,6 +76,8 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pro
             *(running.restart_worker(w, extra=[*FAST, *FAST_STATUS]) for w in ("w1",))
         )
         await until("a leader", lambda: _has_leader(url(running, "w1")), 60)
+        # the session starts lazily: a worker that holds no task has started no JVM
+        assert jvms(running) == [], "w1 started a JVM before its first task"
         yield running
     finally:
         await running.stop()
@@ -180,7 +187,7 @@ def counted_table(database: Database, table: str) -> None:
         f"CREATE TABLE {table} (id bigint PRIMARY KEY, v text, writes int NOT NULL DEFAULT 1)"
     )
     database.query(
-        "CREATE FUNCTION count_writes() RETURNS trigger LANGUAGE plpgsql AS "
+        "CREATE OR REPLACE FUNCTION count_writes() RETURNS trigger LANGUAGE plpgsql AS "
         "$$ BEGIN NEW.writes := OLD.writes + 1; RETURN NEW; END $$"
     )
     database.query(
@@ -194,6 +201,16 @@ def writes(database: Database, table: str) -> dict[int, list[int]]:
     found: dict[int, list[int]] = {}
     for row_id, written in database.query(f"SELECT id, writes FROM {table} ORDER BY id"):
         found.setdefault(int(str(written)), []).append(int(str(row_id)))
+    return found
+
+
+def jvms(cluster: ProcessCluster) -> list[int]:
+    """The Java processes below w1's Python process (its Spark driver, once started)."""
+    found = []
+    for pid in descendants(cluster.workers["w1"].pid):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as comm:
+            if comm.read().strip() == "java":
+                found.append(pid)
     return found
 
 
@@ -355,7 +372,7 @@ async def test_database_failures_are_failed_tasks_and_restart_only_failed_runs_t
         await create_topic(cluster, topic)
         await send(cluster, topic, rows(range(100)))
     missing = topics[1]  # task 1's table does not exist
-    database.query(f"CREATE TABLE {topics[0]} (id bigint PRIMARY KEY, v text)")
+    counted_table(database, topics[0])
     wrong, unreachable, split = name(), name(), name()
     configs = {
         wrong: sink(database, topics[0], "${topic}", **{"connection.password": "wrong"}),
@@ -394,7 +411,7 @@ async def test_database_failures_are_failed_tasks_and_restart_only_failed_runs_t
     await until("task 0's 100 rows", lambda: _is(count(database, topics[0]) == 100))
 
     # the fix: the table exists; only the failed task restarts, and it runs
-    database.query(f"CREATE TABLE {missing} (id bigint PRIMARY KEY, v text)")
+    counted_table(database, missing)
     before = (await status(base, split))["tasks"][0]["ferrymq"]
     restarted = await call(
         base, "POST", f"/connectors/{split}/restart", onlyFailed="true", includeTasks="true"
@@ -405,6 +422,36 @@ async def test_database_failures_are_failed_tasks_and_restart_only_failed_runs_t
     await until("task 1's rows", lambda: _is(count(database, missing) == 100))
     after = (await status(base, split))["tasks"][0]["ferrymq"]
     assert (after["run_id"], after["starts"]) == (before["run_id"], before["starts"])
+    # every task of the worker (these two and the other connectors') runs in its one JVM
+    assert len(jvms(cluster)) == 1, jvms(cluster)
+
+    # restart of one task restarts its query only: task 1 keeps its run (query run id, starts)
+    held = {t["id"]: t["ferrymq"] for t in (await status(base, split))["tasks"]}
+    restarted = await call(base, "POST", f"/connectors/{split}/tasks/0/restart")
+    assert restarted.status_code == 204, restarted.text
+
+    async def restarted_0() -> bool:
+        view = await status(base, split)
+        task = view["tasks"][0]
+        return bool(task["state"] == "RUNNING" and task["ferrymq"]["run_id"] != held[0]["run_id"])
+
+    await until("task 0 running a new query", restarted_0, 60)
+    tasks = {t["id"]: t["ferrymq"] for t in (await status(base, split))["tasks"]}
+    assert tasks[0]["starts"] == held[0]["starts"] + 1, (held, tasks)
+    assert (tasks[1]["run_id"], tasks[1]["starts"]) == (held[1]["run_id"], held[1]["starts"])
+    for topic in topics.values():  # both queries go on from their checkpoints, exactly
+        await send(cluster, topic, rows(range(100, 150)))
+    for topic in topics.values():
+
+        async def all_150(table: str = topic) -> bool:
+            return count(database, table) == 150
+
+        await until(f"{topic}'s 150 rows", all_150, 60)
+    await asyncio.sleep(2 * TRIGGER_MS / 1000)  # a repeat would land now
+    for topic in topics.values():
+        assert writes(database, topic) == {1: list(range(150))}, topic
+    after = (await status(base, split))["tasks"][1]["ferrymq"]
+    assert after["run_id"] == held[1]["run_id"]
 
     # the fixed password: the config change restarts the task, and it runs
     fixed = await call(
