@@ -139,6 +139,25 @@ async def test_a_required_client_certificate_is_checked(pki: Pki) -> None:
         assert await _echo(known, server.address) == b"cba"
 
 
+async def test_an_optional_client_certificate_is_verified_when_one_is_presented(pki: Pki) -> None:
+    """No certificate is served, an untrusted one is refused.
+
+    RocketMQ (TlsHelper) verifies a presented one only with tls.server.authClient=true (its
+    default false trusts any certificate): ferrymq always verifies against trustCertPath.
+    """
+    async with (
+        RpcServer(_router(), tls=_server_tls(pki, client_auth="optional")) as server,
+        RpcClient(tls=_client_tls(pki.ca.cert_path)) as anonymous,
+        RpcClient(tls=_client_tls(pki.ca.cert_path, pki.client)) as known,
+        RpcClient(tls=_client_tls(pki.ca.cert_path, pki.stranger)) as stranger,
+    ):
+        assert await _echo(anonymous, server.address) == b"cba"
+        assert await _echo(known, server.address) == b"cba"
+        with pytest.raises((ConnectError, ConnectionClosedError)):
+            await _echo(stranger, server.address)
+        assert await _echo(anonymous, server.address) == b"cba"  # and the port serves on
+
+
 @pytest.mark.parametrize(
     "garbage",
     [
