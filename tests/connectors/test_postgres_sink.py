@@ -280,3 +280,52 @@ def test_a_wrong_password_a_missing_table_or_no_server_fail_with_a_clear_error(
         assert 'table "setup_rows" does not exist' in ended_with(query)
     finally:
         query.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(240)
+def test_spark_sql_expressions_compute_the_columns_and_a_bad_one_fails_the_start(
+    spark: Any, ferry: Ferry, database: Database, tmp_path: Path
+) -> None:
+    topic = "PgExpr"
+    asyncio.run(create_topic(ferry.servers, topic, 2))
+    documents = [{"a": str(i), "name": f"n{i}", "x": i * 10} for i in range(40)]
+    asyncio.run(produce_json(ferry.servers, topic, documents, batch=20))
+    ends = asyncio.run(end_offsets(ferry.servers, topic))
+    expressions = (
+        "CAST(get_json_object(value, '$.a') AS BIGINT) AS id, "
+        "upper(get_json_object(value, '$.name')) AS name, "
+        "concat(topic, '/', brokerName, '/', queueId, '@', offset) AS place, "
+        "get_json_object(value, '$.x') + 1 AS x"
+    )
+    config = sink_config(
+        database,
+        "expr",
+        topic,
+        fields="id bigint not null, name text, place text, x bigint",
+        **{"fields.expressions": expressions, "auto.create": "true"},
+    )
+    ctx = replace(
+        context(ferry, tmp_path, "expr", 1), query_name="runtime-named", trigger_interval_ms=200
+    )
+    query = start(spark, config, ctx)
+    try:
+        assert query.name == "runtime-named"  # the runtime's name, applied by start_query
+        run_until(query, "all written", lambda: stored_offsets(database, "expr") == ends)
+    finally:
+        query.stop()
+    rows = database.query('SELECT id, name, place, x FROM "PgExpr" ORDER BY id')
+    assert len(rows) == 40
+    queue_places = {str(r[2]).rsplit("@", 1)[0] for r in rows}
+    assert queue_places == {f"PgExpr/{b}/{q}" for b, q in ends}
+    for i, (row_id, name, place, x) in enumerate(rows):
+        assert (row_id, name, x) == (i, f"N{i}", i * 10 + 1)
+        assert str(place).startswith("PgExpr/")
+
+    bad = {**config, "fields.expressions": "no_such_function(value) AS name"}
+    with pytest.raises(PostgresConnectorError) as refused:
+        start(spark, bad, context(ferry, tmp_path, "expr-bad", 1))
+    assert "Spark refused fields.expressions (no_such_function(value) AS name)" in str(
+        refused.value
+    )
+    assert "no_such_function" in str(refused.value).split("): ", 1)[1]  # Spark's own message

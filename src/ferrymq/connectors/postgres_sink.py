@@ -68,6 +68,15 @@ Exactly once, whatever Spark replays or whoever owns the task (rules):
    (`runtime.SPARK_MASTER`; a corrupted map would fail every retry too, so retries do not hide
    that failure).
 
+9. Computed columns (`fields.expressions`, `postgres_expressions`): Spark evaluates the
+   expressions over each message row in the query (`_computed`) and the writer gets, for each
+   message, its topic, partition, offset and key as they were and a body that is the JSON object
+   of the computed columns (`to_json`; a NULL is a missing field), which rules 1-7 map by
+   `fields` as any body: the offsets still commit with the rows. Spark rows are needed, so
+   expressions read in `rows` mode (the default when they are set; `ranges` with them is a
+   config error). A dead letter then carries the computed JSON. An expression Spark refuses
+   fails the task's start with Spark's message (`/status` shows FAILED with it).
+
 Task split: `tasks.max` tasks; with one, the query subscribes to the topics (queues that appear
 later join). With more, a task reads the queues whose `(crc32(topic) + stable partition) %
 tasks` is its index (docs/spark.md "The stable partition number"), listed when it starts and
@@ -131,6 +140,7 @@ from ferrymq.connectors.postgres import (
     table_name,
 )
 from ferrymq.connectors.postgres_columns import Column, bulk_reader, parse_fields, row_reader
+from ferrymq.connectors.postgres_expressions import EXPRESSIONS_KEY, parse_expressions
 from ferrymq.connectors.runtime import TRIGGER_INTERVAL_MS
 from ferrymq.connectors.selection import list_value, topic_selection_errors
 from ferrymq.model import validate_topic
@@ -199,7 +209,7 @@ _DDL_LOCK: Final = 0x4645525259  # "FERRY": serialises CREATE TABLE IF NOT EXIST
 _PASSED_READ_OPTIONS: Final = ("failOnDataLoss",)
 """Sink config keys that are ferrymq read options (of the reader, or of a ranges writer)."""
 READ_MODES: Final = ("ranges", "rows")
-"""The first is the default (rule 8)."""
+"""The first is the default (rule 8), `rows` with `fields.expressions` (rule 9)."""
 _KEY: Final = "connector = %s AND incarnation = %s AND topic = %s AND broker = %s AND queue = %s"
 
 
@@ -258,6 +268,14 @@ def _bool(config: Mapping[str, str], key: str, default: bool) -> bool:
     return (config.get(key) or str(default)).strip().lower() == "true"
 
 
+def read_mode(config: Mapping[str, str]) -> str:
+    """`ferrymq.read.mode`, else `rows` with `fields.expressions` and `ranges` without."""
+    given = (config.get("ferrymq.read.mode") or "").strip()
+    if given:
+        return given
+    return "rows" if (config.get(EXPRESSIONS_KEY) or "").strip() else READ_MODES[0]
+
+
 def _config_errors(config: Mapping[str, str]) -> dict[str, list[str]]:
     errors = topic_selection_errors(config)
 
@@ -284,9 +302,23 @@ def _config_errors(config: Mapping[str, str]) -> dict[str, list[str]]:
     if keys and not by_value:
         add("pk.fields", "pk.fields is set but pk.mode is none")
     try:
-        parse_fields(config.get("fields") or "", keys)
+        columns = parse_fields(config.get("fields") or "", keys)
     except ValueError as exc:
         add("fields", str(exc))
+        columns = ()
+    expressions = (config.get(EXPRESSIONS_KEY) or "").strip()
+    if expressions:
+        if columns:
+            try:
+                parse_expressions(expressions, columns)
+            except ValueError as exc:
+                add(EXPRESSIONS_KEY, str(exc))
+        if read_mode(config) == "ranges":
+            add(
+                "ferrymq.read.mode",
+                f"{EXPRESSIONS_KEY} are evaluated by Spark over the message rows: they need "
+                f"ferrymq.read.mode=rows (the default when {EXPRESSIONS_KEY} is set)",
+            )
     dead = (config.get("errors.deadletterqueue.topic.name") or "").strip()
     if dead:
         try:
@@ -1114,6 +1146,15 @@ class PostgresSink(ConnectorPlugin):
             group="Writes",
         ),
         ConfigKey(
+            EXPRESSIONS_KEY,
+            ConfigType.STRING,
+            "Spark SQL expressions computing the columns from each message row (value and key "
+            "as text, topic, offset, tags, ...), comma-separated, each 'expr AS column', e.g. "
+            "\"CAST(get_json_object(value, '$.id') AS BIGINT) AS id\"; the columns' types stay "
+            "fields'; read in ferrymq.read.mode=rows.",
+            group="Writes",
+        ),
+        ConfigKey(
             "insert.mode",
             ConfigType.STRING,
             "insert: every message is a new row; upsert: INSERT ... ON CONFLICT (pk.fields) DO "
@@ -1191,7 +1232,8 @@ class PostgresSink(ConnectorPlugin):
             "ferrymq.read.mode",
             ConfigType.STRING,
             "rows: the ferrymq source's message rows; ranges: each Spark task pulls its queue "
-            "range's messages in the writer itself (no message crosses Spark's JVM).",
+            "range's messages in the writer itself (no message crosses Spark's JVM); rows when "
+            "fields.expressions is set.",
             default=READ_MODES[0],
             choices=READ_MODES,
             group="Spark",
@@ -1291,12 +1333,17 @@ class PostgresSink(ConnectorPlugin):
             reader = reader.option("subscribe", ",".join(list_value(config, "topics")))
         if config.get("maxOffsetsPerTrigger"):
             reader = reader.option("maxOffsetsPerTrigger", config["maxOffsetsPerTrigger"])
-        if (config.get("ferrymq.read.mode") or READ_MODES[0]) == "ranges":
+        expressions = (config.get(EXPRESSIONS_KEY) or "").strip()
+        if read_mode(config) == "ranges":
             rows = reader.option("rowsAs", "ranges").load()  # rule 8
         else:
             for name, value in spec.read_options.items():
                 reader = reader.option(name, value)
-            rows = reader.load().select(*_MESSAGE_COLUMNS)
+            if expressions:  # rule 9
+                computed = parse_expressions(expressions, spec.columns)
+                rows = _computed(reader.option("includeFerryColumns", "true").load(), computed)
+            else:
+                rows = reader.load().select(*_MESSAGE_COLUMNS)
         log.info(
             "PostgresSink %s task %d (generation %d): %d queues into %s",
             spec.connector,
@@ -1368,6 +1415,34 @@ class PostgresSink(ConnectorPlugin):
         with target.connect("applying an offsets change", autocommit=True) as conn:
             create_offsets_tables(conn)
             return _apply_change(conn, config.get("name", ""), change)
+
+
+def _computed(frame: Any, expressions: Sequence[tuple[str, str]]) -> Any:
+    """The message rows with the computed columns as the JSON body (rule 9).
+
+    Raises:
+        PostgresConnectorError: Spark refuses an expression (its AnalysisException's message).
+    """
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions
+
+    seen = frame.withColumn("_ferry_key", functions.col("key"))
+    seen = seen.withColumn("value", functions.col("value").cast("string"))
+    seen = seen.withColumn("key", functions.col("key").cast("string"))
+    try:
+        body = functions.to_json(functions.struct(*(functions.expr(e) for _, e in expressions)))
+        return seen.select(
+            "topic",
+            "partition",
+            "offset",
+            functions.col("_ferry_key").alias("key"),
+            body.cast("binary").alias("value"),
+        )
+    except AnalysisException as exc:
+        raise PostgresConnectorError(
+            f"PostgresSink: Spark refused {EXPRESSIONS_KEY} "
+            f"({'; '.join(e for _, e in expressions)}): {exc}"
+        ) from None
 
 
 def _queues(servers: str, config: Mapping[str, str]) -> dict[str, list[QueueKey]]:
