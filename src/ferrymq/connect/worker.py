@@ -41,10 +41,11 @@ from ferrymq.connect.plugin import Plugins
 from ferrymq.connect.rest import build_app
 from ferrymq.connect.statuslog import StatusLog
 from ferrymq.connect.tasks import TaskManager, TaskRunner
-from ferrymq.errors import FerryError
+from ferrymq.errors import FerryError, RemoteError
 from ferrymq.model import MessageQueue
 from ferrymq.security import tlsreload
 from ferrymq.security.tls import process_client_tls, process_server_tls
+from ferrymq.wire.codes import ResponseCode
 
 __all__ = ["Worker", "WorkerStartError"]
 
@@ -243,6 +244,11 @@ class Worker:
                     try:
                         holder = await w.holder()
                     except FerryError as exc:
+                        if isinstance(exc, RemoteError) and exc.code == ResponseCode.NO_PERMISSION:
+                            raise WorkerStartError(
+                                f"the broker refused this worker's account ({exc}): check "
+                                "accessKey and secretKey in the worker config"
+                            ) from None
                         raise WorkerStartError(
                             f"configStoreTopic {config.config_store_topic} is not a fenced topic "
                             f"({exc}); create it with `ferry admin topic create --fenced` or let "
