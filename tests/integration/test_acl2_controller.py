@@ -2,7 +2,8 @@
 
 In process, real sockets: three controller nodes with authenticationEnabled (and their init
 user root), a NameServer and two single-replica broker groups in controller mode with ACL 2.0.
-Every server process signs its own calls as root (the installed process credentials).
+Every server process signs its own calls as root (the installed process credentials). And one
+node alone: a broker signing with a wrong password gets no id, registration or heartbeat in.
 """
 
 import asyncio
@@ -16,7 +17,8 @@ from typing import Any
 
 from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import BrokerConfig
-from ferrymq.cmd.controller import ControllerParts
+from ferrymq.client.controller_admin import ControllerAdmin
+from ferrymq.cmd.controller import ControllerParts, ControllerServer
 from ferrymq.controller.config import ControllerConfig
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.raft.config import RaftConfig
@@ -27,9 +29,13 @@ from ferrymq.security.acl import Credentials
 from ferrymq.security.acl2guard import Acl2Config, Acl2Guard
 from ferrymq.security.aclcredentials import install_credentials
 from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.controller import (
+    ApplyBrokerIdRequestHeader,
+    RegisterBrokerToControllerRequestHeader,
+)
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
-from ferrymq.wire.namesrv import GetRouteInfoRequestHeader
+from ferrymq.wire.namesrv import BrokerHeartbeatRequestHeader, GetRouteInfoRequestHeader
 
 from .remoting import create_topic, send
 
@@ -247,3 +253,67 @@ async def test_users_made_through_one_group_are_enforced_by_another_and_outlive_
             assert namesrv.routes.route_of("open") is not None  # brokers registered, as root
     finally:
         install_credentials(None)
+
+
+def _signing_broker(
+    root: Path, name: str, controller: str, namesrv: str, as_: Credentials
+) -> Broker:
+    """A controller-mode broker whose process signs as `as_` (broker ACL off: only its calls)."""
+    install_credentials(as_)
+    try:
+        return Broker(
+            BrokerConfig(
+                broker_name="broker-a",
+                enable_controller_mode=True,
+                controller_addr=controller,
+                namesrv_addr=namesrv,
+                store_path_root_dir=root / name,
+                listen_port=0,
+                mapped_file_size_commit_log=1024 * 1024,
+                broker_heartbeat_interval=100,
+                busy_poll_micros=0,
+            )
+        )
+    finally:
+        install_credentials(None)
+
+
+async def test_a_broker_with_a_wrong_password_gets_no_id_no_registration_and_no_heartbeat_in(
+    tmp_path: Path,
+) -> None:
+    """One controller node with ACL 2.0: the broker process signs as root with a wrong password."""
+    controller = ControllerServer(
+        "n1", {"n1": "127.0.0.1:0"}, tmp_path / "n1", POLICY, raft_config=RAFT, auth=AUTH
+    )
+    wrong = Credentials("root", "not-root-pw")
+    async with (
+        controller,
+        NameServer(NamesrvConfig(listen_port=0)) as namesrv,
+        RpcClient(credentials=ROOT) as root_rpc,
+        ControllerAdmin(controller.address, timeout=3.0, rpc=root_rpc) as admin,
+        RpcClient(credentials=wrong) as wrong_rpc,
+    ):
+        await _until(lambda: controller.parts.node.is_serving, "the controller leads")
+        guard = controller.auth_guard
+        assert guard is not None
+        args = (controller.address, namesrv.address)
+        async with _signing_broker(tmp_path, "wrong", *args, wrong) as intruder:
+            await _until(lambda: guard.denied >= 2, "the broker asked for an id twice")
+            assert not intruder.state.is_master
+        cluster, group, addr = "DefaultCluster", "broker-a", "127.0.0.1:1"
+        for code, header in (  # what a stranger that skipped GetNextBrokerId would send
+            (RequestCode.CONTROLLER_APPLY_BROKER_ID,
+             ApplyBrokerIdRequestHeader(cluster, group, 1, f"{addr};0")),
+            (RequestCode.CONTROLLER_REGISTER_BROKER,
+             RegisterBrokerToControllerRequestHeader(
+                 cluster_name=cluster, broker_name=group, broker_id=1, broker_address=addr)),
+            (RequestCode.BROKER_HEARTBEAT, BrokerHeartbeatRequestHeader(cluster, addr, group, 1)),
+        ):  # fmt: skip
+            request = RemotingCommand(code=code, ext_fields=to_ext_fields(header))
+            answer = await wrong_rpc.call(controller.address, request, 5.0)
+            assert answer.code == ResponseCode.NO_PERMISSION, (code, answer.remark)
+        assert await admin.next_broker_id(cluster, group) == 1  # no id was given
+        async with _signing_broker(tmp_path, "right", *args, ROOT) as broker:
+            await _until(lambda: broker.state.is_master, "the right password registers")
+            assert (await admin.replica_info(group)).master_address == broker.address
+        assert await admin.next_broker_id(cluster, group) == 2
