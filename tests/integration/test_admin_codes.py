@@ -7,6 +7,9 @@ import json
 import re
 import time
 
+import pytest
+
+from ferrymq.broker import admin as admin_codes
 from ferrymq.broker.cloneoffset import CloneGroupOffsetRequestHeader
 from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.message import Message
@@ -335,14 +338,17 @@ async def test_clone_group_offset(cluster: LocalCluster, client: RpcClient) -> N
 
 
 async def test_consume_message_directly_runs_the_listener_and_commits_nothing(
-    cluster: LocalCluster, client: RpcClient
+    cluster: LocalCluster, client: RpcClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     addr = cluster.broker.address
     await create_topic(client, addr, "Resent", queues=1)
     seen: list[bytes] = []
+    hold = asyncio.Event()
 
     async def listener(message: Message) -> None:
         seen.append(message.body)
+        if hold.is_set():  # longer than the broker waits
+            await asyncio.sleep(0.5)
         if len(seen) > 2:  # a direct consume: takes a measurable time; the second one fails
             await asyncio.sleep(0.06)  # asyncio may wake a tick early: 50 ms is sure
             if len(seen) == 4:
@@ -424,8 +430,17 @@ async def test_consume_message_directly_runs_the_listener_and_commits_nothing(
         alone = await Ferry(ns)("message", "by-id", msg_id, "--group", "CGD", code=2)
         assert "--group and --client-id go together" in alone
         await Ferry(ns)("message", "consume-directly", msg_id, "--group", "CGD", code=2)
-    # never redelivered, never sent back: only the four direct consumes came again
-    assert seen == [b"m0", b"m1", b"m0", b"m0", b"m0", b"m0"]
+
+        monkeypatch.setattr(admin_codes, "RUNNING_INFO_TIMEOUT_S", 0.1)  # not 5 s in a test
+        hold.set()
+        late = await directly(me)
+        assert late.code == ResponseCode.SYSTEM_ERROR
+        assert (late.remark or "").startswith(f"The Consumer <CGD> <{me}> did not answer: "), (
+            late.remark
+        )
+        assert "no response to request code 309 within 0.1 s" in (late.remark or "")
+    # never redelivered, never sent back: only the five direct consumes came again
+    assert seen == [b"m0", b"m1", b"m0", b"m0", b"m0", b"m0", b"m0"]
 
 
 async def test_system_topic_list_from_the_broker(cluster: LocalCluster, client: RpcClient) -> None:

@@ -730,7 +730,8 @@ async def _call_client(
         answer = await channel.conn.call(request, RUNNING_INFO_TIMEOUT_S)
     except FerryError as exc:
         raise RequestError(
-            ResponseCode.SYSTEM_ERROR, f"consumer {client_id} did not answer: {exc}"
+            ResponseCode.SYSTEM_ERROR,
+            f"The Consumer <{group_name}> <{client_id}> did not answer: {exc}",
         ) from None
     return answer
 
