@@ -70,7 +70,9 @@ class WorkerConfig:
     rest_request_timeout_ms: int = 90_000
     """A write not committed and applied by then is answered 504 (outcome unknown)."""
     access_key: str = ""
-    """ACL 1.0 (issue 23): the worker, its clients and its tasks' Spark queries sign with it."""
+    """ACL 1.0 (issue 23): `ferry connect worker` installs it for its whole process
+    (`aclcredentials.export_credentials`), so the worker, its clients and its tasks' Spark
+    queries sign with it; a `Worker` built in-process signs with the process's credentials."""
     secret_key: str = field(default="", repr=False)
     """The access key's secret (never in a repr, a log or the REST API)."""
     status_republish_ms: int = 30_000
