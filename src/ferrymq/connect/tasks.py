@@ -159,6 +159,7 @@ class TaskManager:
         for key in [k for k in self.runs if k not in wanted]:
             if self.runs.pop(key).state is TaskState.RUNNING:
                 await self._stop(key)
+                log.info("task %s/%d stopped: no longer this worker's to run", key[0], key[2])
         for key, (spec, target) in wanted.items():
             if target is TargetState.PAUSED:
                 await self._hold_paused(key, spec)
