@@ -325,7 +325,7 @@ def test_spark_sql_expressions_compute_the_columns_and_a_bad_one_fails_the_start
     bad = {**config, "fields.expressions": "no_such_function(value) AS name"}
     with pytest.raises(PostgresConnectorError) as refused:
         start(spark, bad, context(ferry, tmp_path, "expr-bad", 1))
-    assert "Spark refused fields.expressions (no_such_function(value) AS name)" in str(
-        refused.value
+    assert str(refused.value).startswith(
+        "PostgresSink expr-bad: Spark refused fields.expressions (no_such_function(value) AS "
+        "name): [UNRESOLVED_ROUTINE] Cannot resolve routine `no_such_function`"  # Spark's message
     )
-    assert "no_such_function" in str(refused.value).split("): ", 1)[1]  # Spark's own message

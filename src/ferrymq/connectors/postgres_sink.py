@@ -1341,7 +1341,8 @@ class PostgresSink(ConnectorPlugin):
                 reader = reader.option(name, value)
             if expressions:  # rule 9
                 computed = parse_expressions(expressions, spec.columns)
-                rows = _computed(reader.option("includeFerryColumns", "true").load(), computed)
+                frame = reader.option("includeFerryColumns", "true").load()
+                rows = _computed(spec.connector, frame, computed)
             else:
                 rows = reader.load().select(*_MESSAGE_COLUMNS)
         log.info(
@@ -1417,7 +1418,7 @@ class PostgresSink(ConnectorPlugin):
             return _apply_change(conn, config.get("name", ""), change)
 
 
-def _computed(frame: Any, expressions: Sequence[tuple[str, str]]) -> Any:
+def _computed(connector: str, frame: Any, expressions: Sequence[tuple[str, str]]) -> Any:
     """The message rows with the computed columns as the JSON body (rule 9).
 
     Raises:
@@ -1440,7 +1441,7 @@ def _computed(frame: Any, expressions: Sequence[tuple[str, str]]) -> Any:
         )
     except AnalysisException as exc:
         raise PostgresConnectorError(
-            f"PostgresSink: Spark refused {EXPRESSIONS_KEY} "
+            f"PostgresSink {connector}: Spark refused {EXPRESSIONS_KEY} "
             f"({'; '.join(e for _, e in expressions)}): {exc}"
         ) from None
 
