@@ -67,9 +67,9 @@ async def acl_cluster(tmp_path: Path) -> AsyncIterator[tuple[LocalCluster, Path]
         yield cluster, acl_file
 
 
-def _signed(access_key: str, secret: str) -> list[tuple[str, str]]:
-    """The metadata a 5.x client sends (RocketMQ's MQv2-HMAC-SHA1 header)."""
-    date = "20261126T071500Z"
+def _signed(access_key: str, secret: str, at: float | None = None) -> list[tuple[str, str]]:
+    """The metadata a 5.x client sends at `at` (default now; RocketMQ's MQv2-HMAC-SHA1 header)."""
+    date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(at))
     signature = grpc_signature(secret, date)
     return [
         ("x-mq-date-time", date),
@@ -118,6 +118,10 @@ async def test_both_ports_refuse_unsigned_wrong_and_denied_calls_and_serve_the_r
             assert "No permission for topic Secret" in denied.status.message
             ok = await send(_send(v2, "AclTopic"), metadata=right, timeout=10)
             assert ok.status.code == v2.code("OK"), ok.status
+            replayed = _signed("client-v5", "client-secret", at=time.time() - 16 * 60)
+            stale = await send(_send(v2, "AclTopic"), metadata=replayed, timeout=10)
+            assert stale.status.code == 40100, stale.status  # a replay 16 min later
+            assert "is outside the window of 900 s" in stale.status.message
             receive = v2.ReceiveMessageRequest(batch_size=1)
             receive.group.name = "g_acl"
             receive.message_queue.topic.name = "Secret"
@@ -138,7 +142,7 @@ async def test_both_ports_refuse_unsigned_wrong_and_denied_calls_and_serve_the_r
                 for s in m.samples
             )
             calls = endpoint.service.stats.calls
-            assert calls[("SendMessage", "UNAUTHORIZED")] == 2
+            assert calls[("SendMessage", "UNAUTHORIZED")] == 3
             assert (
                 calls[("SendMessage", "FORBIDDEN")] == calls[("ReceiveMessage", "FORBIDDEN")] == 1
             )
@@ -168,7 +172,7 @@ async def test_both_ports_refuse_unsigned_wrong_and_denied_calls_and_serve_the_r
         await relay.close()
         await endpoint.close()
     assert endpoint.guard is not None
-    assert endpoint.guard.denied == 5
+    assert endpoint.guard.denied == 6
     for secret in ("client-secret", "admin-secret", "not-the-secret", "wrong-secret"):
         assert secret not in caplog.text
 

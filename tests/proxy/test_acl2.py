@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -257,6 +258,7 @@ def test_decide_grpc2_rules() -> None:
             metadata={k.lower(): v for k, v in _signed(user, "pw")},
             host="127.0.0.1",
             resources=lambda: [(resource, perm)],
+            now=time.time(),
             authorization=authorization,
         )
         return None if refusal is None else refusal.status
@@ -288,6 +290,7 @@ def test_percent_encoded_ipv6_peers_meet_source_blocks() -> None:
             metadata={k.lower(): v for k, v in _signed("v6", "pw")},
             host=call_host("ipv6:%5B::1%5D:54621"),
             resources=lambda: [(topic, Perm.PUB)],
+            now=time.time(),
         )
         return None if refusal is None else refusal.status
 

@@ -6,7 +6,8 @@ SUB, receives, acks, offsets and pulls SUB on the topic and the group, Telemetry
 published topics or SUB on the group and its topics) and `GrpcGuard`, which decides a call from
 its metadata with `security.grpcacl.decide_grpc` against the `plain_acl.yml` the brokers use
 (reloaded on change), or with ACL 2.0 `decide_grpc2` against the users and ACLs the
-controllers keep (`users`, pulled by `namesrv/auth.py`'s `AuthPull`). The endpoint calls the
+controllers keep (`users`, pulled by `namesrv/auth.py`'s `AuthPull`), reading the clock once per
+call for the signed date's window (`max_clock_skew`). The endpoint calls the
 brokers as its own account; the client's account is checked here, as RocketMQ's proxy checks
 ACL itself. Refusals are counted and logged (first 20, then one in 1000), never with a secret.
 """
@@ -14,6 +15,7 @@ ACL itself. Refusals are counted and logged (first 20, then one in 1000), never 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any, Final
 from urllib.parse import unquote
@@ -21,7 +23,7 @@ from urllib.parse import unquote
 from ferrymq.security.acl import RETRY_PREFIX, Perm
 from ferrymq.security.acl2guard import AuthSource
 from ferrymq.security.aclguard import AclFile, peer_host
-from ferrymq.security.grpcacl import Refusal, decide_grpc, decide_grpc2
+from ferrymq.security.grpcacl import DEFAULT_MAX_CLOCK_SKEW, Refusal, decide_grpc, decide_grpc2
 
 __all__ = ["GrpcGuard", "call_host", "needs", "settings_needs"]
 
@@ -107,13 +109,20 @@ class GrpcGuard:
         *,
         users: AuthSource | None = None,
         authorization: bool = True,
+        max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW,
     ) -> None:
-        """`acl`: ACL 1.0; else `users`: ACL 2.0 (`authorization`: check each user's ACL too)."""
+        """`acl`: ACL 1.0; else `users`: ACL 2.0 (`authorization`: check each user's ACL too).
+
+        `max_clock_skew`: seconds a signed `x-mq-date-time` may be from this host's clock.
+        """
         if (acl is None) == (users is None):
             raise ValueError("GrpcGuard: ACL 1.0 (acl) or 2.0 (users), one of them")
+        if not max_clock_skew > 0:
+            raise ValueError(f"GrpcGuard: max_clock_skew must be > 0 s, not {max_clock_skew}")
         self.acl = acl
         self.users = users
         self.authorization = authorization
+        self.max_clock_skew = max_clock_skew
         self.denied = 0
         """Calls refused since start."""
 
@@ -135,6 +144,8 @@ class GrpcGuard:
                 metadata=_metadata(metadata),
                 host=call_host(peer),
                 resources=lambda: wanted,
+                now=time.time(),
+                max_skew=self.max_clock_skew,
                 authorization=self.authorization,
             )
         else:
@@ -144,6 +155,8 @@ class GrpcGuard:
                 metadata=_metadata(metadata),
                 host=call_host(peer),
                 resources=lambda: wanted,
+                now=time.time(),
+                max_skew=self.max_clock_skew,
             )
         if refusal is not None:
             self.denied += 1

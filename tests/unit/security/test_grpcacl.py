@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from ferrymq.security.acl import Perm, parse_acl
-from ferrymq.security.grpcacl import decide_grpc, grpc_signature, parse_authorization
+from ferrymq.security.acl2 import AuthState, User
+from ferrymq.security.grpcacl import (
+    decide_grpc,
+    decide_grpc2,
+    grpc_signature,
+    parse_authorization,
+    parse_date_time,
+)
 
 ACL = parse_acl(
     """
@@ -13,6 +20,8 @@ accounts:
 """
 )
 DATE = "20261126T071500Z"
+NOW = 1795677300.0
+"""DATE's epoch seconds: the endpoint's clock in these decisions."""
 
 
 def _meta(header: str) -> dict[str, str]:
@@ -42,7 +51,7 @@ def test_decisions_unauthorized_then_forbidden_and_the_white_address() -> None:
     good = _meta(f"MQv2-HMAC-SHA1 Credential=client-v5, Signature={sig}")
 
     def decide(meta: dict[str, str], host: str = "127.0.0.1", *need: tuple[str, Perm]) -> object:
-        found = decide_grpc(ACL, metadata=meta, host=host, resources=lambda: need)
+        found = decide_grpc(ACL, metadata=meta, host=host, resources=lambda: need, now=NOW)
         return None if found is None else (found.status, found.message)
 
     assert decide(good, "127.0.0.1", ("T", Perm.PUB)) is None
@@ -59,3 +68,53 @@ def test_decisions_unauthorized_then_forbidden_and_the_white_address() -> None:
     assert refused == ("FORBIDDEN", "No permission for group G: accessKey=client-v5 needs SUB")
     assert decide({}, "127.0.9.4") is None  # a global white address needs no signature
     assert "client-secret" not in repr(ACL)
+
+
+def test_a_signed_date_outside_the_window_is_refused_for_acl1_and_acl2() -> None:
+    """Replays: the same rightly signed headers pass now, are UNAUTHORIZED 16 min later."""
+    assert parse_date_time(DATE) == NOW
+    for bad in ("", "2026-11-26T07:15:00Z", "20261326T071500Z", "20261126T071500", "\uff12" * 16):
+        assert parse_date_time(bad) is None, bad
+    state = AuthState({"client-v5": User("client-v5", "client-secret")}, {})
+
+    def decide(date: str, now: float, *, acl2: bool) -> tuple[str, str] | None:
+        sig = grpc_signature("client-secret", "" if date == "-" else date)  # "-": no date
+        meta = {"authorization": f"MQv2-HMAC-SHA1 Credential=client-v5, Signature={sig}"}
+        if date != "-":
+            meta["x-mq-date-time"] = date
+        found = (
+            decide_grpc2(state, metadata=meta, host="127.0.0.1", resources=list, now=now)
+            if acl2
+            else decide_grpc(ACL, metadata=meta, host="127.0.0.1", resources=list, now=now)
+        )
+        return None if found is None else (found.status, found.message)
+
+    for acl2 in (False, True):
+        assert decide(DATE, NOW, acl2=acl2) is None
+        assert decide(DATE, NOW + 14 * 60, acl2=acl2) is None  # inside the 15 min window
+        outside = (
+            "UNAUTHORIZED",
+            "x-mq-date-time 20261126T071500Z is outside the window of 900 s around the "
+            "endpoint's clock (UTC): replayed or skewed request refused",
+        )
+        assert decide(DATE, NOW + 16 * 60, acl2=acl2) == outside  # replayed 16 min later
+        assert decide(DATE, NOW - 16 * 60, acl2=acl2) == outside  # dated 16 min ahead
+        for malformed in ("-", "2026-11-26 07:15", "20261126T071560Z"):
+            assert decide(malformed, NOW, acl2=acl2) == (
+                "UNAUTHORIZED",
+                "x-mq-date-time is missing or not yyyyMMddTHHmmssZ: request refused",
+            ), malformed
+    narrow = decide_grpc(
+        ACL,
+        metadata={
+            "authorization": "MQv2-HMAC-SHA1 Credential=client-v5, Signature="
+            + grpc_signature("client-secret", DATE),
+            "x-mq-date-time": DATE,
+        },
+        host="127.0.0.1",
+        resources=list,
+        now=NOW + 61,
+        max_skew=60,
+    )
+    assert narrow is not None
+    assert "window of 60 s" in narrow.message
