@@ -240,6 +240,21 @@ def test_acl2_without_controllers_is_refused() -> None:
     assert "needs --authentication-enabled true" in result.output
 
 
+def test_the_signed_date_window_is_set_by_a_flag(tmp_path: Path) -> None:
+    """`--auth-max-clock-skew-seconds` must be > 0; `InProcessProxy` hands it to the guard."""
+    result = CliRunner().invoke(
+        proxy_command, ["--namesrv", "127.0.0.1:1", "--auth-max-clock-skew-seconds", "0"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--auth-max-clock-skew-seconds" in result.output
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text("accounts: [{accessKey: client-v5, secretKey: sk-secret}]\n")
+    proxy = InProcessProxy("127.0.0.1:1", grpc_port=0, acl_file=acl_file, max_clock_skew=60)
+    assert proxy.endpoint is not None
+    assert proxy.endpoint.guard is not None
+    assert proxy.endpoint.guard.max_clock_skew == 60
+
+
 def test_decide_grpc2_rules() -> None:
     """The pure decision: a disabled user, QueryRoute's PUB-or-SUB, Super, authorization off."""
     sub_only = PolicyEntry.of("Topic:t", ["Sub"])

@@ -81,11 +81,13 @@ class InProcessProxy:
         acl_file: Path | None = None,
         controllers: list[str] | None = None,
         authorization: bool = False,
+        max_clock_skew: float | None = None,
     ) -> None:
         """`acl_file`: check each client against this `plain_acl.yml` (AclConfigError: unusable).
 
         `controllers`: ACL 2.0, each client checked against the users these controllers keep
-        (`authorization`: and against its ACL).
+        (`authorization`: and against its ACL). `max_clock_skew`: seconds a gRPC call's signed
+        `x-mq-date-time` may be from this host's clock (None: `GrpcGuard`'s 15 min).
         """
         # imported here: grpcio loads only in the processes that serve it
         from ferrymq.namesrv.auth import AuthPull
@@ -113,6 +115,8 @@ class InProcessProxy:
             if grpc_port >= 0
             else None
         )
+        if max_clock_skew is not None and self.endpoint and self.endpoint.guard:
+            self.endpoint.guard.max_clock_skew = max_clock_skew
         self.relay = (
             RemotingRelay(
                 namesrv,
@@ -169,6 +173,7 @@ async def run_proxy(
     acl_file: Path | None = None,
     controllers: list[str] | None = None,
     authorization: bool = False,
+    max_clock_skew: float | None = None,
 ) -> None:
     """Serve both sides until `stop` is set; write the ready file once both listen.
 
@@ -185,6 +190,7 @@ async def run_proxy(
         acl_file=acl_file,
         controllers=controllers,
         authorization=authorization,
+        max_clock_skew=max_clock_skew,
     )
     try:
         await proxy.start()
@@ -265,6 +271,14 @@ def proxy_metrics(endpoint: Any) -> Iterable[Metric]:
     help='innerClientAuthenticationCredentials: {"accessKey": ..., "secretKey": ...} of a '
     "Super user this process signs its calls with (default: FERRY_ACCESS_KEY/SECRET_KEY).",
 )
+@click.option(
+    "--auth-max-clock-skew-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=900.0,
+    show_default=True,
+    help="With ACL on, a gRPC call whose signed x-mq-date-time is further than this from this "
+    "host's clock is refused (UNAUTHORIZED): a captured call replays only inside the window.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @tls_server_options
 @metrics_options
@@ -286,6 +300,7 @@ def proxy_command(
     authorization_enabled: bool,
     controller_addr: str,
     inner_client_authentication_credentials: str,
+    auth_max_clock_skew_seconds: float,
     log_level: str,
     ready_file: Path | None,
     metrics_exporter_type: str,
@@ -345,6 +360,7 @@ def proxy_command(
             acl_file=acl_file,
             controllers=controllers if authentication_enabled else None,
             authorization=authorization_enabled,
+            max_clock_skew=auth_max_clock_skew_seconds,
         )
 
     try:
