@@ -31,6 +31,7 @@ from ferrymq.cmd.tlsflags import install_tls, tls_server_options
 from ferrymq.config import ConfigError
 from ferrymq.errors import FerryError
 from ferrymq.metrics.exporter import MetricsExporterType
+from ferrymq.security.grpcacl import DEFAULT_MAX_CLOCK_SKEW
 from ferrymq.security.tls import TlsMode, process_server_tls
 
 if TYPE_CHECKING:
@@ -274,10 +275,12 @@ def proxy_metrics(endpoint: Any) -> Iterable[Metric]:
 @click.option(
     "--auth-max-clock-skew-seconds",
     type=click.FloatRange(min=0, min_open=True),
-    default=900.0,
+    default=DEFAULT_MAX_CLOCK_SKEW,
     show_default=True,
     help="With ACL on, a gRPC call whose signed x-mq-date-time is further than this from this "
-    "host's clock is refused (UNAUTHORIZED): a captured call replays only inside the window.",
+    "host's clock is refused (UNAUTHORIZED): a captured call replays only inside the window. "
+    "The default is 15 min beyond every time zone, as the 5.x clients stamp local time; a fleet "
+    "on UTC clocks sets 900.",
 )
 @click.option("--log-level", default="INFO", show_default=True)
 @tls_server_options

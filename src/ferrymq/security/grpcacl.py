@@ -57,8 +57,10 @@ DATE_TIME: Final = "x-mq-date-time"
 ALGORITHM: Final = "MQv2-HMAC-SHA1"
 _MAX_HEADER: Final = 4096
 """A longer `authorization` value is refused unread."""
-DEFAULT_MAX_CLOCK_SKEW: Final = 900.0
-"""Seconds a signed `x-mq-date-time` may be from the endpoint's clock, either way (AWS SigV4's)."""
+DEFAULT_MAX_CLOCK_SKEW: Final = 14 * 3600 + 900.0
+"""Seconds a signed `x-mq-date-time` may be from the endpoint's clock, either way: AWS SigV4's
+15 minutes beyond the widest time-zone offset (UTC-12 .. UTC+14), because the official 5.x
+Python and Java clients stamp their host's local time with a `Z`. A fleet on UTC clocks sets 900."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ferrymq.security.acl import Perm, parse_acl
 from ferrymq.security.acl2 import AuthState, User
 from ferrymq.security.grpcacl import (
+    DEFAULT_MAX_CLOCK_SKEW,
     decide_grpc,
     decide_grpc2,
     grpc_signature,
@@ -77,15 +78,21 @@ def test_a_signed_date_outside_the_window_is_refused_for_acl1_and_acl2() -> None
         assert parse_date_time(bad) is None, bad
     state = AuthState({"client-v5": User("client-v5", "client-secret")}, {})
 
-    def decide(date: str, now: float, *, acl2: bool) -> tuple[str, str] | None:
+    def decide(
+        date: str, now: float, *, acl2: bool, max_skew: float = 900.0
+    ) -> tuple[str, str] | None:
         sig = grpc_signature("client-secret", "" if date == "-" else date)  # "-": no date
         meta = {"authorization": f"MQv2-HMAC-SHA1 Credential=client-v5, Signature={sig}"}
         if date != "-":
             meta["x-mq-date-time"] = date
         found = (
-            decide_grpc2(state, metadata=meta, host="127.0.0.1", resources=list, now=now)
+            decide_grpc2(
+                state, metadata=meta, host="127.0.0.1", resources=list, now=now, max_skew=max_skew
+            )
             if acl2
-            else decide_grpc(ACL, metadata=meta, host="127.0.0.1", resources=list, now=now)
+            else decide_grpc(
+                ACL, metadata=meta, host="127.0.0.1", resources=list, now=now, max_skew=max_skew
+            )
         )
         return None if found is None else (found.status, found.message)
 
@@ -99,6 +106,14 @@ def test_a_signed_date_outside_the_window_is_refused_for_acl1_and_acl2() -> None
         )
         assert decide(DATE, NOW + 16 * 60, acl2=acl2) == outside  # replayed 16 min later
         assert decide(DATE, NOW - 16 * 60, acl2=acl2) == outside  # dated 16 min ahead
+        # the default window: a client in any time zone stamping local time with a Z passes
+        # (UTC+14 is 14 h ahead, UTC-12 12 h behind), a replay 15 h later does not
+        default = DEFAULT_MAX_CLOCK_SKEW
+        assert decide(DATE, NOW - 14 * 3600, acl2=acl2, max_skew=default) is None
+        assert decide(DATE, NOW + 12 * 3600, acl2=acl2, max_skew=default) is None
+        late = decide(DATE, NOW + 15 * 3600, acl2=acl2, max_skew=default)
+        assert late is not None
+        assert "window of 51300 s" in late[1]
         for malformed in ("-", "2026-11-26 07:15", "20261126T071560Z"):
             assert decide(malformed, NOW, acl2=acl2) == (
                 "UNAUTHORIZED",
