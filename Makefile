@@ -80,8 +80,8 @@ CHAOS_ARGS     ?=
 chaos: setup
 	$(BIN)/ferry chaos --schedule standard --topology $(CHAOS_TOPOLOGY) --seed $(CHAOS_SEED) --out $(CHAOS_OUT) $(CHAOS_ARGS)
 
-# The same run with TLS only on every port and link (issue 23; no Connect workers: their TLS is
-# not done). Not part of `make test`.
+# The same run with TLS only on every port and link (issue 23), the Connect workers' REST API
+# too. Not part of `make test`.
 chaos-tls: setup
 	$(BIN)/ferry chaos --schedule standard --topology $(CHAOS_TOPOLOGY) --seed $(CHAOS_SEED) --out $(CHAOS_OUT)-tls --tls $(CHAOS_ARGS)
 

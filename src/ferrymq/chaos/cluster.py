@@ -33,6 +33,7 @@ import logging
 import os
 import secrets
 import signal
+import ssl
 import string
 import subprocess
 import sys
@@ -163,6 +164,8 @@ class Node:
     """The command before `args` (default: `python -m ferrymq.cmd.ferry`)."""
     worker_id: str | None = None
     """A Connect worker's id."""
+    scheme: str = "http"
+    """A Connect worker's REST scheme: https when the run has TLS."""
 
     @property
     def addr(self) -> str:
@@ -172,7 +175,7 @@ class Node:
     @property
     def url(self) -> str:
         """A Connect worker's REST address."""
-        return f"http://{self.addr}"
+        return f"{self.scheme}://{self.addr}"
 
     @property
     def running(self) -> bool:
@@ -274,12 +277,15 @@ class Cluster:
     workers: list[Node] = field(init=False)
     ledger_path: Path = field(init=False)
     rpc: RpcClient = field(init=False)
+    _tls_flags: list[str] = field(init=False, default_factory=list)
+    _rest_ca: Path | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         config = self.config
         logs = config.out_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         tls_flags = self._make_tls() if config.tls else []
+        self._tls_flags = tls_flags
         acl_file = self._make_acl() if config.acl else None
         self.ledger_path = config.out_dir / "fsync-ledger.txt"
         self.namesrv = Node(
@@ -342,6 +348,7 @@ class Cluster:
         values = {"tls.enable": "true", "tls.client.trustCertPath": str(ca.cert_path)}
         install(TlsSettings(client=settings_for(tls_config_from(values), server_side=False).client))
         ca_path = str(ca.cert_path)
+        self._rest_ca = ca.cert_path
         return ["--tls", "--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", ca_path]
 
     def _make_acl(self) -> Path:
@@ -453,6 +460,7 @@ class Cluster:
             "--store-path-root-dir",
             str(self.config.out_dir / "data" / "connect"),  # shared, as docs/connect.md says
             *_WORKER_TIMINGS,
+            *self._tls_flags,  # REST over TLS, and TLS toward the brokers
         ]
         return Node(
             name,
@@ -464,7 +472,19 @@ class Cluster:
             kind="worker",
             launcher=tuple(_BIND_SOURCE),
             worker_id=f"w{index + 1}",
+            scheme="https" if self._tls_flags else "http",
         )
+
+    def http_transport(
+        self, local_address: str, limits: httpx.Limits | None = None
+    ) -> httpx.AsyncHTTPTransport:
+        """A transport to the workers' REST API from `local_address` (the run's CA trusted)."""
+        verify: ssl.SSLContext | bool = True
+        if self._rest_ca is not None:
+            verify = ssl.create_default_context(cafile=str(self._rest_ca))
+        if limits is None:
+            return httpx.AsyncHTTPTransport(local_address=local_address, verify=verify)
+        return httpx.AsyncHTTPTransport(local_address=local_address, verify=verify, limits=limits)
 
     @property
     def nodes(self) -> list[Node]:
@@ -545,7 +565,7 @@ class Cluster:
         The highest epoch any of them reports wins; None when none answers or none knows one.
         """
         best: tuple[int, str] | None = None
-        transport = httpx.AsyncHTTPTransport(local_address=_HARNESS_IP)
+        transport = self.http_transport(_HARNESS_IP)
         async with httpx.AsyncClient(transport=transport, timeout=timeout) as http:
             for worker in self.workers:
                 if not worker.running or worker.paused:

@@ -115,9 +115,8 @@ class ConnectWorkload:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def _http(self, timeout: float) -> httpx.AsyncClient:
-        transport = httpx.AsyncHTTPTransport(
-            local_address=CONNECT_CLIENT_IP,
-            limits=httpx.Limits(max_keepalive_connections=0),
+        transport = self.cluster.http_transport(
+            CONNECT_CLIENT_IP, limits=httpx.Limits(max_keepalive_connections=0)
         )
         return httpx.AsyncClient(
             transport=transport,
@@ -197,7 +196,7 @@ class ConnectWorkload:
     async def _observe(self) -> None:
         epoch = -1
         exits: dict[str, int] = {}
-        transport = httpx.AsyncHTTPTransport(local_address=CONNECT_CLIENT_IP)
+        transport = self.cluster.http_transport(CONNECT_CLIENT_IP)
         async with httpx.AsyncClient(transport=transport, timeout=0.8) as http:
             while not self.stop.is_set():
                 for worker in self.cluster.workers:

@@ -79,7 +79,7 @@ class RunConfig:
     """Connect workers running the Connect workload (config writes; 0: none). The standard,
     smoke and soak schedules then hit the workers too."""
     tls: bool = False
-    """Every server and client with TLS only (`make chaos-tls`); no Connect workers then."""
+    """Every server and client with TLS only (`make chaos-tls`), the workers' REST API too."""
     acl: bool = False
     """ACL 1.0 on every server; every process signs with the run's admin account."""
 

@@ -407,7 +407,7 @@ def chaos_command(
         converge_timeout_s=converge_timeout,
         topology=topology,
         duration_s=duration,
-        connect_workers=0 if chaos_tls else connect_workers,
+        connect_workers=connect_workers,
         tls=chaos_tls,
         acl=chaos_acl,
     )
