@@ -55,6 +55,8 @@ _SELF_CHECK_S = 5.0
 _RAW_LOG_WAIT_S = 5.0
 _SHUTDOWN_S = 5.0
 """How long REST calls in progress may take to finish when the worker stops."""
+_STOP_TASKS_S = 60.0
+"""How long a close waits for its tasks' queries to stop (a Spark query stops in seconds)."""
 
 
 class WorkerStartError(FerryError):
@@ -328,13 +330,14 @@ class Worker:
     async def close(self) -> None:
         """Stop the herder and the tasks, leave the group, stop serving, close connections."""
         rest = self._tasks[0] if self._tasks else None
-        for task in self._tasks[1:]:  # the herder: no more claims, writes or task changes
+        herder_tasks = self._tasks[1:]  # the herder: no more claims, writes or task changes
+        for task in herder_tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if herder_tasks:  # bounded: a step that ignores its cancellation cannot hold the close
+            await asyncio.wait(herder_tasks, timeout=_SHUTDOWN_S)
         if self._herder is not None:
             with contextlib.suppress(Exception):
-                await self._herder.tasks.stop_all()
+                await asyncio.wait_for(self._herder.tasks.stop_all(), _STOP_TASKS_S)
         if self._membership is not None and self.worker_id:
             with contextlib.suppress(FerryError, OSError, TimeoutError):
                 await asyncio.wait_for(self._membership.leave(self.worker_id), 2.0)
@@ -345,8 +348,7 @@ class Worker:
                 await asyncio.wait_for(asyncio.shield(rest), _SHUTDOWN_S)
             except (TimeoutError, Exception):  # noqa: BLE001 - closing goes on regardless
                 rest.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await rest
+                await asyncio.wait({rest}, timeout=_SHUTDOWN_S)
         elif self._socket is not None:  # never served: the socket is still ours
             self._socket.close()
         self._socket = None
@@ -354,8 +356,9 @@ class Worker:
         for closer in (self._writer, self._membership, self._producer, self._consumer):
             if closer is not None:
                 with contextlib.suppress(Exception):
-                    await closer.close()
-        await self.http.aclose()
+                    await asyncio.wait_for(closer.close(), _SHUTDOWN_S)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.http.aclose(), _SHUTDOWN_S)
 
 
 class _RestServer(uvicorn.Server):
