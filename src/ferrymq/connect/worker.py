@@ -334,7 +334,10 @@ class Worker:
         for task in herder_tasks:
             task.cancel()
         if herder_tasks:  # bounded: a step that ignores its cancellation cannot hold the close
-            await asyncio.wait(herder_tasks, timeout=_SHUTDOWN_S)
+            done, _ = await asyncio.wait(herder_tasks, timeout=_SHUTDOWN_S)
+            for task in done:  # retrieved, as the awaits did: closing goes on regardless
+                if not task.cancelled():
+                    task.exception()
         if self._herder is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._herder.tasks.stop_all(), _STOP_TASKS_S)
