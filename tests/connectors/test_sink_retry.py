@@ -1,6 +1,6 @@
 """A PostgresSink writer task that fails after its PostgreSQL commit and is retried by Spark.
 
-The session is a worker's (`runtime.SPARK_MASTER`, `local[*,4]`: Spark retries a failed task,
+The session is a worker's (`runtime.SPARK_MASTER`, `local[N,4]`: Spark retries a failed task,
 which plain `local[N]` never does). The sink's test hook makes every writer task's first attempt
 raise right after its transaction committed, a real task failure; the retry reads the same
 range and must skip every row of it (rule 1), so the table holds each message once. Both read

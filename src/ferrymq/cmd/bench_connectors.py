@@ -3,9 +3,9 @@
 One NameServer and one broker (`ferry` processes), one PostgreSQL server (Debian's package:
 `initdb` into a temporary directory, run as the `postgres` user when this is root, on a free
 loopback port, stopped by PID; `track_commit_timestamp=on` for the latency rows) and one
-SparkSession on a Connect worker's default master (`local_session` on `runtime.SPARK_MASTER`,
-`local[*,4]`; with `/usr/share/java/postgresql.jar` on its class path when that file exists)
-measure, on the same rows:
+SparkSession on a Connect worker's default master (`local_session` on
+`runtime.SPARK_MASTER`, `local[<2 x cores>,4]`; with `/usr/share/java/postgresql.jar` on its
+class path when that file exists) measure, on the same rows:
 
 - PostgreSQL sink: `PostgresSink` with the plugin's defaults (`ferrymq.read.mode`, `ranges`;
   `trigger.interval.ms`, 200) unless `_Bench.read_mode` names a mode; its plugin `build`, the

@@ -71,9 +71,9 @@ def load_worker_config(config_file: Path | None, keys: dict[str, str | None]) ->
 )
 @click.option(
     "--spark-master",
-    default="local[*,4]",
-    show_default=True,
-    help="Where tasks' Spark queries run (any Spark master URL; local[N,F]: F tries a task).",
+    default=None,
+    help="Where tasks' Spark queries run (any Spark master URL; local[N,F]: F tries a task) "
+    "[default: local[2 x this machine's cores,4]].",
 )
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
@@ -86,7 +86,7 @@ def load_worker_config(config_file: Path | None, keys: dict[str, str | None]) ->
 @tls_server_options
 def worker_command(
     config_file: Path | None,
-    spark_master: str,
+    spark_master: str | None,
     log_level: str,
     ready_file: Path | None,
     metrics_exporter_type: str,
@@ -104,7 +104,7 @@ def worker_command(
         from ferrymq.connect import metrics as connect_metrics
         from ferrymq.connect.plugin import Plugins
         from ferrymq.connect.worker import Worker, WorkerStartError
-        from ferrymq.connectors.runtime import SparkTaskRunner
+        from ferrymq.connectors.runtime import SPARK_MASTER, SparkTaskRunner
     except ImportError as exc:
         fail(f"a Connect worker needs the connect extra: pip install 'ferrymq[connect]' ({exc})")
     plugins = Plugins()
@@ -120,7 +120,7 @@ def worker_command(
             cluster_id=config.connect_cluster_id,
             namesrv_addr=config.namesrv_addr,
             state_dir=config.store_path_root_dir,
-            spark_master=spark_master,
+            spark_master=spark_master or SPARK_MASTER,
         )
         try:
             async with (
