@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 import pytest_asyncio
@@ -61,7 +62,7 @@ from ..connectors.conftest import (
 )
 from ..connectors.postgres import Database, PostgresServer, start_postgres
 from ..spark.conftest import descendants, kill_tree, spark_env
-from .connect_cluster import connect_cluster, rest, start_worker, url
+from .connect_cluster import cluster_view, connect_cluster, leader, rest, start_worker, url
 
 pytestmark = [
     pytest.mark.system,
@@ -144,6 +145,15 @@ async def running_on(
             return str(task["worker_id"]), generation
         assert time.monotonic() < deadline, f"{name} not running past generation {after}: {task}"
         await asyncio.sleep(0.25)
+
+
+async def in_group(cluster: ProcessCluster, worker_id: str) -> bool:
+    """Whether the leader's view of the group lists `worker_id` as a member."""
+    try:
+        view = await cluster_view(cluster, await leader(cluster))
+    except httpx.HTTPError:
+        return False
+    return any(member["worker_id"] == worker_id for member in view["members"])
 
 
 async def until(
@@ -326,6 +336,9 @@ async def test_sink_exactly_once_across_kill_9_and_a_zombie(
     )
     config = sink_config(database, topic, "sink_rows", maxOffsetsPerTrigger="10000")
     config["connection.url"] += f"?application_name={SINK_APP}"
+    # the new w1 must be in the leader's group view before the task is placed (a CI run at
+    # aebd4c0 created it while w1 was still rejoining, and w2 got it)
+    await until("w1 back in the group", lambda: in_group(cluster, "w1"), timeout=60)
     await create(cluster, "sink", config)
     owner, generation = await running_on(cluster, "sink")
     assert owner == "w1", owner
