@@ -28,25 +28,17 @@ from ferrymq.security.tls import (
     settings_for,
     tls_config_from,
 )
-from ferrymq.security.tlscerts import LocalCa, issue_certificate, make_ca
 
+from ..integration.test_tls import Pki
 from .raw import rpc
 
 _CALL_TIMEOUT = 10.0
 """Seconds a call may take before it counts as failed (a refused handshake ends far sooner)."""
 
 
-class Pki:
-    def __init__(self, root: Path) -> None:
-        self.ca: LocalCa = make_ca(root / "ca")
-        self.server = issue_certificate(self.ca, root / "ca", "server")
-        self.client = issue_certificate(self.ca, root / "ca", "client")
-        self.other_ca: LocalCa = make_ca(root / "other", name="someone else's CA")
-        self.stranger = issue_certificate(self.other_ca, root / "other", "stranger")
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The CA, server, client and stranger certificates of tests/integration/test_tls.py."""
     return Pki(tmp_path_factory.mktemp("pki"))
 
 
