@@ -29,15 +29,12 @@ from ferrymq.security.acl import Credentials
 from ferrymq.security.acl2guard import Acl2Config, Acl2Guard
 from ferrymq.security.aclcredentials import install_credentials
 from ferrymq.wire.codes import RequestCode, ResponseCode
-from ferrymq.wire.controller import (
-    ApplyBrokerIdRequestHeader,
-    RegisterBrokerToControllerRequestHeader,
-)
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
-from ferrymq.wire.namesrv import BrokerHeartbeatRequestHeader, GetRouteInfoRequestHeader
+from ferrymq.wire.namesrv import GetRouteInfoRequestHeader
 
 from .remoting import create_topic, send
+from .test_acl_controller import stranger_registration
 
 ROOT = Credentials("root", "root-pw")
 ALICE = Credentials("alice", "alice-pw")
@@ -300,16 +297,8 @@ async def test_a_broker_with_a_wrong_password_gets_no_id_no_registration_and_no_
         async with _signing_broker(tmp_path, "wrong", *args, wrong) as intruder:
             await _until(lambda: guard.denied >= 2, "the broker asked for an id twice")
             assert not intruder.state.is_master
-        cluster, group, addr = "DefaultCluster", "broker-a", "127.0.0.1:1"
-        for code, header in (  # what a stranger that skipped GetNextBrokerId would send
-            (RequestCode.CONTROLLER_APPLY_BROKER_ID,
-             ApplyBrokerIdRequestHeader(cluster, group, 1, f"{addr};0")),
-            (RequestCode.CONTROLLER_REGISTER_BROKER,
-             RegisterBrokerToControllerRequestHeader(
-                 cluster_name=cluster, broker_name=group, broker_id=1, broker_address=addr)),
-            (RequestCode.BROKER_HEARTBEAT, BrokerHeartbeatRequestHeader(cluster, addr, group, 1)),
-        ):  # fmt: skip
-            request = RemotingCommand(code=code, ext_fields=to_ext_fields(header))
+        cluster, group = "DefaultCluster", "broker-a"
+        for code, request in stranger_registration(cluster, group):
             answer = await wrong_rpc.call(controller.address, request, 5.0)
             assert answer.code == ResponseCode.NO_PERMISSION, (code, answer.remark)
         assert await admin.next_broker_id(cluster, group) == 1  # no id was given

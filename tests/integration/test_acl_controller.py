@@ -42,6 +42,20 @@ accounts:
 RAFT = RaftConfig(tick_interval=0.02, election_ticks=10, heartbeat_ticks=1)
 
 
+def stranger_registration(cluster: str, group: str) -> list[tuple[int, RemotingCommand]]:
+    """What a stranger that skipped GetNextBrokerId would send to join `group`."""
+    addr = "127.0.0.1:1"
+    headers = (
+        (RequestCode.CONTROLLER_APPLY_BROKER_ID,
+         ApplyBrokerIdRequestHeader(cluster, group, 1, f"{addr};0")),
+        (RequestCode.CONTROLLER_REGISTER_BROKER,
+         RegisterBrokerToControllerRequestHeader(
+             cluster_name=cluster, broker_name=group, broker_id=1, broker_address=addr)),
+        (RequestCode.BROKER_HEARTBEAT, BrokerHeartbeatRequestHeader(cluster, addr, group, 1)),
+    )  # fmt: skip
+    return [(code, RemotingCommand(code=code, ext_fields=to_ext_fields(h))) for code, h in headers]
+
+
 async def test_a_controller_with_acl_answers_only_the_clusters_admin_account(
     tmp_path: Path,
 ) -> None:
@@ -172,16 +186,7 @@ async def test_a_broker_with_a_wrong_secret_gets_no_id_no_registration_and_no_he
             assert not broker.state.is_master
         assert "GetNextBrokerId: the controller answered 16" in caplog.text
         assert "wrong-secret" not in caplog.text
-        cluster, name, addr = "DefaultCluster", "broker-a", "127.0.0.1:1"
-        for code, header in (  # what a stranger that skipped GetNextBrokerId would send
-            (RequestCode.CONTROLLER_APPLY_BROKER_ID,
-             ApplyBrokerIdRequestHeader(cluster, name, 1, f"{addr};0")),
-            (RequestCode.CONTROLLER_REGISTER_BROKER,
-             RegisterBrokerToControllerRequestHeader(
-                 cluster_name=cluster, broker_name=name, broker_id=1, broker_address=addr)),
-            (RequestCode.BROKER_HEARTBEAT, BrokerHeartbeatRequestHeader(cluster, addr, name, 1)),
-        ):  # fmt: skip
-            request = RemotingCommand(code=code, ext_fields=to_ext_fields(header))
+        for code, request in stranger_registration("DefaultCluster", "broker-a"):
             answer = await wrong_rpc.call(controller.address, request, 5.0)
             assert answer.code == ResponseCode.NO_PERMISSION, (code, answer.remark)
             assert (answer.remark or "").startswith("Check signature failed"), code
