@@ -10,6 +10,11 @@ rounds; ratio = msg/s through the endpoint over SDK msg/s. A third side, bare gr
 of the same RPCs from this process, separates the endpoint's cost from the 5.x client's; a fourth,
 bare Heartbeat calls (answered by the endpoint without the cluster), is the gRPC hop alone: the
 ceiling of every relayed send. Odd rounds run the sides in the opposite order (the load drifts).
+
+CPU per message is measured beside the rates, over the timed part only (after the warm-up): the
+client's (this process's getrusage for the SDK and bare sides, `time.process_time` inside the
+5.x client's process), the endpoint's and the broker's (/proc). On 2 busy cores the sum bounds
+windowed throughput, and the 5.x client's own share bounds any endpoint, however cheap.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,7 @@ from rich.table import Table
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.client.simple import SimpleConsumer
+from ferrymq.cmd.measure import process_cpu, self_cpu
 from ferrymq.cmd.up import ProcessCluster, UpConfig
 
 __all__ = ["ProxyBenchConfig", "ProxyRow", "bench_proxy_command", "ratios", "run_proxy_bench"]
@@ -61,16 +67,53 @@ class ProxyRow:
     messages: int
     msgs_per_s: float
     rounds: list[float]
+    cpu_us_per_msg: dict[str, float] = field(default_factory=dict)
+    """Median over rounds of CPU microseconds per message: "client", "endpoint", "broker"."""
 
     def as_json(self) -> dict[str, Any]:
         """JSON-ready, rounded."""
         row = asdict(self)
         row["msgs_per_s"] = round(self.msgs_per_s, 1)
         row["rounds"] = [round(r, 1) for r in self.rounds]
+        row["cpu_us_per_msg"] = {k: round(v, 1) for k, v in self.cpu_us_per_msg.items()}
         return row
 
 
-async def _v5(python: Path, *args: str) -> dict[str, Any]:
+class CpuMeter:
+    """CPU seconds of the client, the endpoint and the broker over one timed part.
+
+    `begin` after the warm-up, `end` after the last message; `client_seconds` replaces this
+    process's CPU when the client ran elsewhere (the 5.x client's own process).
+    """
+
+    def __init__(self, servers: dict[str, int]) -> None:
+        self._servers = servers
+        self._mark: dict[str, float] = {}
+        self.used: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        now = {name: process_cpu(pid) for name, pid in self._servers.items()}
+        now["client"] = self_cpu()
+        return now
+
+    def begin(self) -> None:
+        """Start the timed part."""
+        self._mark = self._now()
+
+    def end(self, client_seconds: float | None = None) -> None:
+        """End it: CPU seconds used per process since `begin`."""
+        now = self._now()
+        self.used = {name: now[name] - self._mark[name] for name in now}
+        if client_seconds is not None:
+            self.used["client"] = client_seconds
+
+    def per_message_us(self, messages: int) -> dict[str, float]:
+        """Microseconds of CPU per message, per process."""
+        return {name: seconds * 1e6 / messages for name, seconds in self.used.items()}
+
+
+async def _v5(python: Path, meter: CpuMeter, *args: str) -> dict[str, Any]:
+    """Run the 5.x worker; the meter runs between its "start" line and its result line."""
     proc = await asyncio.create_subprocess_exec(
         str(python),
         str(_V5_WORKER),
@@ -78,30 +121,48 @@ async def _v5(python: Path, *args: str) -> dict[str, Any]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 600)
-    if proc.returncode != 0:
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    errors = asyncio.ensure_future(proc.stderr.read())
+    result: dict[str, Any] = {}
+    async with asyncio.timeout(600):
+        async for line in proc.stdout:
+            said = json.loads(line)
+            if said.get("phase") == "start":
+                meter.begin()
+            else:
+                meter.end(said.get("cpu_seconds"))
+                result = said
+        await proc.wait()
+    err = await errors
+    if proc.returncode != 0 or not result:
         raise RuntimeError(f"5.x client failed: {err.decode()[-6000:]}")
-    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
     return result
 
 
-async def _sdk_send(namesrv: str, topic: str, count: int, size: int, window: int) -> float:
+async def _sdk_send(
+    namesrv: str, topic: str, count: int, size: int, window: int, meter: CpuMeter
+) -> float:
     async with Producer(namesrv) as producer:
         body = b"x" * size
         for _ in range(20):
             await producer.send(topic, body)
+        meter.begin()
         start = time.perf_counter()
         left = count
         while left:
             batch = min(window, left)
             await asyncio.gather(*(producer.send(topic, body) for _ in range(batch)))
             left -= batch
-        return count / (time.perf_counter() - start)
+        rate = count / (time.perf_counter() - start)
+        meter.end()
+        return rate
 
 
-async def _sdk_receive(namesrv: str, topic: str, group: str, count: int) -> float:
+async def _sdk_receive(namesrv: str, topic: str, group: str, count: int, meter: CpuMeter) -> float:
     async with SimpleConsumer(namesrv, group) as consumer:
         acked = 0
+        meter.begin()
         start = time.perf_counter()
         deadline = time.monotonic() + 300
         while acked < count and time.monotonic() < deadline:
@@ -111,10 +172,14 @@ async def _sdk_receive(namesrv: str, topic: str, group: str, count: int) -> floa
             acked += len(batch)
         if acked < count:
             raise RuntimeError(f"SDK received {acked} of {count} within 300 s")
-        return count / (time.perf_counter() - start)
+        rate = count / (time.perf_counter() - start)
+        meter.end()
+        return rate
 
 
-async def _raw_send(endpoint: str, topic: str, count: int, size: int, window: int) -> float:
+async def _raw_send(
+    endpoint: str, topic: str, count: int, size: int, window: int, meter: CpuMeter
+) -> float:
     """Sends as bare MessagingService calls from grpcio's asyncio client (no 5.x SDK)."""
     import grpc  # only when this bench runs
 
@@ -142,16 +207,19 @@ async def _raw_send(endpoint: str, topic: str, count: int, size: int, window: in
 
         for i in range(20):
             await one(i)
+        meter.begin()
         start = time.perf_counter()
         left = count
         while left:
             batch = min(window, left)
             await asyncio.gather(*(one(left - k) for k in range(batch)))
             left -= batch
-        return count / (time.perf_counter() - start)
+        rate = count / (time.perf_counter() - start)
+        meter.end()
+        return rate
 
 
-async def _raw_heartbeat(endpoint: str, count: int, window: int) -> float:
+async def _raw_heartbeat(endpoint: str, count: int, window: int, meter: CpuMeter) -> float:
     """Heartbeat calls, which the endpoint answers without the cluster: its gRPC hop alone.
 
     The ceiling of any relayed call through this endpoint (each relayed call adds a remoting
@@ -176,16 +244,19 @@ async def _raw_heartbeat(endpoint: str, count: int, window: int) -> float:
 
         for _ in range(20):
             await one()
+        meter.begin()
         start = time.perf_counter()
         left = count
         while left:
             batch = min(window, left)
             await asyncio.gather(*(one() for _ in range(batch)))
             left -= batch
-        return count / (time.perf_counter() - start)
+        rate = count / (time.perf_counter() - start)
+        meter.end()
+        return rate
 
 
-async def _raw_receive(endpoint: str, topic: str, group: str, count: int) -> float:
+async def _raw_receive(endpoint: str, topic: str, group: str, count: int, meter: CpuMeter) -> float:
     """ReceiveMessage (batches of 32) and one AckMessage per message, bare gRPC calls."""
     import grpc
 
@@ -209,6 +280,7 @@ async def _raw_receive(endpoint: str, topic: str, group: str, count: int) -> flo
         request.invisible_duration.FromSeconds(30)
         request.long_polling_timeout.FromSeconds(2)
         acked = 0
+        meter.begin()
         start = time.perf_counter()
         deadline = time.monotonic() + 300
         while acked < count and time.monotonic() < deadline:
@@ -227,14 +299,21 @@ async def _raw_receive(endpoint: str, topic: str, group: str, count: int) -> flo
                 acked += 1
         if acked < count:
             raise RuntimeError(f"raw gRPC received {acked} of {count} within 300 s")
-        return count / (time.perf_counter() - start)
+        rate = count / (time.perf_counter() - start)
+        meter.end()
+        return rate
+
+
+_Results = dict[tuple[str, str, int], list[tuple[float, dict[str, float]]]]
+"""Per (side, mode, size): each round's msg/s and CPU microseconds per message per process."""
 
 
 async def _round(
-    results: dict[tuple[str, str, int], list[float]],
+    results: _Results,
     python: Path,
     namesrv: str,
     endpoint: str,
+    servers: dict[str, int],
     admin: AdminClient,
     size: int,
     count: int,
@@ -248,42 +327,51 @@ async def _round(
         await admin.create_topic(topic, queues=4)
     await asyncio.sleep(1.0)  # the routes reach the NameServer
     send_mode = "send" if window <= 1 else f"send w{window}"
-
-    async def sdk_send() -> None:
-        rate = await _sdk_send(namesrv, sdk_topic, count, size, window)
-        results.setdefault(("ferrymq-sdk", send_mode, size), []).append(rate)
-
-    async def v5_send() -> None:
-        sent = await _v5(python, "send", endpoint, v5_topic, str(count), str(size), str(window))
-        if sent["failed"]:
-            raise RuntimeError(f"5.x client: {sent['failed']} sends failed")
-        rate = count / sent["seconds"]
-        results.setdefault(("rocketmq-5.x-grpc", send_mode, size), []).append(rate)
-
-    async def raw_send() -> None:
-        rate = await _raw_send(endpoint, raw_topic, count, size, window)
-        results.setdefault(("bare-grpc-aio", send_mode, size), []).append(rate)
-
-    async def floor() -> None:
-        rate = await _raw_heartbeat(endpoint, count, window)
-        results.setdefault((_FLOOR, send_mode, size), []).append(rate)
-
     total = count + 20
 
+    def keep(system: str, mode: str, rate: float, meter: CpuMeter, messages: int) -> None:
+        results.setdefault((system, mode, size), []).append((rate, meter.per_message_us(messages)))
+
+    async def sdk_send() -> None:
+        meter = CpuMeter(servers)
+        rate = await _sdk_send(namesrv, sdk_topic, count, size, window, meter)
+        keep("ferrymq-sdk", send_mode, rate, meter, count)
+
+    async def v5_send() -> None:
+        meter = CpuMeter(servers)
+        args = ("send", endpoint, v5_topic, str(count), str(size), str(window))
+        sent = await _v5(python, meter, *args)
+        if sent["failed"]:
+            raise RuntimeError(f"5.x client: {sent['failed']} sends failed")
+        keep("rocketmq-5.x-grpc", send_mode, count / sent["seconds"], meter, count)
+
+    async def raw_send() -> None:
+        meter = CpuMeter(servers)
+        rate = await _raw_send(endpoint, raw_topic, count, size, window, meter)
+        keep("bare-grpc-aio", send_mode, rate, meter, count)
+
+    async def floor() -> None:
+        meter = CpuMeter(servers)
+        rate = await _raw_heartbeat(endpoint, count, window, meter)
+        keep(_FLOOR, send_mode, rate, meter, count)
+
     async def sdk_receive() -> None:
-        rate = await _sdk_receive(namesrv, sdk_topic, f"g{sdk_topic}", total)
-        results.setdefault(("ferrymq-sdk", "receive+ack", size), []).append(rate)
+        meter = CpuMeter(servers)
+        rate = await _sdk_receive(namesrv, sdk_topic, f"g{sdk_topic}", total, meter)
+        keep("ferrymq-sdk", "receive+ack", rate, meter, total)
 
     async def v5_receive() -> None:
-        got = await _v5(python, "receive", endpoint, v5_topic, f"g{v5_topic}", str(total), "1")
+        meter = CpuMeter(servers)
+        args = ("receive", endpoint, v5_topic, f"g{v5_topic}", str(total), "1")
+        got = await _v5(python, meter, *args)
         if got["received"] < total:
             raise RuntimeError(f"5.x client received {got['received']} of {total}")
-        rate = total / got["seconds"]
-        results.setdefault(("rocketmq-5.x-grpc", "receive+ack", size), []).append(rate)
+        keep("rocketmq-5.x-grpc", "receive+ack", total / got["seconds"], meter, total)
 
     async def raw_receive() -> None:
-        rate = await _raw_receive(endpoint, raw_topic, f"g{raw_topic}", total)
-        results.setdefault(("bare-grpc-aio", "receive+ack", size), []).append(rate)
+        meter = CpuMeter(servers)
+        rate = await _raw_receive(endpoint, raw_topic, f"g{raw_topic}", total, meter)
+        keep("bare-grpc-aio", "receive+ack", rate, meter, total)
 
     sends = [sdk_send, v5_send, raw_send, floor]
     # acks stay one at a time: the 5.1.2 client's ack_async lost acks (cancelled)
@@ -291,6 +379,14 @@ async def _round(
     for group in (sends, receives):
         for side in reversed(group) if reverse else group:
             await side()
+
+
+def _row(system: str, mode: str, size: int, messages: int, rounds: list[Any]) -> ProxyRow:
+    """The median round's rate, and the median CPU per message of each process over rounds."""
+    rates = [rate for rate, _ in rounds]
+    names = sorted({name for _, cpu in rounds for name in cpu})
+    cpu = {name: statistics.median(c[name] for _, c in rounds if name in c) for name in names}
+    return ProxyRow(system, mode, size, messages, statistics.median(rates), rates, cpu)
 
 
 async def run_proxy_bench(config: ProxyBenchConfig) -> list[ProxyRow]:
@@ -302,12 +398,14 @@ async def run_proxy_bench(config: ProxyBenchConfig) -> list[ProxyRow]:
     cluster = ProcessCluster(
         UpConfig(data_dir=data_dir, replicas=1, controllers=0, proxy=True, segment_bytes=256 << 20)
     )
-    results: dict[tuple[str, str, int], list[float]] = {}
+    results: _Results = {}
     try:
         await cluster.start()
         assert cluster.proxy is not None
         endpoint = str(cluster.proxy.info["grpc"])
         namesrv = cluster.namesrv_addr
+        (broker,) = cluster.brokers.values()
+        servers = {"endpoint": cluster.proxy.pid, "broker": broker.pid}
         async with AdminClient(namesrv) as admin:
             for size in config.sizes:
                 for round_ in range(config.rounds):
@@ -318,6 +416,7 @@ async def run_proxy_bench(config: ProxyBenchConfig) -> list[ProxyRow]:
                             python,
                             namesrv,
                             endpoint,
+                            servers,
                             admin,
                             size,
                             count,
@@ -329,8 +428,8 @@ async def run_proxy_bench(config: ProxyBenchConfig) -> list[ProxyRow]:
         await cluster.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
     return [
-        ProxyRow(system, mode, size, config.messages, statistics.median(rates), rates)
-        for (system, mode, size), rates in results.items()
+        _row(system, mode, size, config.messages, rounds)
+        for (system, mode, size), rounds in results.items()
     ]
 
 
@@ -380,7 +479,7 @@ def bench_proxy_command(sizes: tuple[int, ...], messages: int, rounds: int, as_j
         )
         return
     table = Table(title=f"ferry bench proxy ({messages} messages, median of {rounds})")
-    for column in ("system", "mode", "size B", "msg/s", "rounds msg/s"):
+    for column in ("system", "mode", "size B", "msg/s", "rounds msg/s", "CPU us/msg"):
         table.add_column(column)
     for row in rows:
         table.add_row(
@@ -389,6 +488,7 @@ def bench_proxy_command(sizes: tuple[int, ...], messages: int, rounds: int, as_j
             str(row.size),
             f"{row.msgs_per_s:,.0f}",
             " ".join(f"{r:,.0f}" for r in row.rounds),
+            " ".join(f"{name} {us:,.0f}" for name, us in row.cpu_us_per_msg.items()),
         )
     console.print(table)
     for ratio in ratios(rows):

@@ -3,6 +3,10 @@
     python bench_proxy_v5.py send ENDPOINT TOPIC COUNT SIZE WINDOW  -> {"seconds", "failed"}
     python bench_proxy_v5.py receive ENDPOINT TOPIC GROUP COUNT WINDOW -> {"seconds", "received"}
 
+Each prints {"phase": "start"} when its timed part starts (the bench starts its CPU meters on
+the servers then), and its result line, with this process's CPU seconds over the timed part
+("cpu_seconds", every thread: `time.process_time`), as soon as the timed part ends.
+
 `send`: COUNT sends of SIZE bytes after 20 unmeasured ones, sync (WINDOW 1) or `send_async` with
 up to WINDOW in flight. `receive`: receive (batches of up to 32) and ack each message, one ack
 at a time (WINDOW 1) or a batch's acks at once (`ack_async`), until COUNT were acked.
@@ -23,6 +27,19 @@ from rocketmq import (  # the official 5.x client, in its venv only
 )
 
 
+def _start() -> float:
+    """Say the timed part starts; this process's CPU seconds so far."""
+    sys.stdout.write(json.dumps({"phase": "start"}) + "\n")
+    sys.stdout.flush()
+    return time.process_time()
+
+
+def _result(result: dict[str, Any], cpu_start: float) -> None:
+    result["cpu_seconds"] = time.process_time() - cpu_start
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
 def send(endpoint: str, topic: str, count: int, size: int, window: int) -> None:
     """Time `count` sends of `size` bytes, `window` in flight (1: sync sends)."""
     producer = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=10), (topic,))
@@ -39,6 +56,7 @@ def send(endpoint: str, topic: str, count: int, size: int, window: int) -> None:
 
         for _ in range(20):
             one()
+        cpu_start = _start()
         start = time.perf_counter()
         if window <= 1:
             for _ in range(count):
@@ -56,10 +74,9 @@ def send(endpoint: str, topic: str, count: int, size: int, window: int) -> None:
                 if len(pending) >= window:
                     failed += _settle(pending)
             failed += _settle(pending)
-        seconds = time.perf_counter() - start
+        _result({"seconds": time.perf_counter() - start, "failed": failed}, cpu_start)
     finally:
         producer.shutdown()
-    sys.stdout.write(json.dumps({"seconds": seconds, "failed": failed}) + "\n")
 
 
 def _settle(pending: list[Any]) -> int:
@@ -83,6 +100,7 @@ def receive(endpoint: str, topic: str, group: str, count: int, window: int) -> N
     consumer.startup()
     acked = 0
     try:
+        cpu_start = _start()
         start = time.perf_counter()
         deadline = time.monotonic() + 300
         while acked < count and time.monotonic() < deadline:
@@ -94,10 +112,9 @@ def receive(endpoint: str, topic: str, group: str, count: int, window: int) -> N
                 if _settle([consumer.ack_async(message) for message in messages]):
                     raise RuntimeError("an ack failed")
             acked += len(messages)
-        seconds = time.perf_counter() - start
+        _result({"seconds": time.perf_counter() - start, "received": acked}, cpu_start)
     finally:
         consumer.shutdown()
-    sys.stdout.write(json.dumps({"seconds": seconds, "received": acked}) + "\n")
 
 
 if __name__ == "__main__":

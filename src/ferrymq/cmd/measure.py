@@ -25,7 +25,9 @@ __all__ = [
     "free_port",
     "interleaved_sends",
     "interleaved_sends_by_size",
+    "process_cpu",
     "quiet_nats_errors",
+    "self_cpu",
     "timed_sync",
     "timed_window",
 ]
@@ -57,13 +59,15 @@ class Row:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
-def _process_cpu(pid: int) -> float:
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) the process `pid` has used so far."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-def _self_cpu() -> float:
+def self_cpu() -> float:
+    """CPU seconds (user + system, every thread) this process has used so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -98,7 +102,7 @@ class Tally:
 
     def begin(self) -> None:
         """Start a slice."""
-        self._mark = (time.perf_counter(), _self_cpu(), sum(_process_cpu(p) for p in self._pids))
+        self._mark = (time.perf_counter(), self_cpu(), sum(process_cpu(p) for p in self._pids))
 
     def end(self, messages: int, latencies: list[float]) -> None:
         """End the slice `begin` started, adding what it measured."""
@@ -106,8 +110,8 @@ class Tally:
             raise RuntimeError("Tally.end without begin")
         started, client, servers = self._mark
         self._elapsed += time.perf_counter() - started
-        self._client += _self_cpu() - client
-        self._servers += sum(_process_cpu(p) for p in self._pids) - servers
+        self._client += self_cpu() - client
+        self._servers += sum(process_cpu(p) for p in self._pids) - servers
         self._messages += messages
         self._latencies += latencies
         self._mark = None
