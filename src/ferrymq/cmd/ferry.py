@@ -215,6 +215,13 @@ def demo_command(messages: int, data_dir: Path | None, segment_bytes: int) -> No
     help="TLS only on every port (Connect's REST API too), certificates from a local CA (its "
     "path: tls_ca in the ready file).",
 )
+@click.option(
+    "--broker-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A RocketMQ broker.conf (key=value) every broker also reads (ferry broker --config); "
+    "ferry up's own settings (names, ports, roles, stores) win over it.",
+)
 def up_command(
     data_dir: Path | None,
     groups: int,
@@ -229,6 +236,7 @@ def up_command(
     ready_file: Path | None,
     segment_bytes: int,
     up_tls: bool,
+    broker_config: Path | None,
 ) -> None:
     """Run a local cluster (controllers, NameServer, brokers, Connect) until Ctrl-C or SIGTERM."""
     config = UpConfig(
@@ -246,6 +254,7 @@ def up_command(
         connect=connect_workers,
         tls=up_tls,
         proxy=True,  # with --tls its ports serve the cluster's certificate too
+        broker_flags=() if broker_config is None else ("--config", str(broker_config.resolve())),
     )
     console = Console(stderr=True)
     status = 0
