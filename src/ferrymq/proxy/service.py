@@ -610,12 +610,19 @@ class MessagingService:
         return None
 
     async def end_transaction(self, request: Any, context: Context) -> Any:
-        """Commit or roll back a half message (END_TRANSACTION to its group's master)."""
+        """Commit or roll back a half message (END_TRANSACTION to its group's master).
+
+        As RocketMQ's proxy: an empty transaction id is INVALID_TRANSACTION_ID, one that names no
+        half message of this cluster INTERNAL_SERVER_ERROR.
+        """
         response = self.v2.EndTransactionResponse()
+        if not request.transaction_id:
+            self._status(response, "INVALID_TRANSACTION_ID", "transaction id cannot be empty")
+            return response
         try:
             handle = TxHandle.decode(request.transaction_id)
         except ValueError as exc:
-            self._status(response, "INVALID_TRANSACTION_ID", str(exc))
+            self._status(response, "INTERNAL_SERVER_ERROR", f"cannot find transaction data: {exc}")
             return response
         resolution = int(request.resolution)
         if resolution == self.v2.enum("TransactionResolution", "COMMIT"):
