@@ -1,4 +1,5 @@
-"""Bad input on the gRPC port: a clear status or a closed connection, and the endpoint serves on."""
+"""Bad input on the gRPC port: a clear status (a GOAWAY, an HTTP/1.1 answer, a v2 status, a gRPC
+status), and the endpoint serves on."""
 
 from __future__ import annotations
 
@@ -13,31 +14,45 @@ from ferrymq.proxy.server import GrpcEndpoint
 from ferrymq.proxy.stubs import SERVICE, load
 
 
-async def _frame_types(address: str, data: bytes) -> list[int]:
-    """The HTTP/2 frame types the server sends after `data`, until it closes (bounded: 10 s)."""
+async def _answer(address: str, data: bytes) -> bytes:
+    """What the server writes after `data`, until it closes (bounded: 10 s)."""
     host, port = parse_address(address)
     reader, writer = await asyncio.open_connection(host, port)
-    writer.write(data)
-    await writer.drain()
     try:
-        answer = await asyncio.wait_for(reader.read(), 10)  # to EOF: the server closes
+        writer.write(data)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 10)  # to EOF: the server closes
     finally:
         writer.close()
-    types, pos = [], 0
+
+
+def _frames(answer: bytes) -> list[tuple[int, bytes]]:
+    """HTTP/2 frames as (type, payload)."""
+    frames, pos = [], 0
     while pos + 9 <= len(answer):
-        types.append(answer[pos + 3])
-        pos += 9 + int.from_bytes(answer[pos : pos + 3])
-    return types
+        size = int.from_bytes(answer[pos : pos + 3])
+        frames.append((answer[pos + 3], answer[pos + 9 : pos + 9 + size]))
+        pos += 9 + size
+    return frames
 
 
-DATA, HEADERS = 0, 1
+SETTINGS, GOAWAY, PROTOCOL_ERROR = 4, 7, 1
 
 
 async def test_garbage_http1_wrong_types_and_huge_metadata(endpoint: GrpcEndpoint) -> None:
     v2 = load()
-    # each connection is closed (the read reached its end) without any stream answered
-    for junk in (b"\x00garbage\xff" * 100, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"):
-        assert not {DATA, HEADERS} & set(await _frame_types(endpoint.address, junk))
+    # garbage: SETTINGS then GOAWAY PROTOCOL_ERROR saying what the port expected
+    frames = _frames(await _answer(endpoint.address, b"\x00garbage\xff" * 100))
+    assert [kind for kind, _ in frames] == [SETTINGS, GOAWAY], frames
+    goaway = frames[1][1]
+    assert int.from_bytes(goaway[4:8]) == PROTOCOL_ERROR
+    assert goaway[8:] == b"this port speaks gRPC: expected the HTTP/2 client preface"
+    # HTTP/1: an HTTP/1.1 answer a browser or curl shows
+    answer = await _answer(endpoint.address, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 505 HTTP Version Not Supported\r\n"), answer
+    assert answer.endswith(
+        b"\r\n\r\nThis port speaks gRPC over HTTP/2 (RocketMQ 5 MessagingService), not HTTP/1.x.\n"
+    ), answer
 
     async with grpc.aio.insecure_channel(endpoint.address) as channel:
         raw_send: Any = channel.unary_unary(

@@ -1,15 +1,19 @@
-"""The gRPC server of the endpoint: grpcio's asyncio server on a port, TLS optional.
+"""The gRPC server of the endpoint: grpcio's asyncio server behind the port's front, TLS optional.
 
-Owns the listening side: the port (0 picks a free one; the bound port is read back), server
-limits (message size, metadata size, concurrent streams), TLS (a certificate chain and key in
-PEM, and the CAs a required client certificate must chain to: `TlsFiles`, reloaded by
-`security/tlsreload.py`) and ACL 1.0 (`acl`: every call checked against the client's
-credentials, `proxy/auth.py`) or ACL 2.0 (`users`: the controllers' users and ACLs).
+Owns the listening side: the port (0 picks a free one; the bound port is read back), served by
+`proxy/front.py`'s front, which splices each connection to grpcio on 127.0.0.1 (a plain and/or
+a TLS listener: plain only without TLS, TLS only with `TlsFiles` enforcing, both permissive) and
+answers bad input with a clear status; server limits (message size, metadata size, concurrent
+streams), TLS (a certificate chain and key in PEM, and the CAs a required client certificate
+must chain to: `TlsFiles`, reloaded by `security/tlsreload.py`) and ACL 1.0 (`acl`: every call
+checked against the client's credentials, `proxy/auth.py`) or ACL 2.0 (`users`: the
+controllers' users and ACLs), which see the real client's address (the front's `resolve`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -17,11 +21,14 @@ from typing import Final
 import grpc
 
 from ferrymq.proxy.auth import GrpcGuard
+from ferrymq.proxy.front import FIRST_TIMEOUT, GrpcFront
 from ferrymq.proxy.service import MessagingService
 from ferrymq.proxy.stubs import load
+from ferrymq.security.acl import Perm
 from ferrymq.security.acl2guard import AuthSource
 from ferrymq.security.aclguard import AclFile
-from ferrymq.security.tls import ClientAuth
+from ferrymq.security.grpcacl import Refusal
+from ferrymq.security.tls import ClientAuth, TlsMode
 from ferrymq.security.tlsreload import GrpcCertificates, grpc_client_auth
 
 __all__ = ["GrpcEndpoint", "TlsFiles"]
@@ -37,15 +44,36 @@ class TlsFiles:
     `client_auth` REQUIRE: a client certificate chaining to `trust` (PEM CAs) is required.
     OPTIONAL is refused (ConfigError naming `tls.server.need.client.auth`): grpcio cannot ask
     for a certificate without requiring one, and a security setting never fails open.
+    `mode` ENFORCING: TLS only; PERMISSIVE: TLS and plain text on the one port.
     """
 
     cert: Path
     key: Path
     trust: Path | None = None
     client_auth: ClientAuth = ClientAuth.NONE
+    mode: TlsMode = TlsMode.ENFORCING
 
     def __post_init__(self) -> None:
         grpc_client_auth(self.client_auth, self.trust)  # refused here, before anything binds
+        if self.mode is TlsMode.DISABLED:
+            raise ValueError("TlsFiles: mode is enforcing or permissive (no TLS: tls=None)")
+
+
+class _FrontGuard(GrpcGuard):
+    """`GrpcGuard` judging the real client behind the front, not the front's own address."""
+
+    front: GrpcFront | None = None
+
+    def check(
+        self,
+        name: str,
+        metadata: Iterable[tuple[str, str | bytes]] | None,
+        peer: str,
+        wanted: list[tuple[str, Perm]],
+    ) -> Refusal | None:
+        front = self.front
+        real = peer if front is None else front.resolve(peer)
+        return super().check(name, metadata, real, wanted)
 
 
 class GrpcEndpoint:
@@ -62,19 +90,25 @@ class GrpcEndpoint:
         acl: AclFile | None = None,
         users: AuthSource | None = None,
         authorization: bool = True,
+        first_timeout: float = FIRST_TIMEOUT,
     ) -> None:
+        """`first_timeout`: seconds a connection has to show its protocol (`GrpcFront`)."""
         self.namesrv = namesrv
         self.host = host
         self.port = port
         self.advertised_host = advertised_host or host
         self.tls = tls
+        self.first_timeout = first_timeout
         self.guard = (
-            GrpcGuard(acl, users=users, authorization=authorization)
+            _FrontGuard(acl, users=users, authorization=authorization)
             if acl is not None or users is not None
             else None
         )
         self.service: MessagingService | None = None
         self._server: grpc.aio.Server | None = None
+        self.front: GrpcFront | None = None
+        self.upstream: dict[str, str] = {}
+        """grpcio's own listeners, `plain` and/or `tls` -> 127.0.0.1:port (behind the front)."""
 
     @property
     def address(self) -> str:
@@ -92,17 +126,32 @@ class GrpcEndpoint:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        bind = f"{self.host}:{self.port}"
+        mode = TlsMode.DISABLED if self.tls is None else self.tls.mode
+        upstream: dict[str, tuple[str, int]] = {}
         if self.tls is not None:
             # read again at a handshake when the files changed: new certificates, no restart
             tls = self.tls
             credentials = GrpcCertificates(tls.cert, tls.key, tls.trust, tls.client_auth)
-            port = server.add_secure_port(bind, credentials.credentials())
-        else:
-            port = server.add_insecure_port(bind)
-        if port == 0:
-            raise OSError(f"gRPC endpoint could not bind {bind}")
+            upstream["tls"] = (
+                "127.0.0.1",
+                server.add_secure_port("127.0.0.1:0", credentials.credentials()),
+            )
+        if mode is not TlsMode.ENFORCING:
+            upstream["plain"] = ("127.0.0.1", server.add_insecure_port("127.0.0.1:0"))
+        if not all(port for _, port in upstream.values()):
+            raise OSError("gRPC endpoint could not bind 127.0.0.1 (behind its front)")
+        self.upstream = {name: f"{h}:{p}" for name, (h, p) in upstream.items()}
+        front = GrpcFront(
+            mode,
+            plain=upstream.get("plain"),
+            tls=upstream.get("tls"),
+            first_timeout=self.first_timeout,
+        )
+        port = await front.start(self.host, self.port)
+        self.front = front
         self.port = port
+        if isinstance(self.guard, _FrontGuard):
+            self.guard.front = front
         # off the loop: a first start downloads the schema with pip (a broker's loop, with
         # enableProxy, goes on serving meanwhile)
         v2 = await asyncio.to_thread(load)
@@ -113,9 +162,14 @@ class GrpcEndpoint:
 
     async def close(self, grace: float = 1.0) -> None:
         """Stop serving (in-flight calls get `grace` seconds), then close cluster connections."""
+        if self.front is not None:
+            self.front.stop_accepting()
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        if self.front is not None:
+            await self.front.close()
+            self.front = None
         if self.service is not None:
             await self.service.close()
             self.service = None
