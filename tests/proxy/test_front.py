@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,12 +16,13 @@ from pathlib import Path
 import grpc
 import pytest
 
+from ferrymq.cmd.proxy import endpoint_tls
 from ferrymq.model import parse_address
 from ferrymq.proxy.front import H2_PREFACE, Kind, classify, decide
 from ferrymq.proxy.server import GrpcEndpoint, TlsFiles
 from ferrymq.proxy.stubs import load
 from ferrymq.security.aclguard import AclFile
-from ferrymq.security.tls import TlsMode
+from ferrymq.security.tls import TlsMode, install, restore, settings_for, tls_config_from
 from ferrymq.security.tlscerts import LocalCa, issue_certificate, make_ca
 
 from .raw import rpc
@@ -229,3 +231,26 @@ async def test_acl_white_address_sees_the_client_not_the_front(tmp_path: Path) -
         assert e.front is not None
         while e.front.peers:  # each connection's entry goes with it (bounded: the timeout)
             await asyncio.sleep(0.02)
+
+
+def test_the_grpc_ports_mode_follows_the_flag_else_the_process_tls_mode(
+    pki: tuple[LocalCa, tuple[Path, Path]],
+) -> None:
+    """`ferry proxy --tls-mode permissive` (or a broker's enableProxy) serves both on gRPC too."""
+    _, (cert, key) = pki
+    assert endpoint_tls((cert, key)) == TlsFiles(cert, key, mode=TlsMode.ENFORCING)
+    assert endpoint_tls((cert, key), TlsMode.PERMISSIVE) == TlsFiles(
+        cert, key, mode=TlsMode.PERMISSIVE
+    )
+    values = {"tls.server.mode": "permissive", "tls.server.certPath": str(cert)}
+    values["tls.server.keyPath"] = str(key)
+    token = install(settings_for(tls_config_from(values)))
+    try:
+        files = endpoint_tls(None)
+        assert files is not None
+        assert (files.cert, files.mode) == (cert, TlsMode.PERMISSIVE)
+        assert endpoint_tls(None, TlsMode.ENFORCING) == dataclasses.replace(
+            files, mode=TlsMode.ENFORCING
+        )
+    finally:
+        restore(token)

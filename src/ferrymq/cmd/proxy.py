@@ -11,7 +11,9 @@ With `--authentication-enabled true --controller-addr ...` (ACL 2.0) both ports 
 against the users and ACLs the controllers keep, pulled every second as a NameServer pulls them
 (`namesrv/auth.py`); the process then signs as a Super user (`--inner-client-authentication-
 credentials` or FERRY_ACCESS_KEY). Without controllers ACL 2.0 is refused: only they give out the
-users' passwords.
+users' passwords. The gRPC port is served by a front (`proxy/front.py`) that tells TLS from plain
+HTTP/2 by the first bytes: `--grpc-tls-mode permissive` (or the process's `--tls-mode
+permissive`) serves both on it, as RocketMQ's proxy does, and bad input gets a clear answer.
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ if TYPE_CHECKING:
 __all__ = ["InProcessProxy", "endpoint_tls", "proxy_command", "proxy_metrics", "run_proxy"]
 
 
-def endpoint_tls(tls: tuple[Path, Path] | None) -> TlsFiles | None:
+def endpoint_tls(tls: tuple[Path, Path] | None, mode: TlsMode | None = None) -> TlsFiles | None:
     """The gRPC port's TLS, with the process's client auth and trust.
 
     `tls`'s certificate and key, else the process's listeners' when they use TLS (a broker's
-    enableProxy; `permissive` too: the gRPC port cannot tell plain text apart, so TLS only).
+    enableProxy). `mode`: enforcing (TLS only) or permissive (TLS and plain text); None: the
+    process's `tls.server.mode` when it is one of them, else enforcing.
 
     Raises:
         ConfigError: `tls.server.need.client.auth=optional` (grpcio cannot serve it), or
@@ -53,6 +56,9 @@ def endpoint_tls(tls: tuple[Path, Path] | None) -> TlsFiles | None:
     from ferrymq.proxy.server import TlsFiles  # grpcio only where the endpoint runs
 
     source = process_server_tls().source
+    if mode is None:
+        process_mode = None if source is None else source.server_mode
+        mode = TlsMode.PERMISSIVE if process_mode is TlsMode.PERMISSIVE else TlsMode.ENFORCING
     if tls is None:
         if source is None or source.server_mode is TlsMode.DISABLED:
             return None
@@ -63,9 +69,9 @@ def endpoint_tls(tls: tuple[Path, Path] | None) -> TlsFiles | None:
             )
         tls = (cert, key)
     if source is None:
-        return TlsFiles(*tls)
+        return TlsFiles(*tls, mode=mode)
     trust, need = source.server_trust_cert_path, source.server_need_client_auth
-    return TlsFiles(*tls, trust=trust, client_auth=need)
+    return TlsFiles(*tls, trust=trust, client_auth=need, mode=mode)
 
 
 class InProcessProxy:
@@ -83,12 +89,14 @@ class InProcessProxy:
         controllers: list[str] | None = None,
         authorization: bool = False,
         max_clock_skew: float | None = None,
+        tls_mode: TlsMode | None = None,
     ) -> None:
         """`acl_file`: check each client against this `plain_acl.yml` (AclConfigError: unusable).
 
         `controllers`: ACL 2.0, each client checked against the users these controllers keep
         (`authorization`: and against its ACL). `max_clock_skew`: seconds a gRPC call's signed
-        `x-mq-date-time` may be from this host's clock (None: `GrpcGuard`'s 15 min).
+        `x-mq-date-time` may be from this host's clock (None: `GrpcGuard`'s 15 min). `tls_mode`:
+        the gRPC port's (`endpoint_tls`).
         """
         # imported here: grpcio loads only in the processes that serve it
         from ferrymq.namesrv.auth import AuthPull
@@ -97,7 +105,7 @@ class InProcessProxy:
         from ferrymq.security.acl2guard import AuthStore
         from ferrymq.security.aclguard import AclFile
 
-        files = endpoint_tls(tls) if grpc_port >= 0 else None
+        files = endpoint_tls(tls, tls_mode) if grpc_port >= 0 else None
         acl = AclFile(acl_file) if acl_file is not None else None
         self.users = AuthStore() if controllers else None
         """ACL 2.0: the controllers' users and ACLs (None: not on)."""
@@ -175,6 +183,7 @@ async def run_proxy(
     controllers: list[str] | None = None,
     authorization: bool = False,
     max_clock_skew: float | None = None,
+    tls_mode: TlsMode | None = None,
 ) -> None:
     """Serve both sides until `stop` is set; write the ready file once both listen.
 
@@ -192,6 +201,7 @@ async def run_proxy(
         controllers=controllers,
         authorization=authorization,
         max_clock_skew=max_clock_skew,
+        tls_mode=tls_mode,
     )
     try:
         await proxy.start()
@@ -237,6 +247,13 @@ def proxy_metrics(endpoint: Any) -> Iterable[Metric]:
     help="PEM certificate chain: the gRPC port serves TLS (with --grpc-tls-key).",
 )
 @click.option("--grpc-tls-key", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--grpc-tls-mode",
+    type=click.Choice(["enforcing", "permissive"]),
+    help="The gRPC port with TLS: enforcing (TLS only) or permissive (TLS and plain text on the "
+    "one port, told apart by the first bytes, as RocketMQ's proxy does) [default: --tls-mode's "
+    "when permissive, else enforcing].",
+)
 @click.option(
     "--acl-enable",
     type=click.BOOL,
@@ -297,6 +314,7 @@ def proxy_command(
     remoting_port: int,
     grpc_tls_cert: Path | None,
     grpc_tls_key: Path | None,
+    grpc_tls_mode: str | None,
     acl_enable: bool,
     acl_file: Path | None,
     authentication_enabled: bool,
@@ -326,9 +344,11 @@ def proxy_command(
     if (grpc_tls_cert is None) != (grpc_tls_key is None):
         fail("--grpc-tls-cert and --grpc-tls-key go together")
     tls = (grpc_tls_cert, grpc_tls_key) if grpc_tls_cert and grpc_tls_key else None
+    tls_mode = TlsMode(grpc_tls_mode) if grpc_tls_mode else None
     if grpc_port >= 0:
         try:  # client auth the gRPC port cannot honour: refused before anything listens
-            endpoint_tls(tls)
+            if endpoint_tls(tls, tls_mode) is None and tls_mode is not None:
+                fail("--grpc-tls-mode needs a certificate (--grpc-tls-cert or --tls --tls-cert)")
         except ConfigError as exc:
             fail(str(exc))
     if acl_enable and acl_file is None:
@@ -364,6 +384,7 @@ def proxy_command(
             controllers=controllers if authentication_enabled else None,
             authorization=authorization_enabled,
             max_clock_skew=auth_max_clock_skew_seconds,
+            tls_mode=tls_mode,
         )
 
     try:
