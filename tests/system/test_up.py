@@ -8,16 +8,19 @@ import subprocess
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.consumer import PullConsumer, PullStatus
 from ferrymq.client.producer import Producer
+from ferrymq.proxy.stubs import load
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire.bodies import KVTable, decode_body
 from ferrymq.wire.codes import RequestCode
 from ferrymq.wire.frame import RemotingCommand
 
+from ..proxy.raw import rpc
 from .procs import FERRY
 
 pytestmark = pytest.mark.system
@@ -190,6 +193,21 @@ async def test_up_defaults_to_an_ha_group_run_by_three_controllers(
         async with Producer(namesrv) as producer:
             result = await producer.send("UpHA", b"through the elected master")
         assert result.queue_offset == 0
+        # the 5.x endpoint's gRPC port: plain text (Python 5.x default) and TLS (Java's) at once
+        v2 = load()
+        request = v2.QueryRouteRequest()
+        request.topic.name = "UpHA"
+        ca = await asyncio.to_thread(Path(str(info["proxy_tls_ca"])).read_bytes)
+        for channel in (
+            grpc.aio.insecure_channel(str(info["proxy"])),
+            grpc.aio.secure_channel(
+                str(info["proxy"]), grpc.ssl_channel_credentials(root_certificates=ca)
+            ),
+        ):
+            async with channel:
+                route = await rpc(channel, v2, "QueryRoute")(request, timeout=30)
+            assert route.status.code == v2.code("OK"), route.status
+            assert route.message_queues
         pids = [int(c["pid"]) for c in controllers]
     finally:
         process.send_signal(signal.SIGTERM)

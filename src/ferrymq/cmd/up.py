@@ -13,7 +13,11 @@ on free ports, sharing one store directory for task checkpoints), listed in the 
 `--tls` (issue 23) makes a local CA and one certificate for the servers (SAN: the host,
 127.0.0.1, localhost) under `<data dir>/tls`, runs every server with TLS only (`--tls`: enforcing,
 and TLS on its own connections), and gives the CA's path in the ready file (`"tls_ca"`) for
-clients to trust (`ferry ... --tls-ca PATH`, `FERRY_TLS_CA`).
+clients to trust (`ferry ... --tls-ca PATH`, `FERRY_TLS_CA`). Without `--tls` the RocketMQ 5
+endpoint's gRPC port still serves TLS and plain text on one port (`permissive`, as RocketMQ's
+proxy does: the Java 5.x client uses TLS by default, the Python one plain text), with a
+certificate from a local CA made once under `<data dir>/tls-proxy`; the ready file names that CA
+(`"proxy_tls_ca"`; with `--tls`, the cluster's CA). The remoting ports stay plain.
 
 `ProcessCluster` is also what `ferry demo` and `ferry bench failover` drive: it can kill and
 restart any child. `ferry up` writes the `--ready-file` JSON once everything serves, and stops
@@ -138,6 +142,8 @@ class ReadyInfo(TypedDict):
     """The same endpoint's remoting address, for 4.x clients (None: not run)."""
     proxy_metrics: str | None
     """The endpoint's Prometheus endpoint, `host:port` (None: not run)."""
+    proxy_tls_ca: str | None
+    """The CA that signed the endpoint's gRPC certificate, for TLS clients (None: not run)."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +212,8 @@ class ProcessCluster:
         """Connect worker id (`connect-1`, ...) -> process."""
         self.console: Child | None = None
         self.proxy: Child | None = None
+        self.proxy_tls_ca: Path | None = None
+        """The CA of the endpoint's gRPC certificate, once `start_proxy` ran."""
         self._args: dict[str, list[str]] = {}
         self.tls_ca: Path | None = None
         """The local CA's certificate (with `UpConfig.tls`), once `start` made it."""
@@ -309,13 +317,31 @@ class ProcessCluster:
         """Start the RocketMQ 5 endpoint (again) over this cluster, both ports free ones."""
         config = self.config
         args = ["proxy", "--namesrv", self.namesrv_addr, "--host", config.host]
+        grpc_tls = self._tls_flags
+        self.proxy_tls_ca = self.tls_ca
+        if not config.tls:  # TLS and plain text on the gRPC port, with a local certificate
+            ca, cert, key = await asyncio.to_thread(self._proxy_certificate)
+            self.proxy_tls_ca = ca
+            grpc_tls = ["--grpc-tls-cert", str(cert), "--grpc-tls-key", str(key)]
+            grpc_tls += ["--grpc-tls-mode", "permissive"]
         self.proxy = await spawn(
             "proxy",
-            [*args, "--grpc-port", "0", "--remoting-port", "0", *METRICS_FLAGS, *self._tls_flags],
+            [*args, "--grpc-port", "0", "--remoting-port", "0", *METRICS_FLAGS, *grpc_tls],
             config.data_dir,
             env=self._tls_env,
         )
         return self.proxy
+
+    def _proxy_certificate(self) -> tuple[Path, Path, Path]:
+        """(CA, certificate, key) of the gRPC port without `--tls` (kept: a restart reuses them)."""
+        where = self.config.data_dir / "tls-proxy"
+        ca_path = where / "ca.pem"
+        cert, key = where / "proxy.pem", where / "proxy-key.pem"
+        if not (ca_path.is_file() and cert.is_file() and key.is_file()):
+            ca = make_ca(where, name="ferrymq local proxy CA")
+            hosts = dict.fromkeys((self.config.host, "127.0.0.1", "localhost"))
+            cert, key = issue_certificate(ca, where, "proxy", hosts=tuple(hosts))
+        return ca_path, cert, key
 
     async def start_console(self) -> Child:
         """Start the web console (again) over this cluster, on a free port."""
@@ -498,6 +524,7 @@ class ProcessCluster:
             proxy=None if self.proxy is None else str(self.proxy.info["grpc"]),
             proxy_remoting=None if self.proxy is None else str(self.proxy.info["remoting"]),
             proxy_metrics=None if self.proxy is None else _metrics(self.proxy),
+            proxy_tls_ca=None if self.proxy_tls_ca is None else str(self.proxy_tls_ca),
         )
 
     async def stop(self) -> None:
