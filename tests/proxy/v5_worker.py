@@ -141,8 +141,13 @@ def push(endpoint: str, topic: str, group: str, count: str, hold_ms: str = "0") 
 
 def failover(endpoint: str, topic: str, group: str, seconds: str) -> None:
     """A producer thread sending without pause and a simple consumer acking what it receives,
-    except every tenth message on its first delivery (left in flight): until SIGTERM or
-    `seconds`. Events: sent (ok or not), received (attempt), acked, ack_failed, each timed."""
+    except every tenth message on its first delivery (left in flight, invisible 3 s): until
+    SIGTERM or `seconds`. Then the producer stops and the consumer drains (30 s at most) until it
+    received every send the producer saw acknowledged and holds nothing unacked; it acks at once
+    what it holds whose invisible time still runs (what ran out must come again, so is awaited).
+    Events: sent (ok or not, message id), received (message id, attempt), acked, ack_failed,
+    each timed; `drained` last."""
+    invisible = 3
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     config = ClientConfiguration(endpoint, Credentials(), request_timeout=5)
@@ -151,6 +156,9 @@ def failover(endpoint: str, topic: str, group: str, seconds: str) -> None:
     consumer = SimpleConsumer(config, group, {topic: FilterExpression()}, await_duration=1)
     consumer.startup()
     deadline = time.monotonic() + float(seconds)
+    sent_ok: set[str] = set()
+    received: set[str] = set()
+    unacked: dict[str, tuple[float, Any]] = {}  # body -> (received at, message)
 
     def produce() -> None:
         i = 0
@@ -159,21 +167,45 @@ def failover(endpoint: str, topic: str, group: str, seconds: str) -> None:
             message.topic = topic
             message.body = f"f-{i:05d}".encode()
             start = time.time()
+            message_id = ""
             try:
-                producer.send(message)
+                message_id = producer.send(message).message_id
                 ok = True
             except Exception:  # noqa: BLE001 -- a failed send is an event, not a crash
                 ok = False
-            emit(event="sent", body=f"f-{i:05d}", ok=ok, start=start, end=time.time())
+            emit(
+                event="sent", body=f"f-{i:05d}", id=message_id, ok=ok, start=start, end=time.time()
+            )
+            if ok:
+                sent_ok.add(message_id)
             i += 1
             time.sleep(0.01)
 
+    def ack(body: str, message: Any) -> None:
+        try:
+            consumer.ack(message)
+        except Exception as exc:  # noqa: BLE001
+            emit(event="ack_failed", body=body, error=str(exc)[:200], at=time.time())
+        else:
+            unacked.pop(body, None)
+            emit(event="acked", body=body, at=time.time())
+
     sender = threading.Thread(target=produce)
     sender.start()
+    drain_until = float("inf")
     try:
-        while not stop.is_set() and time.monotonic() < deadline:
+        while time.monotonic() < drain_until:
+            if drain_until == float("inf") and (stop.is_set() or time.monotonic() > deadline):
+                stop.set()
+                sender.join()
+                drain_until = time.monotonic() + 30
+                for body, (at, message) in list(unacked.items()):
+                    if time.monotonic() - at < invisible - 0.5:
+                        ack(body, message)
+            if stop.is_set() and sent_ok <= received and not unacked:
+                break
             try:
-                messages = consumer.receive(16, 3)
+                messages = consumer.receive(16, invisible)
             except Exception as exc:  # noqa: BLE001 -- the endpoint is failing over
                 emit(event="receive_failed", error=str(exc)[:200], at=time.time())
                 time.sleep(0.1)
@@ -181,18 +213,22 @@ def failover(endpoint: str, topic: str, group: str, seconds: str) -> None:
             for message in messages:
                 body = message.body.decode()
                 attempt = message.delivery_attempt
-                emit(event="received", body=body, attempt=attempt, at=time.time())
-                if int(body[2:]) % 10 == 0 and attempt == 1:
+                received.add(message.message_id)
+                unacked[body] = (time.monotonic(), message)
+                emit(
+                    event="received",
+                    body=body,
+                    id=message.message_id,
+                    attempt=attempt,
+                    at=time.time(),
+                )
+                if int(body[2:]) % 10 == 0 and attempt == 1 and not stop.is_set():
                     continue  # in flight across the failover: must come again
-                try:
-                    consumer.ack(message)
-                except Exception as exc:  # noqa: BLE001
-                    emit(event="ack_failed", body=body, error=str(exc)[:200], at=time.time())
-                else:
-                    emit(event="acked", body=body, at=time.time())
+                ack(body, message)
     finally:
         stop.set()
         sender.join()
+        emit(event="drained", missing=len(sent_ok - received), unacked=sorted(unacked)[:20])
         consumer.shutdown()
         producer.shutdown()
 
