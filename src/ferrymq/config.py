@@ -37,7 +37,14 @@ __all__ = [
 
 C = TypeVar("C")
 
-_SPECIAL_KEYS = {"broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2"}
+_SPECIAL_KEYS = {
+    "broker_ip1": "brokerIP1",
+    "broker_ip2": "brokerIP2",
+    "transaction_timeout": "transactionTimeOut",
+}
+
+KEY_ALIASES: Final = {"transactionTimeout": "transactionTimeOut"}
+"""Spellings ferrymq took before it used RocketMQ's own: still read, as the RocketMQ key."""
 
 
 def _is_true(value: str) -> bool:
@@ -155,6 +162,8 @@ def properties_text(config: object) -> str:
 def parse_properties(text: str, source: str = "config") -> dict[str, str]:
     """Parse `java.util.Properties` text: `key=value` or `key: value`, `#`/`!` comments.
 
+    A key of `KEY_ALIASES` is read as the RocketMQ key it stands for.
+
     Raises:
         ConfigError: a non-comment line has no key.
     """
@@ -171,10 +180,11 @@ def parse_properties(text: str, source: str = "config") -> dict[str, str]:
         match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
         if match is None:
             if re.fullmatch(r"[^=:\s]+", line):
-                values[line] = ""
+                values[KEY_ALIASES.get(line, line)] = ""
                 continue
             raise ConfigError(f"{source}:{number}", f"cannot parse {raw!r}")
-        values[match.group(1)] = match.group(2).strip()
+        key = match.group(1)
+        values[KEY_ALIASES.get(key, key)] = match.group(2).strip()
     return values
 
 

@@ -33,7 +33,7 @@ from tests.system.test_up import _up
 pytestmark = pytest.mark.system
 
 WORKER = Path(__file__).with_name("v5_worker.py")
-FAST_CHECKS = "transactionTimeout=1000\ntransactionCheckInterval=300\n"
+FAST_CHECKS = "transactionTimeOut=1000\ntransactionCheckInterval=300\n"
 """Half messages checked after 1 s, every 0.3 s: the check path is seen within seconds."""
 
 

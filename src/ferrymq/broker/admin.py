@@ -144,7 +144,7 @@ HOT_KEYS: Final = frozenset(
         "fileReservedTime",
         "diskMaxUsedSpaceRatio",
         "deleteWhen",
-        "transactionTimeout",
+        "transactionTimeOut",
         "transactionCheckMax",
         "transactionCheckInterval",
         "maxReconsumeTimes",

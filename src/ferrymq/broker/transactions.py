@@ -7,7 +7,7 @@ RocketMQ's `TransactionalMessageService` and `EndTransactionProcessor`:
   message's log offset as prepared-transaction offset); commit and rollback both write an "op"
   record to RMQ_SYS_TRANS_OP_HALF_TOPIC whose body is the half message's queue offset;
 - every `transactionCheckInterval` the broker walks half messages older than
-  `transactionTimeout` with no op record and asks a producer of their group
+  `transactionTimeOut` with no op record and asks a producer of their group
   (CHECK_TRANSACTION_STATE, with the half message as body). After `transactionCheckMax` checks a
   half message is given up (rolled back) and logged.
 

@@ -9,7 +9,7 @@ RocketMQ's `TransactionMQProducer` and `TransactionListener`:
    UNKNOWN, as in RocketMQ), and the producer sends END_TRANSACTION with that decision. A commit
    makes the message visible in its topic; a rollback drops it; UNKNOWN leaves it to a check.
 3. The broker asks a producer of the group about half messages left undecided for
-   `transactionTimeout` (CHECK_TRANSACTION_STATE, pushed on the producer's heartbeat connection).
+   `transactionTimeOut` (CHECK_TRANSACTION_STATE, pushed on the producer's heartbeat connection).
    The producer calls the check listener and answers END_TRANSACTION on that connection. Any
    producer of the group may be asked, so a restarted one answers for its predecessor.
 

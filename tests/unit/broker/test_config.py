@@ -64,3 +64,9 @@ def test_acl2_with_the_in_process_endpoint_is_refused() -> None:
     config, _ = build_config(BrokerConfig, {"aclEnable": "true", "aclFile": "/x"})
     assert config.acl_enable
     assert not config.enable_proxy
+
+
+@pytest.mark.parametrize("key", ["transactionTimeOut", "transactionTimeout"])
+def test_the_transaction_timeout_reads_rocketmqs_key_and_ferrymqs_old_spelling(key: str) -> None:
+    config, ignored = build_config(BrokerConfig, parse_properties(f"{key}=1500\n"))
+    assert (config.transaction_timeout, ignored) == (1500, [])
