@@ -6,7 +6,10 @@ checks to a producer of the topic), one transaction relay per topic (a `Transact
 that heartbeats as that topic's producer group, so the brokers send it their checks) and one
 consumer per group; those tables are bounded (`proxy/pool.py`: idle expiry and an LRU cap). A
 group whose subscription config says `consumeMessageOrderly` (FIFO) is popped orderly. Routes come
-from the NameServers and follow failovers as the SDK does; every route names this endpoint.
+from the NameServers and follow failovers as the SDK does; every route names this endpoint. A
+consumer's settings and heartbeats are relayed to the masters of its topics as its own HEART_BEAT
+(the brokers list it in its group, as a RocketMQ broker with its proxy in local mode does), and its
+NotifyClientTermination as UNREGISTER_CLIENT.
 """
 
 from __future__ import annotations
@@ -44,12 +47,14 @@ from ferrymq.proxy.pool import Pool
 from ferrymq.proxy.stubs import SERVICE, V2
 from ferrymq.rpc.client import RpcClient
 from ferrymq.wire import properties as props
+from ferrymq.wire.bodies import ConsumerData, HeartbeatData, SubscriptionData, encode_body
 from ferrymq.wire.broker import (
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
     GetSubscriptionGroupConfigRequestHeader,
+    UnregisterClientRequestHeader,
 )
-from ferrymq.wire.codes import RequestCode, ResponseCode
+from ferrymq.wire.codes import LanguageCode, RequestCode, ResponseCode
 from ferrymq.wire.fastjson import loads
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import to_ext_fields
@@ -103,6 +108,9 @@ class Session:
     client_type: int = 0
     topics: set[str] = field(default_factory=set)
     group: str = ""
+    filters: list[SubscriptionData] = field(default_factory=list)
+    """A consumer's subscriptions, as the brokers' consumer table keeps them."""
+    language: LanguageCode = LanguageCode.JAVA
     outbox: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(_SESSION_QUEUE))
 
 
@@ -338,18 +346,79 @@ class MessagingService:
         return response
 
     async def heartbeat(self, request: Any, context: Context) -> Any:
-        """Liveness only: the endpoint keeps no per-client state beyond Telemetry."""
+        """A consumer's heartbeat goes on to the masters of its topics (`_member`)."""
+        session = self.sessions.get(_metadata(context, "x-mq-client-id"))
+        if session is not None and session.group:
+            await self._member(session, RequestCode.HEART_BEAT)
         response = self.v2.HeartbeatResponse()
         self._status(response, "OK")
         return response
 
     async def notify_client_termination(self, request: Any, context: Context) -> Any:
-        """Forget the client's Telemetry session."""
-        client_id = _metadata(context, "x-mq-client-id")
-        self.sessions.pop(client_id, None)
+        """Forget the client at once, as RocketMQ's proxy does (not left to expire).
+
+        Its Telemetry session goes (a producer is asked no more transaction checks) and, a
+        consumer, its membership of the group at the masters of its topics (UNREGISTER_CLIENT).
+        """
+        session = self.sessions.pop(_metadata(context, "x-mq-client-id"), None)
+        if session is not None and session.group:
+            await self._member(session, RequestCode.UNREGISTER_CLIENT)
         response = self.v2.NotifyClientTerminationResponse()
         self._status(response, "OK")
         return response
+
+    async def _member(self, session: Session, code: RequestCode) -> None:
+        """HEART_BEAT or UNREGISTER_CLIENT as the session's consumer, to its topics' masters.
+
+        The brokers then list the client in its group (consumerConnection) as they list a
+        remoting consumer; it leaves on UNREGISTER_CLIENT, or by expiry when its heartbeats stop.
+        Best effort: a master that cannot be reached is skipped (the next heartbeat tries again).
+        """
+        simple = session.client_type == self.v2.enum("ClientType", "SIMPLE_CONSUMER")
+        if code == RequestCode.HEART_BEAT:
+            data = HeartbeatData(
+                client_id=session.client_id,
+                consumer_data_set=[
+                    ConsumerData(
+                        group_name=session.group,
+                        consume_type="CONSUME_ACTIVELY" if simple else "CONSUME_PASSIVELY",
+                        subscription_data_set=session.filters,
+                    )
+                ],
+            )
+            command = RemotingCommand(code=code, language=session.language, body=encode_body(data))
+        else:
+            header = UnregisterClientRequestHeader(
+                client_i_d=session.client_id, consumer_group=session.group
+            )
+            command = RemotingCommand(
+                code=code, language=session.language, ext_fields=to_ext_fields(header)
+            )
+        masters: set[str] = set()
+        for topic in sorted(session.topics):
+            try:
+                route = await self.producer.routes.get(validate_topic(topic))
+            except (FerryError, ValueError) as exc:
+                log.info("%s of %s: no route of %s: %s", code.name, session.client_id, topic, exc)
+                continue
+            masters |= {a for n in route.brokers if (a := route.master(n)) is not None}
+
+        async def call(address: str) -> None:
+            try:
+                answer = await self.rpc.call(address, command, 5.0)
+            except FerryError as exc:
+                log.info("%s of %s to %s: %s", code.name, session.client_id, address, exc)
+                return
+            if answer.code != ResponseCode.SUCCESS:
+                log.info(
+                    "%s of %s refused by %s: %s",
+                    code.name,
+                    session.client_id,
+                    address,
+                    answer.remark,
+                )
+
+        await asyncio.gather(*(call(a) for a in sorted(masters)))
 
     async def query_assignment(self, request: Any, context: Context) -> Any:
         """One assignment per broker group holding readable queues of the topic."""
@@ -380,7 +449,7 @@ class MessagingService:
             yield answer
             return
         client_id = _metadata(context, "x-mq-client-id")
-        session = Session(client_id)
+        session = Session(client_id, language=_language(_metadata(context, "x-mq-language")))
         if client_id:
             self.sessions[client_id] = session
         done = object()
@@ -432,6 +501,15 @@ class MessagingService:
         if settings.HasField("subscription"):
             session.group = settings.subscription.group.name
             session.topics = {e.topic.name for e in settings.subscription.subscriptions}
+            sql = self.v2.enum("FilterType", "SQL")
+            session.filters = [
+                SubscriptionData(
+                    topic=e.topic.name,
+                    sub_string=e.expression.expression or "*",
+                    expression_type="SQL92" if e.expression.type == sql else "TAG",
+                )
+                for e in settings.subscription.subscriptions
+            ]
             reply.subscription.receive_batch_size = 32
             reply.subscription.long_polling_timeout.FromSeconds(20)
             if session.group and session.topics:
@@ -443,6 +521,8 @@ class MessagingService:
         self._status(answer, "OK")
         with contextlib.suppress(asyncio.QueueFull):
             session.outbox.put_nowait(answer)
+        if session.group and session.topics:
+            await self._member(session, RequestCode.HEART_BEAT)  # listed from the start
         if session.client_type == self.v2.enum("ClientType", "PRODUCER"):
             for topic in sorted(session.topics)[:_RELAY_CAP]:
                 with contextlib.suppress(FerryError, ValueError):
@@ -967,6 +1047,14 @@ class MessagingService:
             return response
         self._status(response, "OK")
         return response
+
+
+def _language(name: str) -> LanguageCode:
+    """The remoting language of a gRPC client's `x-mq-language` (JAVA when not one)."""
+    try:
+        return LanguageCode[name.upper()]
+    except KeyError:
+        return LanguageCode.JAVA
 
 
 def _queue(message_queue: Any) -> MessageQueue:
