@@ -18,7 +18,7 @@ import pytest
 
 from ferrymq.cmd.proxy import endpoint_tls
 from ferrymq.model import parse_address
-from ferrymq.proxy.front import H2_PREFACE, Kind, classify, decide
+from ferrymq.proxy.front import H2_PREFACE, GrpcFront, Kind, classify, decide
 from ferrymq.proxy.server import GrpcEndpoint, TlsFiles
 from ferrymq.proxy.stubs import load
 from ferrymq.security.aclguard import AclFile
@@ -254,3 +254,53 @@ def test_the_grpc_ports_mode_follows_the_flag_else_the_process_tls_mode(
         )
     finally:
         restore(token)
+
+
+async def test_the_splice_relays_both_ways_with_bounded_buffers_and_closes_both_sides() -> None:
+    """Through a plain-only front to an echo server, 32 MiB in and back; while the client does not
+    read, the writes stall (backpressure) with at most ~1 MiB buffered in the front."""
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    upstream = await asyncio.start_server(echo, "127.0.0.1", 0)
+    front = GrpcFront(TlsMode.DISABLED, plain=("127.0.0.1", upstream.sockets[0].getsockname()[1]))
+    port = await front.start("127.0.0.1", 0)
+    sent = H2_PREFACE + bytes(range(256)) * (32 * 4096)
+    written = 0
+    try:
+        async with asyncio.timeout(60):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+            async def write() -> None:
+                nonlocal written
+                for at in range(0, len(sent), 1 << 18):
+                    writer.write(sent[at : at + (1 << 18)])
+                    await writer.drain()
+                    written = at + (1 << 18)
+                writer.write_eof()
+
+            writing = asyncio.create_task(write())
+            before = -1
+            while written != before:  # until the writes stall: nobody reads the echo
+                before = written
+                await asyncio.sleep(0.3)
+            assert not writing.done()
+            (client,) = front.clients
+            assert client.transport is not None
+            assert client.peer is not None
+            assert client.peer.transport is not None
+            sides = (client.transport, client.peer.transport)
+            buffered = [side.get_write_buffer_size() for side in sides]
+            assert max(buffered) <= 1 << 20, buffered
+            back, _ = await asyncio.gather(reader.read(-1), writing)  # -1: to EOF
+            writer.close()
+            assert back == sent
+            while front.clients or front.peers:  # both sides closed and forgotten
+                await asyncio.sleep(0.02)
+    finally:
+        await front.close()
+        upstream.close()
