@@ -304,3 +304,25 @@ async def test_the_splice_relays_both_ways_with_bounded_buffers_and_closes_both_
     finally:
         await front.close()
         upstream.close()
+
+
+async def test_connections_waiting_for_their_first_bytes_are_bounded() -> None:
+    front = GrpcFront(TlsMode.DISABLED, plain=("127.0.0.1", 9), max_pending=2, first_timeout=30)
+    port = await front.start("127.0.0.1", 0)
+    writers: list[asyncio.StreamWriter] = []
+    try:
+        async with asyncio.timeout(30):
+            opened = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            writers += [writer for _, writer in opened]
+            while len(front.pending) < 2:
+                await asyncio.sleep(0.01)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writers.append(writer)
+            with contextlib.suppress(ConnectionResetError):  # aborted: a reset or an EOF
+                assert await reader.read() == b""
+            assert front.refused == 1
+            assert len(front.pending) == 2
+    finally:
+        for writer in writers:
+            writer.close()
+        await front.close()

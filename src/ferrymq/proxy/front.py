@@ -372,7 +372,8 @@ class _Client(_Side):
         if stream is None:
             if len(self.first) > FIRST_BYTES_MAX:
                 self._settled()
-                self._answer(Decision(None, goaway(INADEQUATE_SECURITY, self.refusing), "plain"))
+                why = "plain-text HTTP/2 on a TLS port, no call in its first bytes"
+                self._answer(Decision(None, goaway(INADEQUATE_SECURITY, self.refusing), why))
             return
         self._settled()
         answer = refuse_call(stream, self.refusing)
