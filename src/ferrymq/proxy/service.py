@@ -693,7 +693,8 @@ class MessagingService:
         """Commit or roll back a half message (END_TRANSACTION to its group's master).
 
         As RocketMQ's proxy: an empty transaction id is INVALID_TRANSACTION_ID, one that names no
-        half message of this cluster INTERNAL_SERVER_ERROR.
+        half message of this cluster INTERNAL_SERVER_ERROR. No resolution (UNSPECIFIED: a check
+        callback that answered UNKNOWN) is OK and leaves the half message to later checks.
         """
         response = self.v2.EndTransactionResponse()
         if not request.transaction_id:
@@ -710,7 +711,8 @@ class MessagingService:
         elif resolution == self.v2.enum("TransactionResolution", "ROLLBACK"):
             state = TransactionState.ROLLBACK
         else:
-            self._status(response, "BAD_REQUEST", "resolution must be COMMIT or ROLLBACK")
+            log.debug("end of %s left unresolved: it will be checked again", handle.msg_id)
+            self._status(response, "OK")
             return response
         try:
             topic = validate_topic(request.topic.name)
