@@ -307,6 +307,8 @@ class _Client(_Side):
         """A plain-text call refused on a TLS port: why (waiting for its HEADERS)."""
         self.timer: asyncio.TimerHandle | None = None
         self.real_peer = ""
+        self.splicing = False
+        """Classified for a splice, grpcio's connection not made yet."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport = cast(asyncio.Transport, transport)  # uvloop's too
@@ -342,6 +344,9 @@ class _Client(_Side):
         if out is not None:
             out.write(data)
             return
+        if self.splicing:
+            self.first += data  # read before its pause took effect: relayed by `attached`
+            return
         if self.answered or not self.pending:
             return  # an answered connection: discarded until it closes
         self.first += data
@@ -363,6 +368,7 @@ class _Client(_Side):
             self._answer(decision)
         else:
             assert self.transport is not None
+            self.splicing = True
             self.transport.pause_reading()
             self.front.splice(self, decision.to_tls)
 
@@ -411,6 +417,7 @@ class _Client(_Side):
             upstream.transport.close()
             return
         self.out = upstream.transport
+        self.splicing = False
         upstream.transport.write(bytes(self.first))
         self.first = bytearray()
         self.transport.resume_reading()
