@@ -282,6 +282,8 @@ def up_command(
         console.print(f"export NAMESRV_ADDR={info['namesrv']}   (Ctrl-C stops everything)")
         if info["tls_ca"]:
             console.print(f"export FERRY_TLS_CA={info['tls_ca']}")
+        elif info["proxy_tls_ca"]:
+            console.print(f"proxy gRPC: TLS or plain text; TLS trusts {info['proxy_tls_ca']}")
         if info["connect"]:
             urls = ",".join(w["url"] for w in info["connect"])
             console.print(f"export FERRY_CONNECT_URL={urls}")
