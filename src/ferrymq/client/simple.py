@@ -3,6 +3,8 @@
 `receive` pops up to `max_messages` messages of a topic from a broker group's master (each
 group in turn); each stays invisible to every consumer of the group for `invisible_duration`
 and comes back (its delivery attempt one higher) unless it is acknowledged (`ack`) in time.
+`ack_batch` acknowledges many at once: one BATCH_ACK_MESSAGE per broker group (RocketMQ's
+`batchAckMessageAsync`), stale handles among them skipped by the broker.
 `change_invisible_duration` gives a message more (or less) time and a new receipt handle. A
 FIFO consumer (`fifo=True`) pops orderly: a queue is handed to one receiver at a time, and its
 messages come in queue order, an unacknowledged one again before anything newer.
@@ -13,11 +15,15 @@ with its metadata, so consumers come and go freely.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Self
+
+import msgspec
 
 from ferrymq.client.message import Message
 from ferrymq.client.routing import Routes
@@ -28,16 +34,20 @@ from ferrymq.wire.codes import RequestCode, ResponseCode
 from ferrymq.wire.frame import RemotingCommand
 from ferrymq.wire.headers import CommandHeader, to_ext_fields
 from ferrymq.wire.pop import (
+    NORMAL_FLAG,
     RETRY_FLAG,
     AckMessageRequestHeader,
+    BatchAck,
+    BatchAckMessageRequestBody,
     ChangeInvisibleTimeRequestHeader,
     PopMessageRequestHeader,
     ReceiptHandle,
+    encode_bit_set,
     parse_info,
 )
 from ferrymq.wire.records import decode_record, peek_record_size
 
-__all__ = ["ReceivedMessage", "SimpleConsumer"]
+__all__ = ["ReceivedMessage", "SimpleConsumer", "batch_acks"]
 
 _NOT_FOUND: Final = frozenset({ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT})
 _INIT_MIN: Final = 0
@@ -120,10 +130,17 @@ class SimpleConsumer:
         return address
 
     async def _call(
-        self, topic: str, broker_name: str, code: int, header: CommandHeader, wait: float = 0.0
+        self,
+        topic: str,
+        broker_name: str,
+        code: int,
+        header: CommandHeader | None,
+        wait: float = 0.0,
+        body: bytes = b"",
     ) -> RemotingCommand:
         address = await self._master(topic, broker_name)
-        request = RemotingCommand(code=code, ext_fields=to_ext_fields(header))
+        fields = to_ext_fields(header) if header is not None else {}
+        request = RemotingCommand(code=code, ext_fields=fields, body=body)
         try:
             response = await self._rpc.call(address, request, self._timeout + wait)
         except RpcError:
@@ -198,6 +215,35 @@ class SimpleConsumer:
         if response.code != ResponseCode.SUCCESS:
             raise RemoteError(response.code, response.remark)
 
+    async def ack_batch(self, messages: Sequence[ReceivedMessage]) -> None:
+        """Acknowledge many messages: one request per broker group, the groups concurrently.
+
+        A stale handle among them (delivered again since, changed, or acked already) is skipped,
+        as RocketMQ's broker does: that message is not acknowledged and is not an error.
+
+        Raises:
+            RemoteError: a broker refused its part (its code and remark); the other brokers'
+                parts were still sent.
+            RpcError: a broker did not answer (its part may or may not have been taken).
+        """
+        parts = batch_acks(self.group, messages)
+        route_by = {m.handle.broker_name: m.popped_topic for m in messages}
+        results = await asyncio.gather(
+            *(self._batch_ack(route_by[name], name, acks) for name, acks in parts.items()),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _batch_ack(self, topic: str, broker_name: str, acks: list[BatchAck]) -> None:
+        body = msgspec.json.encode(BatchAckMessageRequestBody(acks, broker_name))
+        response = await self._call(
+            topic, broker_name, RequestCode.BATCH_ACK_MESSAGE, None, body=body
+        )
+        if response.code != ResponseCode.SUCCESS:
+            raise RemoteError(response.code, response.remark)
+
     async def change_invisible_duration(self, received: ReceivedMessage, duration: float) -> None:
         """Make a message invisible for `duration` seconds from now; its handle is replaced.
 
@@ -235,6 +281,53 @@ class SimpleConsumer:
                 handle.queue_offset,
             )
         )
+
+
+def batch_acks(group: str, messages: Sequence[ReceivedMessage]) -> dict[str, list[BatchAck]]:
+    """The BATCH_ACK_MESSAGE entries acknowledging `messages`, per broker group.
+
+    One `BatchAck` per (topic, retry, queue, pop checkpoint: start offset, pop time, revive
+    queue, invisible time) as the receipt handles carry them (RocketMQ's client merges by retry,
+    queue, start offset and pop time); its bit set holds each offset less the start offset.
+    """
+    found: dict[str, dict[tuple[str, bool, int, int, int, int, int], set[int]]] = {}
+    for received in messages:
+        h = received.handle
+        key = (
+            received.popped_topic,
+            h.retry,
+            h.queue_id,
+            h.ck_queue_offset,
+            h.pop_time_ms,
+            h.revive_qid,
+            h.invisible_ms,
+        )
+        found.setdefault(h.broker_name, {}).setdefault(key, set()).add(h.queue_offset)
+    acks: dict[str, list[BatchAck]] = {}
+    for broker_name, checkpoints in found.items():
+        for (
+            topic,
+            retry,
+            queue_id,
+            ck,
+            pop_time,
+            revive_qid,
+            invisible,
+        ), offsets in checkpoints.items():
+            start = min(ck, *offsets)  # a handle's offset is never below its start; if it were
+            ack = BatchAck(
+                c=group,
+                t=topic,
+                r=RETRY_FLAG if retry else NORMAL_FLAG,
+                so=start,
+                q=queue_id,
+                rq=revive_qid,
+                pt=pop_time,
+                it=invisible,
+                b=encode_bit_set(o - start for o in sorted(offsets)),
+            )
+            acks.setdefault(broker_name, []).append(ack)
+    return acks
 
 
 def _received(response: RemotingCommand, topic: str, broker_name: str) -> list[ReceivedMessage]:

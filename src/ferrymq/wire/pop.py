@@ -19,6 +19,7 @@ each message's handle: `startOffsetInfo` ("flag queueId startOffset" per queue, 
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -45,6 +46,7 @@ __all__ = [
     "PopMessageRequestHeader",
     "PopMessageResponseHeader",
     "ReceiptHandle",
+    "encode_bit_set",
     "format_msg_offset_info",
     "format_order_count_info",
     "format_start_offset_info",
@@ -211,6 +213,25 @@ class BatchAck(msgspec.Struct, forbid_unknown_fields=False):
             for bit in range(8)
             if byte >> bit & 1
         ]
+
+
+def encode_bit_set(bits: Iterable[int]) -> str:
+    """A `BatchAck.b` bit set with `bits` set, as RocketMQ sends it.
+
+    That is base64 of `BitSet.toByteArray`: little-endian bytes and bits, no trailing zero byte.
+
+    Raises:
+        ValueError: a negative bit.
+    """
+    raw = bytearray()
+    for bit in bits:
+        if bit < 0:
+            raise ValueError(f"a bit set has no bit {bit}")
+        index = bit // 8
+        if index >= len(raw):
+            raw.extend(bytes(index + 1 - len(raw)))
+        raw[index] |= 1 << bit % 8
+    return base64.b64encode(bytes(raw)).decode("ascii")
 
 
 class BatchAckMessageRequestBody(msgspec.Struct, rename="camel", forbid_unknown_fields=False):
