@@ -309,6 +309,47 @@ async def test_batch_ack_acks_and_refuses_a_huge_bit_set(
         assert cluster.broker.state.pop.in_flight_count(("G12", "PopBA", 0)) == 0
 
 
+async def test_sdk_ack_batch_acks_two_queues_and_a_retry_and_skips_a_stale_handle(
+    cluster: LocalCluster, client: RpcClient
+) -> None:
+    """`SimpleConsumer.ack_batch` acks messages of 2 queues and of the POP retry topic in one
+    BATCH_ACK_MESSAGE: none comes again after its invisible time while an unacked one does; a
+    handle made stale by `change_invisible_duration` is skipped and its message comes again."""
+    topic, state = "PopSB", cluster.broker.state
+    retry_key = ("G15", "%RETRY%G15_PopSB", 0)
+    await create_topic(client, cluster.broker.address, topic, queues=2)
+    async with Producer(cluster.namesrv_addr) as producer:
+        for i, body in enumerate((b"r", b"a", b"b", b"c", b"d")):
+            await producer.send(topic, body, queue=MessageQueue(topic, "broker-a", i % 2))
+    async with SimpleConsumer(cluster.namesrv_addr, "G15") as consumer:
+        first = await _receive_until(consumer, topic, 5, invisible=60.0)
+        r = next(m for m in first if m.message.body == b"r")
+        await consumer.change_invisible_duration(r, 0.0)  # due now: revived to the retry topic
+        [retried] = await _receive_until(consumer, topic, 1, invisible=2.0)
+        assert (retried.message.body, retried.handle.retry, retried.delivery_attempt) == (
+            b"r",
+            True,
+            2,
+        )
+        fresh = {m.message.body: m for m in first}
+        for body in (b"a", b"b", b"c", b"d"):  # all due 2 s from now, as the retried one
+            await consumer.change_invisible_duration(fresh[body], 2.0)
+        c = fresh[b"c"]
+        stale = ReceivedMessage(c.message, c.receipt_handle, 1, topic)
+        await consumer.change_invisible_duration(c, 2.0)
+        await consumer.ack_batch([retried, fresh[b"a"], fresh[b"b"], stale])  # d: not acked
+        in_flight = [state.pop.in_flight_count(k) for k in [("G15", topic, 0), ("G15", topic, 1)]]
+        assert (in_flight, state.pop.in_flight_count(retry_key)) == ([1, 1], 0)  # c, d
+        again = await _receive_until(consumer, topic, 2, invisible=30.0)
+        assert sorted((m.message.body, m.delivery_attempt) for m in again) == [(b"c", 2), (b"d", 2)]
+        forged = ReceivedMessage(c.message, "0 1 1000 0 0 broker-a 0 70000", 1, topic)
+        with pytest.raises(RemoteError) as refused:  # a bit set over the broker's bound
+            await consumer.ack_batch([forged])
+        assert refused.value.code == ResponseCode.SYSTEM_ERROR
+        await consumer.ack_batch(again)
+        assert await consumer.receive(topic, invisible_duration=1.0, wait=0.5) == []
+
+
 async def test_an_idle_fifo_backlog_does_not_starve_revives(
     cluster: LocalCluster, client: RpcClient
 ) -> None:
