@@ -26,7 +26,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -394,6 +394,10 @@ class SimpleConsumer(_Facade):
     def ack(self, received: ReceivedMessage) -> None:
         """Acknowledge a received message: it is never delivered again."""
         self._runner.run(self._consumer.ack(received))
+
+    def ack_batch(self, messages: Sequence[ReceivedMessage]) -> None:
+        """Acknowledge several received messages, one request per broker group."""
+        self._runner.run(self._consumer.ack_batch(messages))
 
     def change_invisible_duration(self, received: ReceivedMessage, duration: float) -> None:
         """Make a message invisible for `duration` seconds from now (its handle is replaced)."""

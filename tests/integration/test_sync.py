@@ -14,6 +14,7 @@ import pytest
 from ferrymq import sync
 from ferrymq.client.message import Message
 from ferrymq.client.push import ConsumeFrom
+from ferrymq.client.simple import ReceivedMessage
 from ferrymq.client.transaction import TransactionState
 from ferrymq.errors import InvalidMessageError, TopicNotFoundError
 from ferrymq.testing import LocalCluster
@@ -138,3 +139,36 @@ def transactions(namesrv: str) -> None:
 
 async def test_transactions_with_plain_functions(cluster: LocalCluster) -> None:
     await asyncio.to_thread(transactions, cluster.namesrv_addr)
+
+
+def receive_ack_and_change(namesrv: str) -> None:
+    with sync.AdminClient(namesrv) as admin:
+        admin.create_topic("Pop", queues=2)
+        wait_until(lambda: admin.route("Pop") is not None)
+    with sync.Producer(namesrv) as producer:
+        for i in range(4):
+            producer.send("Pop", f"s{i}".encode())
+    with sync.SimpleConsumer(namesrv, "SyncPop") as consumer:
+        got: list[ReceivedMessage] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += consumer.receive("Pop", invisible_duration=2, wait=1)
+        assert sorted(m.message.body for m in got) == [b"s0", b"s1", b"s2", b"s3"]
+        by_body = {m.message.body: m for m in got}
+        consumer.ack(by_body[b"s0"])
+        consumer.ack_batch([by_body[b"s1"], by_body[b"s2"]])
+        consumer.change_invisible_duration(by_body[b"s3"], 0.5)
+        # past the first invisible time (2 s) only the message made visible again comes back
+        again: list[tuple[bytes, int]] = []
+        deadline = time.monotonic() + 3.5
+        while time.monotonic() < deadline:
+            for received in consumer.receive("Pop", wait=0.5):
+                again.append((received.message.body, received.message.reconsume_times))
+                consumer.ack_batch([received])
+        assert again == [(b"s3", 1)]
+
+
+async def test_simple_consumer_receives_acks_and_changes_from_a_thread(
+    cluster: LocalCluster,
+) -> None:
+    await asyncio.to_thread(receive_ack_and_change, cluster.namesrv_addr)
