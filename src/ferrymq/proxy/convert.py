@@ -29,6 +29,7 @@ from ferrymq.wire import properties as props
 from ferrymq.wire.codes import ResponseCode
 
 __all__ = [
+    "TX_CLIENT_ID",
     "TxHandle",
     "error_code",
     "fifo_queue",
@@ -36,8 +37,14 @@ __all__ = [
     "timestamp_ms",
 ]
 
+TX_CLIENT_ID: Final = "__FERRY_TX_CLIENT_ID"
+"""ferrymq's own property on a half message the endpoint relays: the x-mq-client-id of the
+client that sent it, so the broker's checks go back to that client (RocketMQ names no client in a
+message; its proxy asks any producer of the group). Reserved, and never shown to a v2 client."""
+
 _RESERVED: Final = frozenset(
     {
+        TX_CLIENT_ID,
         props.UNIQ_KEY,
         props.TAGS,
         props.KEYS,

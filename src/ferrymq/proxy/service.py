@@ -1,15 +1,15 @@
 """The MessagingService v2 handlers: each RPC relayed to the cluster through ferrymq's SDK.
 
-Owns the per-RPC behaviour of the endpoint and the only state it keeps, which is soft: the
-Telemetry sessions of connected clients (to answer their settings and to relay transaction
-checks to a producer of the topic), one transaction relay per topic (a `TransactionProducer`
-that heartbeats as that topic's producer group, so the brokers send it their checks) and one
-consumer per group; those tables are bounded (`proxy/pool.py`: idle expiry and an LRU cap). A
-group whose subscription config says `consumeMessageOrderly` (FIFO) is popped orderly. Routes come
-from the NameServers and follow failovers as the SDK does; every route names this endpoint. A
-consumer's settings and heartbeats are relayed to the masters of its topics as its own HEART_BEAT
-(the brokers list it in its group, as a RocketMQ broker with its proxy in local mode does), and its
-NotifyClientTermination as UNREGISTER_CLIENT.
+Owns the per-RPC behaviour of the endpoint and the only state it keeps, which is soft: the Telemetry
+sessions of connected clients (to answer their settings and to relay transaction checks to the
+producer that sent the half message, else to any producer of the topic), one transaction relay per
+topic (a `TransactionProducer` that heartbeats as that topic's producer group, so the brokers send
+it their checks) and one consumer per group; those tables are bounded (`proxy/pool.py`: idle expiry
+and an LRU cap). A group whose subscription config says `consumeMessageOrderly` (FIFO) is popped
+orderly. Routes come from the NameServers and follow failovers as the SDK does; every route names
+this endpoint. A consumer's settings and heartbeats are relayed to the masters of its topics as its
+own HEART_BEAT (the brokers list it in its group, as a RocketMQ broker with its proxy in local mode
+does), and its NotifyClientTermination as UNREGISTER_CLIENT.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ferrymq.model import MessageQueue, format_address, validate_group, validate
 from ferrymq.proxy.auth import GrpcGuard, needs, settings_needs
 from ferrymq.proxy.convert import (
     MAX_BODY,
+    TX_CLIENT_ID,
     TxHandle,
     error_code,
     fifo_queue,
@@ -535,10 +536,11 @@ class MessagingService:
         """Store each message (normal, FIFO, delayed or a transactional half) and say where."""
         response = self.v2.SendMessageResponse()
         failed: BaseException | None = None
+        client_id = _metadata(context, "x-mq-client-id")
         for message in request.messages:
             entry = response.entries.add()
             try:
-                await self._send_one(message, entry)
+                await self._send_one(message, entry, client_id)
             except (FerryError, ValueError) as exc:
                 failed = failed or exc
                 entry.status.code = self.v2.code(error_code(exc))
@@ -557,7 +559,7 @@ class MessagingService:
             self._status(response, "BAD_REQUEST", "no message")
         return response
 
-    async def _send_one(self, message: Any, entry: Any) -> None:
+    async def _send_one(self, message: Any, entry: Any, client_id: str) -> None:
         topic = validate_topic(message.topic.name)
         body = bytes(message.body)
         if not body:
@@ -577,6 +579,8 @@ class MessagingService:
 
             tags = properties.pop(props.TAGS, None)
             keys = properties.pop(props.KEYS, None)
+            if client_id:  # its checks go back to this client while it is connected here
+                properties[TX_CLIENT_ID] = client_id
             async with self.relays.use(topic) as relay:
                 sent = (
                     await relay.send_in_transaction(
@@ -637,18 +641,47 @@ class MessagingService:
         async with self.relays.use(message.topic):
             return await self._relay_check(message)
 
-    async def _relay_check(self, message: Message) -> TransactionState:
+    def _checked_session(self, message: Message) -> Session | None:
+        """Who is asked about a half message (None: nobody).
+
+        The client that sent it (`TX_CLIENT_ID`) if it is connected here as a producer of the
+        topic, else any producer of the topic here (the owner may be gone or connected to another
+        endpoint).
+        """
+        producer = self.v2.enum("ClientType", "PRODUCER")
+        owner = message.properties.get(TX_CLIENT_ID, "")
+        session = self.sessions.get(owner) if owner else None
+        if (
+            session is not None
+            and session.client_type == producer
+            and message.topic in session.topics
+        ):
+            log.debug("check of %s to its owner %s", message.msg_id, owner)
+            return session
         sessions = [
             s
             for s in self.sessions.values()
-            if s.client_type == self.v2.enum("ClientType", "PRODUCER") and message.topic in s.topics
+            if s.client_type == producer and message.topic in s.topics
         ]
         if not sessions:
             log.info(
                 "no producer of %s connected for the check of %s", message.topic, message.msg_id
             )
-            return TransactionState.UNKNOWN
+            return None
         session = sessions[hash(message.msg_id) % len(sessions)]
+        log.debug(
+            "check of %s to %s (its owner %r is not a producer of %s here)",
+            message.msg_id,
+            session.client_id,
+            owner,
+            message.topic,
+        )
+        return session
+
+    async def _relay_check(self, message: Message) -> TransactionState:
+        session = self._checked_session(message)
+        if session is None:
+            return TransactionState.UNKNOWN
         broker_name = await self._broker_of(message)
         if broker_name is None:
             return TransactionState.UNKNOWN
