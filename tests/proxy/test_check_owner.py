@@ -9,8 +9,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import pytest
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.client.consumer import PullConsumer
+from ferrymq.errors import InvalidMessageError
+from ferrymq.model import MessageQueue
+from ferrymq.proxy.convert import TX_CLIENT_ID, message_properties
 from ferrymq.proxy.server import GrpcEndpoint
 from ferrymq.proxy.stubs import SERVICE, load
 from ferrymq.testing import LocalCluster
@@ -23,7 +28,7 @@ async def test_checks_go_to_the_owner_then_to_another_producer(
 ) -> None:
     """Producers P1 and P2 of one topic each leave a half open. The cluster checks halves after
     1 s, every 0.3 s: over two rounds each producer is asked only about its own half; after P1's
-    NotifyClientTermination, P1's half is asked of P2.
+    NotifyClientTermination, P1's half is asked of P2, which commits it.
     """
     v2 = load()
     topic = "ProxyTxOwner"
@@ -50,6 +55,7 @@ async def test_checks_go_to_the_owner_then_to_another_producer(
         }
         checked: dict[str, list[str]] = {c: [] for c in clients}
         shown: list[dict[str, str]] = []
+        handles: dict[str, str] = {}
         arrived = asyncio.Condition()
 
         async def read(client: str) -> None:
@@ -58,6 +64,7 @@ async def test_checks_go_to_the_owner_then_to_another_producer(
                 async with arrived:
                     checked[client].append(orphan.message.system_properties.message_id)
                     shown.append(dict(orphan.message.user_properties))
+                    handles[orphan.message.system_properties.message_id] = orphan.transaction_id
                     arrived.notify_all()
 
         readers: list[asyncio.Task[None]] = []
@@ -95,6 +102,35 @@ async def test_checks_go_to_the_owner_then_to_another_producer(
                 assert answer.status.code == v2.code("OK"), answer
                 async with arrived:  # P1 is gone: its half is asked of P2
                     await arrived.wait_for(lambda: "id-P1" in checked["P2"])
+                # P2 commits it: delivered, with the owner's property kept from v2 consumers
+                end = v2.EndTransactionRequest(
+                    message_id="id-P1",
+                    transaction_id=handles["id-P1"],
+                    resolution=v2.enum("TransactionResolution", "COMMIT"),
+                    source=v2.enum("TransactionSource", "SOURCE_SERVER_CHECK"),
+                )
+                end.topic.name = topic
+                answer = await raw.rpc(channel, v2, "EndTransaction")(
+                    end, metadata=(("x-mq-client-id", "P2"),), timeout=10
+                )
+                assert answer.status.code == v2.code("OK"), answer
+                receive = v2.ReceiveMessageRequest(batch_size=8)
+                receive.group.name = "proxy_tx_owner"
+                receive.message_queue.topic.name = topic
+                receive.invisible_duration.FromSeconds(60)
+                receive.long_polling_timeout.FromSeconds(5)
+                parts = [
+                    p.message
+                    async for p in raw.rpc(channel, v2, "ReceiveMessage", stream=True)(
+                        receive, timeout=15
+                    )
+                    if p.HasField("message")
+                ]
+                assert [(m.body, dict(m.user_properties)) for m in parts] == [(b"P1", {})]
+                async with PullConsumer(cluster.namesrv_addr, "proxy_tx_owner_pull") as reader:
+                    queue = MessageQueue(topic, cluster.broker.config.broker_name, 0)
+                    stored = (await reader.pull(queue, 0, max_messages=4)).messages
+                assert [m.properties.get(TX_CLIENT_ID) for m in stored] == ["P1"]  # committed
         finally:
             hang_up.set()
             for task in readers:
@@ -102,3 +138,11 @@ async def test_checks_go_to_the_owner_then_to_another_producer(
             for session in sessions.values():
                 session.cancel()
             await asyncio.gather(*readers, return_exceptions=True)
+
+
+def test_the_owner_property_is_reserved() -> None:
+    v2 = load()
+    message = v2.Message()
+    message.user_properties[TX_CLIENT_ID] = "forged"
+    with pytest.raises(InvalidMessageError):
+        message_properties(message, transactional=True)
