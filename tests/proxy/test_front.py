@@ -26,6 +26,7 @@ from ferrymq.security.tls import TlsMode, install, restore, settings_for, tls_co
 from ferrymq.security.tlscerts import LocalCa, issue_certificate, make_ca
 
 from .raw import rpc
+from .test_bad_input import _answer, _frames
 
 SETTINGS, GOAWAY, HEADERS = 4, 7, 1
 PROTOCOL_ERROR, INADEQUATE_SECURITY = 1, 12
@@ -88,27 +89,6 @@ async def _endpoint(
         yield endpoint
     finally:
         await endpoint.close(0)
-
-
-async def _answer(address: str, data: bytes) -> bytes:
-    """What the port writes after `data` until it closes (bounded: 10 s)."""
-    host, port = parse_address(address)
-    reader, writer = await asyncio.open_connection(host, port)
-    try:
-        writer.write(data)
-        await writer.drain()
-        return await asyncio.wait_for(reader.read(), 10)
-    finally:
-        writer.close()
-
-
-def _frames(answer: bytes) -> list[tuple[int, bytes]]:
-    frames, pos = [], 0
-    while pos + 9 <= len(answer):
-        size = int.from_bytes(answer[pos : pos + 3])
-        frames.append((answer[pos + 3], answer[pos + 9 : pos + 9 + size]))
-        pos += 9 + size
-    return frames
 
 
 async def _heartbeat(
