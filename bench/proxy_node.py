@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ferrymq.client.admin import AdminClient
-from ferrymq.cmd.bench_proxy import CpuMeter, _sdk_receive, _sdk_send
+from ferrymq.cmd.bench_proxy import CpuMeter, _sdk_receive, _sdk_send, metered_worker
 from ferrymq.cmd.up import ProcessCluster, UpConfig
 
 NODE_CLIENT = "rocketmq-client-nodejs@1.0.8"
@@ -43,30 +43,9 @@ def node_modules() -> Path:
 
 
 async def node(meter: CpuMeter, *args: str) -> dict[str, Any]:
-    """Run the node worker; the meter runs between its "start" line and its result line."""
+    """Run the node worker, metered (`metered_worker`)."""
     env = {**os.environ, "NODE_PATH": str(node_modules())}
-    proc = await asyncio.create_subprocess_exec(
-        "node", str(WORKER), *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    errors = asyncio.ensure_future(proc.stderr.read())
-    result: dict[str, Any] = {}
-    async with asyncio.timeout(600):
-        async for line in proc.stdout:
-            if not line.startswith(b"{"):
-                continue  # the client's own log lines
-            said = json.loads(line)
-            if said.get("phase") == "start":
-                meter.begin()
-            else:
-                meter.end(said["cpu_seconds"])
-                result = said
-        await proc.wait()
-    err = await errors
-    if proc.returncode != 0 or not result:
-        raise RuntimeError(f"node client failed: {err.decode()[-4000:]}")
-    return result
+    return await metered_worker(["node", str(WORKER), *args], meter, env)
 
 
 async def run(messages: int, rounds: int, size: int) -> dict[str, Any]:

@@ -39,7 +39,15 @@ from ferrymq.client.simple import SimpleConsumer
 from ferrymq.cmd.measure import process_cpu, self_cpu
 from ferrymq.cmd.up import ProcessCluster, UpConfig
 
-__all__ = ["ProxyBenchConfig", "ProxyRow", "bench_proxy_command", "ratios", "run_proxy_bench"]
+__all__ = [
+    "CpuMeter",
+    "ProxyBenchConfig",
+    "ProxyRow",
+    "bench_proxy_command",
+    "metered_worker",
+    "ratios",
+    "run_proxy_bench",
+]
 
 _V5_WORKER = Path(__file__).with_name("bench_proxy_v5.py")
 _FLOOR = "grpc-heartbeat-floor"
@@ -112,14 +120,16 @@ class CpuMeter:
         return {name: seconds * 1e6 / messages for name, seconds in self.used.items()}
 
 
-async def _v5(python: Path, meter: CpuMeter, *args: str) -> dict[str, Any]:
-    """Run the 5.x worker; the meter runs between its "start" line and its result line."""
+async def metered_worker(
+    argv: list[str], meter: CpuMeter, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run a client worker process; `meter` runs from its {"phase": "start"} line to its result.
+
+    The result line carries the worker's own CPU seconds (`cpu_seconds`); lines that are not
+    JSON objects (a client's own log) are skipped.
+    """
     proc = await asyncio.create_subprocess_exec(
-        str(python),
-        str(_V5_WORKER),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
     )
     assert proc.stdout is not None
     assert proc.stderr is not None
@@ -127,6 +137,8 @@ async def _v5(python: Path, meter: CpuMeter, *args: str) -> dict[str, Any]:
     result: dict[str, Any] = {}
     async with asyncio.timeout(600):
         async for line in proc.stdout:
+            if not line.startswith(b"{"):
+                continue
             said = json.loads(line)
             if said.get("phase") == "start":
                 meter.begin()
@@ -136,8 +148,13 @@ async def _v5(python: Path, meter: CpuMeter, *args: str) -> dict[str, Any]:
         await proc.wait()
     err = await errors
     if proc.returncode != 0 or not result:
-        raise RuntimeError(f"5.x client failed: {err.decode()[-6000:]}")
+        raise RuntimeError(f"{Path(argv[1]).name} failed: {err.decode()[-6000:]}")
     return result
+
+
+async def _v5(python: Path, meter: CpuMeter, *args: str) -> dict[str, Any]:
+    """Run the 5.x worker (the official Python client's venv)."""
+    return await metered_worker([str(python), str(_V5_WORKER), *args], meter)
 
 
 async def _sdk_send(
