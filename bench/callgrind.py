@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-__all__ = ["count_sends", "valgrind"]
+__all__ = ["control", "count_sends", "dump_total", "valgrind"]
 
 
 def valgrind(dump: Path) -> list[str]:
@@ -22,7 +22,13 @@ def valgrind(dump: Path) -> list[str]:
     return ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={dump}"]
 
 
-def _total(dump: Path) -> int:
+def control(pid: int, *words: str) -> None:
+    """`callgrind_control WORDS PID` (e.g. `--zero`, `--instr=on`, `--dump`)."""
+    subprocess.run(["callgrind_control", *words, str(pid)], check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+
+
+def dump_total(dump: Path) -> int:
     """The instruction count of one callgrind dump (its `totals:` line); the dump is removed."""
     try:
         for line in dump.read_text(errors="replace").splitlines():
@@ -38,18 +44,14 @@ async def count_sends(
 ) -> int:
     """Instructions process `pid` (started with `valgrind(dump)`) runs for `sends` sends."""
 
-    def control(*words: str) -> None:
-        subprocess.run(["callgrind_control", *words, str(pid)], check=True,
-                       capture_output=True, timeout=120)  # fmt: skip
-
     async def some(count: int) -> None:
         for _ in range(count):
             await send()
 
-    await asyncio.to_thread(control, "--zero")
-    await asyncio.to_thread(control, "--instr=on")
+    await asyncio.to_thread(control, pid, "--zero")
+    await asyncio.to_thread(control, pid, "--instr=on")
     share, left = divmod(sends, window)
     await asyncio.gather(*(some(share + (i < left)) for i in range(window)))
-    await asyncio.to_thread(control, "--dump")
-    await asyncio.to_thread(control, "--instr=off")
-    return await asyncio.to_thread(_total, Path(f"{dump}.1"))  # the first dump
+    await asyncio.to_thread(control, pid, "--dump")
+    await asyncio.to_thread(control, pid, "--instr=off")
+    return await asyncio.to_thread(dump_total, Path(f"{dump}.1"))  # the first dump

@@ -24,22 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from callgrind import control, dump_total, valgrind
+
 _UNDER: str = "FERRY_FRONT_COST_CHILD"
-
-
-def _control(*words: str) -> None:
-    subprocess.run(["callgrind_control", *words, str(os.getpid())], check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-
-
-def _total(dump: Path) -> int:
-    try:
-        for line in dump.read_text(errors="replace").splitlines():
-            if line.startswith("totals:"):
-                return int(line.split()[1])
-        raise RuntimeError(f"no totals in {dump}")
-    finally:
-        dump.unlink(missing_ok=True)
 
 
 async def _child(calls: int, rounds: int, dump: Path) -> None:
@@ -69,14 +56,14 @@ async def _child(calls: int, rounds: int, dump: Path) -> None:
         dumps = 0
         for _ in range(rounds):
             for name, stub in stubs.items():
-                await asyncio.to_thread(_control, "--zero")
-                await asyncio.to_thread(_control, "--instr=on")
+                await asyncio.to_thread(control, os.getpid(), "--zero")
+                await asyncio.to_thread(control, os.getpid(), "--instr=on")
                 for _ in range(calls):
                     await stub(request, timeout=60)
-                await asyncio.to_thread(_control, "--dump")
-                await asyncio.to_thread(_control, "--instr=off")
+                await asyncio.to_thread(control, os.getpid(), "--dump")
+                await asyncio.to_thread(control, os.getpid(), "--instr=off")
                 dumps += 1
-                total = await asyncio.to_thread(_total, Path(f"{dump}.{dumps}"))
+                total = await asyncio.to_thread(dump_total, Path(f"{dump}.{dumps}"))
                 print(f"{name} {total / calls:.0f}", flush=True)
     finally:
         for channel in channels.values():
@@ -96,8 +83,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as where:
         dump = Path(where) / "callgrind.out"
-        command = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                   f"--callgrind-out-file={dump}", sys.executable, __file__,
+        command = [*valgrind(dump), sys.executable, __file__,
                    "--calls", str(args.calls), "--rounds", str(args.rounds)]  # fmt: skip
         lines = subprocess.run(
             command, env={**os.environ, _UNDER: str(dump)}, check=True, capture_output=True,
