@@ -5,7 +5,6 @@ against an in-process cluster and endpoint; once that producer is gone, to anoth
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -17,10 +16,11 @@ from ferrymq.errors import InvalidMessageError
 from ferrymq.model import MessageQueue
 from ferrymq.proxy.convert import TX_CLIENT_ID, message_properties
 from ferrymq.proxy.server import GrpcEndpoint
-from ferrymq.proxy.stubs import SERVICE, load
+from ferrymq.proxy.stubs import load
 from ferrymq.testing import LocalCluster
 
 from . import raw
+from .raw import producer_telemetry
 
 
 async def test_checks_go_to_the_owner_then_to_another_producer(
@@ -35,23 +35,10 @@ async def test_checks_go_to_the_owner_then_to_another_producer(
     async with AdminClient(cluster.namesrv_addr) as admin:
         await admin.create_topic(topic, queues=1)
     async with grpc.aio.insecure_channel(endpoint.address) as channel:
-        telemetry = channel.stream_stream(
-            f"/{SERVICE}/Telemetry",
-            request_serializer=v2.TelemetryCommand.SerializeToString,
-            response_deserializer=v2.TelemetryCommand.FromString,
-        )
         hang_up = asyncio.Event()
-
-        async def settings() -> AsyncIterator[Any]:
-            command = v2.TelemetryCommand()
-            command.settings.client_type = v2.enum("ClientType", "PRODUCER")
-            command.settings.publishing.topics.add().name = topic
-            yield command
-            await hang_up.wait()
-
         clients = ("P1", "P2")
         sessions: dict[str, Any] = {
-            c: telemetry(settings(), metadata=(("x-mq-client-id", c),)) for c in clients
+            c: producer_telemetry(channel, v2, topic, c, hang_up) for c in clients
         }
         checked: dict[str, list[str]] = {c: [] for c in clients}
         shown: list[dict[str, str]] = []

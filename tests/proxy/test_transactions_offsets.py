@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -16,7 +15,7 @@ from ferrymq.client.consumer import PullConsumer
 from ferrymq.client.producer import Producer
 from ferrymq.model import MessageQueue
 from ferrymq.proxy.server import GrpcEndpoint
-from ferrymq.proxy.stubs import SERVICE, V2, load
+from ferrymq.proxy.stubs import V2, load
 from ferrymq.testing import LocalCluster
 
 from . import raw
@@ -60,19 +59,7 @@ async def test_rollback_is_never_delivered_nor_checked_and_unknown_ids(
 
         hang_up = asyncio.Event()
 
-        async def producer_settings() -> AsyncIterator[Any]:
-            command = v2.TelemetryCommand()
-            command.settings.client_type = v2.enum("ClientType", "PRODUCER")
-            command.settings.publishing.topics.add().name = topic
-            yield command
-            await hang_up.wait()
-
-        telemetry = channel.stream_stream(
-            f"/{SERVICE}/Telemetry",
-            request_serializer=v2.TelemetryCommand.SerializeToString,
-            response_deserializer=v2.TelemetryCommand.FromString,
-        )
-        session: Any = telemetry(producer_settings(), metadata=(("x-mq-client-id", "tx-producer"),))
+        session = raw.producer_telemetry(channel, v2, topic, "tx-producer", hang_up)
         try:
             async with asyncio.timeout(60):
                 assert (await session.read()).settings.HasField("publishing")
